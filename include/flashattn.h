@@ -1,0 +1,230 @@
+/* flashattn: exact scaled-dot-product attention (FlashAttention), forward
+ * and backward, behind one dispatch layer over three backends:
+ *   ref  - float64, scalar, eager: the oracle
+ *   cpu  - tiled online softmax, AVX-512 / AVX2+FMA / portable C, OpenMP
+ *   cuda - tensor-core FlashAttention kernels
+ *
+ * The semantics (shapes, masks, fully masked rows, dropout, dispatch, bad
+ * input) are fixed in DESIGN.md; this header is the whole public surface.
+ * Public names are fa_ / FA_; everything else is internal. */
+#ifndef FLASHATTN_H
+#define FLASHATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) && defined(FA_BUILDING_SHARED)
+#define FA_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define FA_API __attribute__((visibility("default")))
+#else
+#define FA_API
+#endif
+
+#define FA_VERSION_MAJOR 0
+#define FA_VERSION_MINOR 1
+#define FA_VERSION_PATCH 0
+
+/* ---- status ------------------------------------------------------------ */
+
+/* Every call returns one of these; the context's last_error says more and
+ * names the argument. */
+typedef enum fa_status {
+  FA_OK = 0,
+  FA_ERR_NULL_POINTER,  /* a required pointer is NULL */
+  FA_ERR_BAD_SIZE,      /* a size that must be positive is not */
+  FA_ERR_SHAPE,         /* shapes that disagree with each other */
+  FA_ERR_OVERLAP,       /* an output overlaps an input or itself */
+  FA_ERR_DTYPE,         /* a dtype this call or backend cannot take */
+  FA_ERR_DROPOUT,       /* dropout_p outside [0, 1) */
+  FA_ERR_HEADS,         /* Hq is not a multiple of Hkv */
+  FA_ERR_SEQLENS,       /* seqlens / cu_seqlens values out of range */
+  FA_ERR_OPTION,        /* another option has a value out of range */
+  FA_ERR_UNSUPPORTED,   /* the chosen backend lacks a feature the call uses */
+  FA_ERR_NO_BACKEND,    /* backend not compiled in, or no device here */
+  FA_ERR_MEMORY_SPACE,  /* host memory given where device memory is needed, or mixed */
+  FA_ERR_OUT_OF_MEMORY, /* an allocation failed */
+  FA_ERR_DEVICE,        /* the CUDA runtime reported an error */
+  FA_ERR_INTERNAL       /* a bug: please report it */
+} fa_status;
+
+/* A constant English name for a status ("FA_ERR_SHAPE", ...). */
+FA_API const char *fa_status_name(fa_status s);
+
+/* ---- tensors ----------------------------------------------------------- */
+
+typedef enum fa_dtype {
+  FA_F32 = 0,
+  FA_F64,
+  FA_F16,
+  FA_BF16,
+  FA_BOOL /* one byte per element, non-zero = true; masks only */
+} fa_dtype;
+
+FA_API const char *fa_dtype_name(fa_dtype t);
+FA_API size_t fa_dtype_size(fa_dtype t);
+
+typedef enum fa_memory {
+  FA_MEMORY_AUTO = 0, /* ask the CUDA runtime (if built) whether data is device memory */
+  FA_MEMORY_HOST,
+  FA_MEMORY_CUDA
+} fa_memory;
+
+/* A tensor is a pointer plus sizes and element strides, in logical order:
+ * q, k, v, o and their gradients are [B, H, L, D]; lse is [B, H, L] (shape[3]
+ * and stride[3] are ignored); mask and bias are [B, Hq, Lq, Lk]. Any memory
+ * layout works through the strides ([B, L, H, D] included). A stride of 0, or
+ * a size of 1 where the call expects more, broadcasts (masks, biases). */
+typedef struct fa_tensor {
+  void *data;
+  fa_dtype dtype;
+  int64_t shape[4];
+  int64_t stride[4];
+  fa_memory memory;
+} fa_tensor;
+
+/* A contiguous tensor of the given shape (row-major, last dim fastest). */
+FA_API fa_tensor fa_tensor_contiguous(void *data, fa_dtype dtype, int64_t d0, int64_t d1, int64_t d2, int64_t d3);
+
+/* ---- options ----------------------------------------------------------- */
+
+typedef enum fa_align {
+  FA_ALIGN_TOP_LEFT = 0, /* diag(i) = i            (PyTorch is_causal) */
+  FA_ALIGN_BOTTOM_RIGHT  /* diag(i) = i + Lk - Lq  (FlashAttention >= 2.1, decode) */
+} fa_align;
+
+/* All options. A zeroed struct is the plain, unmasked attention with
+ * scale 1/sqrt(D); fa_options_init() gives the same. */
+typedef struct fa_options {
+  double scale;         /* 0 = 1/sqrt(D) */
+  double softcap;       /* > 0: s = softcap * tanh(s / softcap) */
+  int causal;           /* = window (left -1, right 0) */
+  fa_align align;       /* alignment of causal, window and ALiBi distances */
+  int use_window;       /* sliding window: see window_left/right */
+  int64_t window_left;  /* keys j >= diag(i) - left are visible; < 0 = unbounded */
+  int64_t window_right; /* keys j <= diag(i) + right are visible; < 0 = unbounded */
+
+  /* Padded layout: per-batch actual lengths [B], int32, in the same memory
+   * as q. NULL = full length. */
+  const int32_t *seqlens_q;
+  const int32_t *seqlens_k;
+  /* Packed variable-length layout: cumulative offsets [num_seqs + 1], int32,
+   * starting at 0. Then q/k/v/o have shape[0] = 1 and shape[2] = total
+   * tokens; lse is [1, Hq, total_q]; mask/bias/dropout index (b, h, i, j) by
+   * the sequence b and positions i, j inside it. */
+  const int32_t *cu_seqlens_q;
+  const int32_t *cu_seqlens_k;
+  int64_t num_seqs; /* number of sequences when cu_seqlens_* are given */
+
+  fa_tensor mask;            /* FA_BOOL [B, Hq, Lq, Lk]; data NULL = none */
+  fa_tensor bias;            /* additive [B, Hq, Lq, Lk]; data NULL = none */
+  const float *alibi_slopes; /* [Hq] f32 in the same memory as q; NULL = none */
+
+  double dropout_p;        /* in [0, 1); 0 = no dropout, no RNG touched */
+  uint64_t dropout_seed;   /* Philox key */
+  uint32_t dropout_offset; /* Philox counter word 3: advance between calls */
+
+  int deterministic; /* backward: same bits on every run and thread count */
+
+  /* Tile sizes for the tiled backends (rows of Q, rows of K/V per tile);
+   * 0 = the backend's default, derived from the cache sizes. For teaching
+   * and tuning: results do not depend on them beyond rounding. */
+  int block_q;
+  int block_k;
+} fa_options;
+
+FA_API void fa_options_init(fa_options *opt);
+
+/* ---- context and backends ---------------------------------------------- */
+
+typedef enum fa_backend {
+  FA_BACKEND_AUTO = 0,
+  FA_BACKEND_REF,
+  FA_BACKEND_CPU,
+  FA_BACKEND_CUDA,
+  FA_BACKEND_COUNT
+} fa_backend;
+
+FA_API const char *fa_backend_name(fa_backend b);
+/* Parses "auto", "ref", "cpu", "cuda"; FA_ERR_OPTION otherwise. */
+FA_API fa_status fa_backend_from_name(const char *name, fa_backend *out);
+
+/* Is backend b compiled into this build and usable on this machine?
+ * FA_OK, or FA_ERR_NO_BACKEND with the reason written to why (if non-NULL). */
+FA_API fa_status fa_backend_available(fa_backend b, char *why, size_t why_size);
+
+/* The instruction set the cpu backend uses. */
+typedef enum fa_cpu_isa {
+  FA_ISA_AUTO = 0, /* best the CPU has, unless FLASHATTN_ISA says otherwise */
+  FA_ISA_GENERIC,  /* portable C */
+  FA_ISA_AVX2,     /* AVX2 + FMA */
+  FA_ISA_AVX512    /* AVX-512F */
+} fa_cpu_isa;
+
+FA_API const char *fa_cpu_isa_name(fa_cpu_isa isa);
+/* Does this CPU (and this build) have isa? */
+FA_API int fa_cpu_isa_supported(fa_cpu_isa isa);
+
+/* How the cpu backend tiles a problem with head dims D, Dv: the ISA it
+ * would use, the tile sizes (the defaults derived from the cache sizes, or
+ * block_q/block_k if non-zero), and the bytes one tile step keeps hot. */
+typedef struct fa_cpu_plan {
+  fa_cpu_isa isa;
+  int block_q, block_k;
+  size_t working_set_bytes;   /* Q tile + K and V tiles + score tile + accumulators */
+  size_t l1d_bytes, l2_bytes; /* as the OS reports them (per core) */
+} fa_cpu_plan;
+
+FA_API fa_status fa_cpu_plan_get(fa_cpu_isa isa, int64_t D, int64_t Dv, int block_q, int block_k, fa_cpu_plan *out);
+
+/* A context carries the settings of calls and what the last call did. One
+ * context per thread; two threads with two contexts never interfere. */
+typedef struct fa_context fa_context;
+
+FA_API fa_status fa_context_create(fa_context **ctx);
+FA_API void fa_context_destroy(fa_context *ctx);
+/* Threads for the cpu backend; 0 = OpenMP's default. */
+FA_API fa_status fa_context_set_threads(fa_context *ctx, int threads);
+/* cpu backend instruction set for calls on this context (default FA_ISA_AUTO). */
+FA_API fa_status fa_context_set_cpu_isa(fa_context *ctx, fa_cpu_isa isa);
+/* CUDA stream (a cudaStream_t) for the cuda backend; NULL = default stream. */
+FA_API fa_status fa_context_set_stream(fa_context *ctx, void *cuda_stream);
+/* The message of the last failed call ("" after a success). */
+FA_API const char *fa_context_last_error(const fa_context *ctx);
+/* The backend that ran the last call (FA_BACKEND_AUTO if none did). */
+FA_API fa_backend fa_context_last_backend(const fa_context *ctx);
+/* For the last call: one line per backend, why it was taken or passed over. */
+FA_API const char *fa_context_dispatch_report(const fa_context *ctx);
+
+/* ---- attention --------------------------------------------------------- */
+
+/* O = softmax(score(Q Kᵀ)) V with every option in opt; LSE per row (natural
+ * log; -inf for rows with nothing visible, where O = 0).
+ * q [B,Hq,Lq,D], k [B,Hkv,Lk,D], v [B,Hkv,Lk,Dv] -> o [B,Hq,Lq,Dv], lse [B,Hq,Lq].
+ * q, k, v, o share one dtype; lse is f32 (f32 or f64 on ref). lse may be
+ * NULL if the caller does not need it. opt may be NULL (defaults). */
+FA_API fa_status fa_forward(fa_context *ctx, fa_backend backend, const fa_tensor *q, const fa_tensor *k,
+                            const fa_tensor *v, const fa_options *opt, fa_tensor *o, fa_tensor *lse);
+
+/* Gradients from the forward's q, k, v, o, lse and the incoming dO.
+ * dq, dk, dv have the shapes (and dtype) of q, k, v. dbias may be NULL; if
+ * given (and opt->bias is), it gets dL/dbias with bias's shape, summed over
+ * the dimensions where bias broadcasts. */
+FA_API fa_status fa_backward(fa_context *ctx, fa_backend backend, const fa_tensor *q, const fa_tensor *k,
+                             const fa_tensor *v, const fa_tensor *o, const fa_tensor *dout, const fa_tensor *lse,
+                             const fa_options *opt, fa_tensor *dq, fa_tensor *dk, fa_tensor *dv, fa_tensor *dbias);
+
+/* ---- dropout keep-mask, for users who reproduce a run ------------------ */
+
+/* 1 if element (b, h, i, j) is kept by dropout with (p, seed, offset). */
+FA_API int fa_dropout_keep(double p, uint64_t seed, uint32_t offset, int64_t b, int64_t h, int64_t num_heads, int64_t i,
+                           int64_t j);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLASHATTN_H */

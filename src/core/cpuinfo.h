@@ -1,0 +1,20 @@
+/* What this CPU is: instruction sets and cache sizes, probed once. */
+#ifndef FA_CORE_CPUINFO_H
+#define FA_CORE_CPUINFO_H
+
+#include <stddef.h>
+
+typedef struct fa__cpuinfo {
+  int has_avx2_fma; /* AVX2 and FMA, and the OS saves YMM state */
+  int has_avx512f;  /* AVX-512F, and the OS saves ZMM state */
+  size_t l1d_bytes; /* per core; a default if the OS does not say */
+  size_t l2_bytes;  /* per core */
+  size_t l3_bytes;  /* shared; 0 if unknown */
+  int logical_cpus;
+  char model[64];
+} fa__cpuinfo;
+
+/* Probed on first call (thread-safe), constant afterwards. */
+const fa__cpuinfo *fa__cpuinfo_get(void);
+
+#endif

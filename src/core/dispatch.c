@@ -1,0 +1,123 @@
+/* fa_forward / fa_backward: validate once, pick the backend, run it, and
+ * record in the context which backend ran and why the others did not. */
+#include <stdio.h>
+#include <string.h>
+
+#include "context.h"
+#include "validate.h"
+
+/* Order in which `auto` tries backends for each memory space: fastest first. */
+static const fa_backend auto_order_host[] = {FA_BACKEND_CPU, FA_BACKEND_REF};
+static const fa_backend auto_order_cuda[] = {FA_BACKEND_CUDA};
+
+static void report_add(fa_context *ctx, const char *fmt, const char *a, const char *b) {
+  const size_t used = strlen(ctx->report);
+  if (used + 1 < sizeof ctx->report) snprintf(ctx->report + used, sizeof ctx->report - used, fmt, a, b);
+}
+
+/* Can backend id run p? Fills err with the reason when not. */
+static fa_status try_backend(fa_backend id, const fa__problem *p, fa__err *err) {
+  const fa__backend *be = fa__backend_get(id);
+  if (!be) {
+    fa__err_set(err, "%s backend is not compiled into this build", fa_backend_name(id));
+    return FA_ERR_NO_BACKEND;
+  }
+  fa_status st = be->available(err);
+  if (st != FA_OK) return st;
+  return be->supports(p, err);
+}
+
+static fa_status run(fa_context *ctx, fa_backend backend, const fa__call *call) {
+  if (!ctx) return FA_ERR_NULL_POINTER;
+  ctx->last_error[0] = '\0';
+  ctx->report[0] = '\0';
+  ctx->last_backend = FA_BACKEND_AUTO;
+  if ((int)backend < FA_BACKEND_AUTO || backend >= FA_BACKEND_COUNT)
+    return fa__fail(ctx, FA_ERR_OPTION, "backend: not an fa_backend value");
+
+  fa__err err = {{0}};
+  fa__problem p;
+  fa_status st = fa__problem_build(&p, call, &err);
+  if (st != FA_OK) return fa__fail(ctx, st, err.msg);
+  p.threads = ctx->threads;
+  p.isa = ctx->isa;
+  p.stream = ctx->stream;
+
+  fa_backend chosen = FA_BACKEND_AUTO;
+  if (backend != FA_BACKEND_AUTO) {
+    st = try_backend(backend, &p, &err);
+    if (st != FA_OK) {
+      report_add(ctx, "%s: refused: %s\n", fa_backend_name(backend), err.msg);
+      char msg[640];
+      snprintf(msg, sizeof msg, "%s backend cannot run this call: %s", fa_backend_name(backend), err.msg);
+      return fa__fail(ctx, st, msg);
+    }
+    chosen = backend;
+    report_add(ctx, "%s: %s\n", fa_backend_name(backend), "chosen by name");
+  } else {
+    const fa_backend *order = p.memory == FA_MEMORY_CUDA ? auto_order_cuda : auto_order_host;
+    const int n = p.memory == FA_MEMORY_CUDA ? 1 : 2;
+    fa_status first_st = FA_ERR_NO_BACKEND;
+    char first_msg[512] = "";
+    for (int i = 0; i < n; ++i) {
+      fa__err why = {{0}};
+      const fa_status s = try_backend(order[i], &p, &why);
+      if (s == FA_OK && chosen == FA_BACKEND_AUTO) {
+        chosen = order[i];
+        report_add(ctx, "%s: %s\n", fa_backend_name(order[i]), "chosen (fastest that takes the call)");
+      } else if (s != FA_OK) {
+        report_add(ctx, "%s: passed over: %s\n", fa_backend_name(order[i]), why.msg);
+        if (first_msg[0] == '\0') {
+          first_st = s;
+          snprintf(first_msg, sizeof first_msg, "%s", why.msg);
+        }
+      }
+    }
+    if (chosen == FA_BACKEND_AUTO) {
+      char msg[640];
+      snprintf(msg, sizeof msg, "no backend can run this call (%s memory); first reason: %s",
+               p.memory == FA_MEMORY_CUDA ? "CUDA device" : "host", first_msg);
+      return fa__fail(ctx, first_st, msg);
+    }
+  }
+
+  const fa__backend *be = fa__backend_get(chosen);
+  st = p.pass == FA__FORWARD ? be->forward(&p, &err) : be->backward(&p, &err);
+  if (st != FA_OK) return fa__fail(ctx, st, err.msg);
+  ctx->last_backend = chosen;
+  return FA_OK;
+}
+
+fa_status fa_forward(fa_context *ctx, fa_backend backend, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
+                     const fa_options *opt, fa_tensor *o, fa_tensor *lse) {
+  fa__call c;
+  memset(&c, 0, sizeof c);
+  c.pass = FA__FORWARD;
+  c.q = q;
+  c.k = k;
+  c.v = v;
+  c.o = o;
+  c.lse = lse;
+  c.opt = opt;
+  return run(ctx, backend, &c);
+}
+
+fa_status fa_backward(fa_context *ctx, fa_backend backend, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
+                      const fa_tensor *o, const fa_tensor *dout, const fa_tensor *lse, const fa_options *opt,
+                      fa_tensor *dq, fa_tensor *dk, fa_tensor *dv, fa_tensor *dbias) {
+  fa__call c;
+  memset(&c, 0, sizeof c);
+  c.pass = FA__BACKWARD;
+  c.q = q;
+  c.k = k;
+  c.v = v;
+  c.o = o;
+  c.lse = lse;
+  c.dout = dout;
+  c.dq = dq;
+  c.dk = dk;
+  c.dv = dv;
+  c.dbias = dbias;
+  c.opt = opt;
+  return run(ctx, backend, &c);
+}

@@ -1,0 +1,466 @@
+/* Turns the public arguments of a call into an fa__problem, or a status and
+ * a message that names the argument. Every check of DESIGN.md's "Bad input"
+ * lives here, once, before any backend runs. */
+#include "validate.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../rules/dropout.h"
+
+#ifdef FA_HAVE_CUDA
+#include "../cuda/cuda_hooks.h"
+#endif
+
+#define FAIL(st, ...)              \
+  do {                             \
+    fa__err_set(err, __VA_ARGS__); \
+    return (st);                   \
+  } while (0)
+
+#define CHECK(expr)               \
+  do {                            \
+    const fa_status st_ = (expr); \
+    if (st_ != FA_OK) return st_; \
+  } while (0)
+
+static int is_float_dtype(fa_dtype t) {
+  return t == FA_F32 || t == FA_F64 || t == FA_F16 || t == FA_BF16;
+}
+
+static fa_status need_tensor(const fa_tensor *t, const char *name, fa__err *err) {
+  if (!t) FAIL(FA_ERR_NULL_POINTER, "%s is NULL", name);
+  if (!t->data) FAIL(FA_ERR_NULL_POINTER, "%s->data is NULL", name);
+  if ((int)t->dtype < FA_F32 || (int)t->dtype > FA_BOOL) FAIL(FA_ERR_DTYPE, "%s->dtype is not an fa_dtype", name);
+  if ((int)t->memory < FA_MEMORY_AUTO || (int)t->memory > FA_MEMORY_CUDA)
+    FAIL(FA_ERR_OPTION, "%s->memory is not an fa_memory", name);
+  return FA_OK;
+}
+
+static fa_status need_sizes(const fa_tensor *t, const char *name, int ndim, fa__err *err) {
+  for (int d = 0; d < ndim; ++d)
+    if (t->shape[d] <= 0) FAIL(FA_ERR_BAD_SIZE, "%s->shape[%d] = %lld must be > 0", name, d, (long long)t->shape[d]);
+  return FA_OK;
+}
+
+static fa_status need_shape(const fa_tensor *t, const char *name, int ndim, const int64_t *want, fa__err *err) {
+  for (int d = 0; d < ndim; ++d)
+    if (t->shape[d] != want[d])
+      FAIL(FA_ERR_SHAPE, "%s->shape[%d] = %lld, expected %lld", name, d, (long long)t->shape[d], (long long)want[d]);
+  return FA_OK;
+}
+
+/* A [B, Hq, Lq, Lk] operand (mask, bias): each dim is the logical size, or 1
+ * (broadcast). Broadcast dims get stride 0 in the copy the backends see. */
+static fa_status broadcastable(fa_tensor *t, const char *name, const int64_t *logical, fa__err *err) {
+  for (int d = 0; d < 4; ++d) {
+    if (t->shape[d] == 1 && logical[d] != 1) {
+      t->stride[d] = 0;
+    } else if (t->shape[d] != logical[d]) {
+      FAIL(FA_ERR_SHAPE, "%s->shape[%d] = %lld, expected %lld or 1 (broadcast)", name, d, (long long)t->shape[d],
+           (long long)logical[d]);
+    } else if (logical[d] == 1) {
+      t->stride[d] = 0;
+    }
+  }
+  return FA_OK;
+}
+
+/* Byte range [lo, hi) a tensor's elements can touch. */
+typedef struct extent {
+  const char *name;
+  uintptr_t lo, hi;
+} extent;
+
+static extent extent_of(const fa_tensor *t, const char *name, int ndim) {
+  const size_t es = fa_dtype_size(t->dtype);
+  intptr_t lo = 0, hi = 0;
+  for (int d = 0; d < ndim; ++d) {
+    const intptr_t span = (intptr_t)(t->shape[d] - 1) * (intptr_t)t->stride[d] * (intptr_t)es;
+    if (span < 0)
+      lo += span;
+    else
+      hi += span;
+  }
+  extent e;
+  e.name = name;
+  e.lo = (uintptr_t)t->data + (uintptr_t)lo;
+  e.hi = (uintptr_t)t->data + (uintptr_t)hi + es;
+  return e;
+}
+
+/* An output must not write one element twice: sorted by stride, each
+ * dimension's stride must clear the whole extent of the smaller ones. */
+static fa_status output_injective(const fa_tensor *t, const char *name, int ndim, fa__err *err) {
+  int order[4] = {0, 1, 2, 3};
+  for (int a = 0; a < ndim; ++a)
+    for (int b = a + 1; b < ndim; ++b)
+      if (llabs((long long)t->stride[order[b]]) < llabs((long long)t->stride[order[a]])) {
+        const int tmp = order[a];
+        order[a] = order[b];
+        order[b] = tmp;
+      }
+  long long span = 1; /* elements covered by the dims so far */
+  for (int a = 0; a < ndim; ++a) {
+    const int d = order[a];
+    if (t->shape[d] == 1) continue;
+    const long long s = llabs((long long)t->stride[d]);
+    if (s < span)
+      FAIL(FA_ERR_OVERLAP, "%s: stride[%d] = %lld makes elements of %s overlap each other", name, d,
+           (long long)t->stride[d], name);
+    span = s * t->shape[d];
+  }
+  return FA_OK;
+}
+
+static fa_status no_overlap(const extent *outs, int nout, const extent *ins, int nin, fa__err *err) {
+  for (int a = 0; a < nout; ++a) {
+    for (int b = 0; b < nin; ++b)
+      if (outs[a].lo < ins[b].hi && ins[b].lo < outs[a].hi)
+        FAIL(FA_ERR_OVERLAP, "output %s overlaps input %s in memory", outs[a].name, ins[b].name);
+    for (int b = a + 1; b < nout; ++b)
+      if (outs[a].lo < outs[b].hi && outs[b].lo < outs[a].hi)
+        FAIL(FA_ERR_OVERLAP, "output %s overlaps output %s in memory", outs[a].name, outs[b].name);
+  }
+  return FA_OK;
+}
+
+/* Resolves FA_MEMORY_AUTO and checks every tensor lives in one place. */
+static fa_status resolve_memory(fa_tensor **ts, const char **names, int n, fa_memory *out, fa__err *err) {
+  fa_memory where = FA_MEMORY_AUTO;
+  const char *first = NULL;
+  for (int i = 0; i < n; ++i) {
+    if (!ts[i] || !ts[i]->data) continue;
+    fa_memory m = ts[i]->memory;
+    if (m == FA_MEMORY_AUTO) {
+#ifdef FA_HAVE_CUDA
+      m = fa__cuda_is_device_pointer(ts[i]->data) ? FA_MEMORY_CUDA : FA_MEMORY_HOST;
+#else
+      m = FA_MEMORY_HOST;
+#endif
+    }
+    ts[i]->memory = m;
+    if (where == FA_MEMORY_AUTO) {
+      where = m;
+      first = names[i];
+    } else if (m != where) {
+      FAIL(FA_ERR_MEMORY_SPACE, "%s is in %s memory but %s is in %s memory", names[i],
+           m == FA_MEMORY_CUDA ? "CUDA device" : "host", first, where == FA_MEMORY_CUDA ? "CUDA device" : "host");
+    }
+  }
+#ifndef FA_HAVE_CUDA
+  if (where == FA_MEMORY_CUDA)
+    FAIL(FA_ERR_NO_BACKEND, "%s is marked as CUDA memory, but this build has no cuda backend", first);
+#endif
+  *out = where == FA_MEMORY_AUTO ? FA_MEMORY_HOST : where;
+  return FA_OK;
+}
+
+/* Reads n int32 values that may live in device memory. */
+static fa_status read_ints(const int32_t *src, int64_t n, fa_memory where, int32_t **dst, fa__err *err) {
+  *dst = (int32_t *)malloc((size_t)n * sizeof(int32_t));
+  if (!*dst) FAIL(FA_ERR_OUT_OF_MEMORY, "cannot allocate %lld ints to check sequence lengths", (long long)n);
+  if (where == FA_MEMORY_HOST) {
+    memcpy(*dst, src, (size_t)n * sizeof(int32_t));
+    return FA_OK;
+  }
+#ifdef FA_HAVE_CUDA
+  {
+    const fa_status st = fa__cuda_copy_to_host(*dst, src, (size_t)n * sizeof(int32_t), err);
+    if (st != FA_OK) {
+      free(*dst);
+      *dst = NULL;
+    }
+    return st;
+  }
+#else
+  free(*dst);
+  *dst = NULL;
+  FAIL(FA_ERR_NO_BACKEND, "device memory without a cuda backend");
+#endif
+}
+
+/* Per-batch lengths: each in [0, max]. */
+static fa_status check_seqlens(const int32_t *s, int64_t B, int64_t max, const char *name, fa_memory where,
+                               fa__err *err) {
+  int32_t *h;
+  CHECK(read_ints(s, B, where, &h, err));
+  for (int64_t b = 0; b < B; ++b)
+    if (h[b] < 0 || h[b] > max) {
+      const int32_t bad = h[b];
+      free(h);
+      FAIL(FA_ERR_SEQLENS, "%s[%lld] = %d is outside [0, %lld]", name, (long long)b, bad, (long long)max);
+    }
+  free(h);
+  return FA_OK;
+}
+
+/* Cumulative offsets: start at 0, never decrease, end within total; returns
+ * the longest sequence. */
+static fa_status check_cu_seqlens(const int32_t *cu, int64_t nseq, int64_t total, const char *name, fa_memory where,
+                                  int64_t *longest, fa__err *err) {
+  int32_t *h;
+  CHECK(read_ints(cu, nseq + 1, where, &h, err));
+  fa_status st = FA_OK;
+  int64_t mx = 0;
+  if (h[0] != 0) {
+    fa__err_set(err, "%s[0] = %d, must be 0", name, h[0]);
+    st = FA_ERR_SEQLENS;
+  }
+  for (int64_t b = 0; st == FA_OK && b < nseq; ++b) {
+    if (h[b + 1] < h[b]) {
+      fa__err_set(err, "%s decreases at %lld (%d -> %d)", name, (long long)b, h[b], h[b + 1]);
+      st = FA_ERR_SEQLENS;
+    } else if (h[b + 1] - h[b] > mx) {
+      mx = h[b + 1] - h[b];
+    }
+  }
+  if (st == FA_OK && h[nseq] > total) {
+    fa__err_set(err, "%s[%lld] = %d exceeds the %lld rows of the tensor", name, (long long)nseq, h[nseq],
+                (long long)total);
+    st = FA_ERR_SEQLENS;
+  }
+  free(h);
+  *longest = mx > 0 ? mx : 1;
+  return st;
+}
+
+static fa_status check_options(const fa_options *o, fa__err *err) {
+  if (!isfinite(o->scale)) FAIL(FA_ERR_OPTION, "opt->scale = %g must be finite (0 = 1/sqrt(D))", o->scale);
+  if (!(o->softcap >= 0) || !isfinite(o->softcap))
+    FAIL(FA_ERR_OPTION, "opt->softcap = %g must be finite and >= 0 (0 = off)", o->softcap);
+  if (!(o->dropout_p >= 0 && o->dropout_p < 1))
+    FAIL(FA_ERR_DROPOUT, "opt->dropout_p = %g is outside [0, 1)", o->dropout_p);
+  if (o->align != FA_ALIGN_TOP_LEFT && o->align != FA_ALIGN_BOTTOM_RIGHT)
+    FAIL(FA_ERR_OPTION, "opt->align = %d is not an fa_align", (int)o->align);
+  if (o->block_q < 0) FAIL(FA_ERR_OPTION, "opt->block_q = %d must be >= 0 (0 = default)", o->block_q);
+  if (o->block_k < 0) FAIL(FA_ERR_OPTION, "opt->block_k = %d must be >= 0 (0 = default)", o->block_k);
+  return FA_OK;
+}
+
+fa_status fa__problem_build(fa__problem *p, const fa__call *c, fa__err *err) {
+  static const fa_options defaults;
+  const fa_options *o = c->opt ? c->opt : &defaults;
+  const int bwd = c->pass == FA__BACKWARD;
+  memset(p, 0, sizeof *p);
+  p->pass = c->pass;
+
+  /* presence */
+  CHECK(need_tensor(c->q, "q", err));
+  CHECK(need_tensor(c->k, "k", err));
+  CHECK(need_tensor(c->v, "v", err));
+  if (bwd) {
+    CHECK(need_tensor(c->o, "o", err));
+    CHECK(need_tensor(c->dout, "dout", err));
+    CHECK(need_tensor(c->lse, "lse", err));
+    CHECK(need_tensor(c->dq, "dq", err));
+    CHECK(need_tensor(c->dk, "dk", err));
+    CHECK(need_tensor(c->dv, "dv", err));
+  } else {
+    CHECK(need_tensor(c->o, "o", err));
+    if (c->lse && c->lse->data) CHECK(need_tensor(c->lse, "lse", err));
+  }
+  CHECK(check_options(o, err));
+
+  /* dtypes */
+  const fa_dtype dt = c->q->dtype;
+  if (!is_float_dtype(dt)) FAIL(FA_ERR_DTYPE, "q->dtype = %s, expected f32, f64, f16 or bf16", fa_dtype_name(dt));
+  {
+    const fa_tensor *same[] = {
+        c->k, c->v, c->o, bwd ? c->dout : NULL, bwd ? c->dq : NULL, bwd ? c->dk : NULL, bwd ? c->dv : NULL};
+    const char *names[] = {"k", "v", "o", "dout", "dq", "dk", "dv"};
+    for (int i = 0; i < 7; ++i)
+      if (same[i] && same[i]->dtype != dt)
+        FAIL(FA_ERR_DTYPE, "%s->dtype = %s differs from q->dtype = %s", names[i], fa_dtype_name(same[i]->dtype),
+             fa_dtype_name(dt));
+  }
+  const int has_lse = c->lse && c->lse->data;
+  if (has_lse && c->lse->dtype != FA_F32 && c->lse->dtype != FA_F64)
+    FAIL(FA_ERR_DTYPE, "lse->dtype = %s, expected f32 (or f64 on ref)", fa_dtype_name(c->lse->dtype));
+
+  /* sizes */
+  CHECK(need_sizes(c->q, "q", 4, err));
+  CHECK(need_sizes(c->k, "k", 4, err));
+  CHECK(need_sizes(c->v, "v", 4, err));
+  const int varlen = o->cu_seqlens_q || o->cu_seqlens_k;
+  if (varlen && !(o->cu_seqlens_q && o->cu_seqlens_k))
+    FAIL(FA_ERR_NULL_POINTER, "%s is NULL: the packed layout needs both cu_seqlens_q and cu_seqlens_k",
+         o->cu_seqlens_q ? "opt->cu_seqlens_k" : "opt->cu_seqlens_q");
+  if (varlen && (o->seqlens_q || o->seqlens_k))
+    FAIL(FA_ERR_OPTION, "opt->seqlens_q/k and opt->cu_seqlens_q/k cannot both be given");
+  if (varlen && o->num_seqs <= 0)
+    FAIL(FA_ERR_BAD_SIZE, "opt->num_seqs = %lld must be > 0 with cu_seqlens", (long long)o->num_seqs);
+
+  const int64_t Bt = c->q->shape[0], Hq = c->q->shape[1], Lq = c->q->shape[2], D = c->q->shape[3];
+  const int64_t Hkv = c->k->shape[1], Lk = c->k->shape[2], Dv = c->v->shape[3];
+  if (varlen && Bt != 1)
+    FAIL(FA_ERR_SHAPE, "q->shape[0] = %lld, expected 1 in the packed (cu_seqlens) layout", (long long)Bt);
+  {
+    const int64_t want_k[4] = {Bt, Hkv, Lk, D};
+    const int64_t want_v[4] = {Bt, Hkv, Lk, Dv};
+    CHECK(need_shape(c->k, "k", 4, want_k, err));
+    CHECK(need_shape(c->v, "v", 4, want_v, err));
+  }
+  if (Hq % Hkv != 0)
+    FAIL(FA_ERR_HEADS, "q has %lld heads, not a multiple of the %lld heads of k and v", (long long)Hq, (long long)Hkv);
+  {
+    const int64_t want_o[4] = {Bt, Hq, Lq, Dv};
+    CHECK(need_shape(c->o, "o", 4, want_o, err));
+    if (has_lse) CHECK(need_shape(c->lse, "lse", 3, want_o, err));
+    if (bwd) {
+      CHECK(need_shape(c->dout, "dout", 4, want_o, err));
+      CHECK(need_shape(c->dq, "dq", 4, c->q->shape, err));
+      CHECK(need_shape(c->dk, "dk", 4, c->k->shape, err));
+      CHECK(need_shape(c->dv, "dv", 4, c->v->shape, err));
+    }
+  }
+
+  /* memory space */
+  fa_tensor q = *c->q, k = *c->k, v = *c->v, out = *c->o, lse, dout, dq, dk, dv, mask = o->mask, bias = o->bias, dbias;
+  memset(&lse, 0, sizeof lse);
+  memset(&dout, 0, sizeof dout);
+  memset(&dq, 0, sizeof dq);
+  memset(&dk, 0, sizeof dk);
+  memset(&dv, 0, sizeof dv);
+  memset(&dbias, 0, sizeof dbias);
+  if (has_lse) lse = *c->lse;
+  if (bwd) {
+    dout = *c->dout;
+    dq = *c->dq;
+    dk = *c->dk;
+    dv = *c->dv;
+  }
+  const int has_mask = mask.data != NULL, has_bias = bias.data != NULL;
+  const int want_dbias = bwd && c->dbias && c->dbias->data;
+  if (want_dbias) {
+    CHECK(need_tensor(c->dbias, "dbias", err));
+    if (!has_bias) FAIL(FA_ERR_OPTION, "dbias is given but opt->bias is not");
+    dbias = *c->dbias;
+  }
+  if (has_mask) CHECK(need_tensor(&mask, "opt->mask", err));
+  if (has_bias) CHECK(need_tensor(&bias, "opt->bias", err));
+  {
+    fa_tensor *ts[] = {&q, &k, &v, &out, &lse, &dout, &dq, &dk, &dv, &mask, &bias, &dbias};
+    const char *names[] = {"q", "k", "v", "o", "lse", "dout", "dq", "dk", "dv", "opt->mask", "opt->bias", "dbias"};
+    CHECK(resolve_memory(ts, names, 12, &p->memory, err));
+  }
+
+  /* lengths */
+  int64_t B = Bt, maxq = Lq, maxk = Lk;
+  if (varlen) {
+    B = o->num_seqs;
+    CHECK(check_cu_seqlens(o->cu_seqlens_q, B, Lq, "opt->cu_seqlens_q", p->memory, &maxq, err));
+    CHECK(check_cu_seqlens(o->cu_seqlens_k, B, Lk, "opt->cu_seqlens_k", p->memory, &maxk, err));
+  } else {
+    if (o->seqlens_q) CHECK(check_seqlens(o->seqlens_q, B, Lq, "opt->seqlens_q", p->memory, err));
+    if (o->seqlens_k) CHECK(check_seqlens(o->seqlens_k, B, Lk, "opt->seqlens_k", p->memory, err));
+  }
+
+  /* mask, bias, dbias: [B, Hq, Lq, Lk] with broadcasting */
+  const int64_t logical[4] = {B, Hq, maxq, maxk};
+  if (has_mask) {
+    if (mask.dtype != FA_BOOL) FAIL(FA_ERR_DTYPE, "opt->mask->dtype = %s, expected bool", fa_dtype_name(mask.dtype));
+    CHECK(need_sizes(&mask, "opt->mask", 4, err));
+    CHECK(broadcastable(&mask, "opt->mask", logical, err));
+  }
+  if (has_bias) {
+    if (!is_float_dtype(bias.dtype))
+      FAIL(FA_ERR_DTYPE, "opt->bias->dtype = %s, expected f32, f64, f16 or bf16", fa_dtype_name(bias.dtype));
+    CHECK(need_sizes(&bias, "opt->bias", 4, err));
+    CHECK(broadcastable(&bias, "opt->bias", logical, err));
+  }
+  if (want_dbias) {
+    if (!is_float_dtype(dbias.dtype))
+      FAIL(FA_ERR_DTYPE, "dbias->dtype = %s, expected f32, f64, f16 or bf16", fa_dtype_name(dbias.dtype));
+    CHECK(need_shape(&dbias, "dbias", 4, o->bias.shape, err));
+    CHECK(output_injective(&dbias, "dbias", 4, err));
+    for (int d = 0; d < 4; ++d) /* summed dims: the backend accumulates into index 0 */
+      if (dbias.shape[d] == 1) dbias.stride[d] = 0;
+  }
+
+  /* overlap: outputs must not alias inputs or each other */
+  {
+    extent outs[5], ins[8];
+    int no = 0, ni = 0;
+    ins[ni++] = extent_of(&q, "q", 4);
+    ins[ni++] = extent_of(&k, "k", 4);
+    ins[ni++] = extent_of(&v, "v", 4);
+    if (has_mask) ins[ni++] = extent_of(&mask, "opt->mask", 4);
+    if (has_bias) ins[ni++] = extent_of(&bias, "opt->bias", 4);
+    if (bwd) {
+      ins[ni++] = extent_of(&out, "o", 4);
+      ins[ni++] = extent_of(&dout, "dout", 4);
+      ins[ni++] = extent_of(&lse, "lse", 3);
+      CHECK(output_injective(&dq, "dq", 4, err));
+      CHECK(output_injective(&dk, "dk", 4, err));
+      CHECK(output_injective(&dv, "dv", 4, err));
+      outs[no++] = extent_of(&dq, "dq", 4);
+      outs[no++] = extent_of(&dk, "dk", 4);
+      outs[no++] = extent_of(&dv, "dv", 4);
+      if (want_dbias) outs[no++] = extent_of(&dbias, "dbias", 4);
+    } else {
+      CHECK(output_injective(&out, "o", 4, err));
+      outs[no++] = extent_of(&out, "o", 4);
+      if (has_lse) {
+        CHECK(output_injective(&lse, "lse", 3, err));
+        outs[no++] = extent_of(&lse, "lse", 3);
+      }
+    }
+    CHECK(no_overlap(outs, no, ins, ni, err));
+  }
+
+  /* resolved problem */
+  p->B = B;
+  p->Hq = Hq;
+  p->Hkv = Hkv;
+  p->group = Hq / Hkv;
+  p->Lq = maxq;
+  p->Lk = maxk;
+  p->D = D;
+  p->Dv = Dv;
+  p->dtype = dt;
+  p->varlen = varlen;
+  p->q = q;
+  p->k = k;
+  p->v = v;
+  p->o = out;
+  p->lse = lse;
+  p->dout = dout;
+  p->dq = dq;
+  p->dk = dk;
+  p->dv = dv;
+  p->mask = mask;
+  p->bias = bias;
+  p->dbias = dbias;
+  p->seqlens_q = varlen ? NULL : o->seqlens_q;
+  p->seqlens_k = varlen ? NULL : o->seqlens_k;
+  p->cu_seqlens_q = o->cu_seqlens_q;
+  p->cu_seqlens_k = o->cu_seqlens_k;
+  p->scale = o->scale != 0 ? o->scale : 1.0 / sqrt((double)D);
+  p->softcap = o->softcap;
+  p->alibi_slopes = o->alibi_slopes;
+  p->window_left = -1;
+  p->window_right = -1;
+  if (o->use_window) {
+    p->window_left = o->window_left < 0 ? -1 : o->window_left;
+    p->window_right = o->window_right < 0 ? -1 : o->window_right;
+  }
+  if (o->causal) p->window_right = 0; /* causal AND window: j <= diag(i) + min(right, 0) */
+  p->bottom_right = o->align == FA_ALIGN_BOTTOM_RIGHT;
+  p->dropout_p = o->dropout_p;
+  if (o->dropout_p > 0) {
+    p->dropout_threshold = fa__dropout_threshold(o->dropout_p);
+    p->dropout_scale = 1.0 / (1.0 - o->dropout_p);
+  } else {
+    p->dropout_threshold = 0xffffffffu;
+    p->dropout_scale = 1.0;
+  }
+  p->dropout_seed = o->dropout_seed;
+  p->dropout_offset = o->dropout_offset;
+  p->deterministic = o->deterministic;
+  p->block_q = o->block_q;
+  p->block_k = o->block_k;
+  return FA_OK;
+}

@@ -1,0 +1,19 @@
+#ifndef FA_CORE_VALIDATE_H
+#define FA_CORE_VALIDATE_H
+
+#include "backend.h"
+
+/* The arguments of one public call, as given. */
+typedef struct fa__call {
+  fa__pass pass;
+  const fa_tensor *q, *k, *v, *o, *lse, *dout;
+  const fa_tensor *dq, *dk, *dv, *dbias;
+  const fa_options *opt;
+} fa__call;
+
+/* Checks c and fills p; on failure returns the status and err names the
+ * argument. Reads seqlens/cu_seqlens (copying them from the device if need
+ * be) to check their values. */
+fa_status fa__problem_build(fa__problem *p, const fa__call *c, fa__err *err);
+
+#endif
