@@ -1,0 +1,164 @@
+/* The table of cases. Each runs forward and backward on every backend of
+ * the build (support/backends.c) in each dtype it lists, and is compared
+ * with ref in float64. Lengths are chosen so that no tile size divides
+ * them (1, 5, 7, 17, 33, 65, 130): tails are where tiled kernels break.
+ * Shapes stay small: ref is O(L^2 D) scalar double and the suite runs under
+ * ASan in CI on two cores. */
+#include "cases.h"
+
+static const int32_t sq_3[] = {17, 5, 0}, sk_3[] = {9, 0, 17};
+static const int32_t sq_br[] = {3, 17, 1}, sk_br[] = {17, 4, 9};
+static const int32_t sq_ev[] = {33, 20}, sk_ev[] = {7, 65};
+static const int32_t sk_none[] = {0, 0};
+
+/* packed: seq 1 has no queries, seq 2 no keys (its rows see nothing) */
+static const int32_t cu_q4[] = {0, 5, 5, 22, 23}, cu_k4[] = {0, 7, 19, 19, 31};
+static const int32_t cu_q3[] = {0, 33, 40, 41}, cu_k3[] = {0, 17, 82, 95};
+static const int32_t cu_q2[] = {0, 65, 66}, cu_k2[] = {0, 1, 66};
+
+#define SMALL .B = 2, .Hq = 2, .Hkv = 2
+#define F32_BF16 (TD_F32 | TD_BF16)
+
+const tcase tc_cases[] = {
+    /* ---- shapes ---- */
+    {"basic", SMALL, .Lq = 17, .Lk = 17, .D = 16, .Dv = 16},
+    {"L1", .B = 1, .Hq = 1, .Hkv = 1, .Lq = 1, .Lk = 1, .D = 8, .Dv = 8},
+    {"decode_Lq1_Lk65_causal_br", SMALL, .Lq = 1, .Lk = 65, .D = 16, .Dv = 16, .causal = 1,
+     .align = FA_ALIGN_BOTTOM_RIGHT},
+    {"Lq7_Lk65", SMALL, .Lq = 7, .Lk = 65, .D = 16, .Dv = 16},
+    {"Lq130_Lk33", .B = 1, .Hq = 2, .Hkv = 1, .Lq = 130, .Lk = 33, .D = 8, .Dv = 8},
+    {"Lq65_Lk130_causal", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 65, .Lk = 130, .D = 32, .Dv = 32, .causal = 1,
+     .dtypes = TD_F32 | TD_F16},
+    {"D1", SMALL, .Lq = 33, .Lk = 33, .D = 1, .Dv = 1},
+    {"D256", .B = 1, .Hq = 1, .Hkv = 1, .Lq = 33, .Lk = 33, .D = 256, .Dv = 256, .dtypes = TD_F32 | TD_F16},
+    {"D24_Dv40", SMALL, .Lq = 17, .Lk = 33, .D = 24, .Dv = 40},
+    {"D7_Dv5", SMALL, .Lq = 17, .Lk = 7, .D = 7, .Dv = 5},
+    {"D64_L130_causal", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 130, .Lk = 130, .D = 64, .Dv = 64, .causal = 1,
+     .dtypes = F32_BF16},
+    {"gqa", .B = 2, .Hq = 4, .Hkv = 2, .Lq = 17, .Lk = 33, .D = 16, .Dv = 16},
+    {"mqa_causal", .B = 1, .Hq = 6, .Hkv = 1, .Lq = 33, .Lk = 33, .D = 16, .Dv = 8, .causal = 1},
+    {"scale_custom", SMALL, .Lq = 17, .Lk = 17, .D = 16, .Dv = 16, .scale = 0.3},
+
+    /* ---- layouts ---- */
+    {"layout_blhd_gqa", .B = 2, .Hq = 4, .Hkv = 2, .Lq = 17, .Lk = 33, .D = 16, .Dv = 16, .layout = TL_BLHD},
+    {"layout_padded_mask_bias", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 33, .Lk = 17, .D = 16, .Dv = 24, .layout = TL_PADDED,
+     .mask = 1, .bias = 1, .dbias = 1},
+    {"layout_blhd_causal_br", SMALL, .Lq = 33, .Lk = 65, .D = 8, .Dv = 8, .layout = TL_BLHD, .causal = 1,
+     .align = FA_ALIGN_BOTTOM_RIGHT},
+
+    /* ---- causal, both alignments, Lq != Lk both ways ---- */
+    {"causal_square", SMALL, .Lq = 33, .Lk = 33, .D = 16, .Dv = 16, .causal = 1},
+    {"causal_tl_q_gt_k", SMALL, .Lq = 33, .Lk = 17, .D = 16, .Dv = 16, .causal = 1},
+    {"causal_tl_q_lt_k", SMALL, .Lq = 17, .Lk = 33, .D = 16, .Dv = 16, .causal = 1},
+    {"causal_br_q_gt_k", SMALL, .Lq = 33, .Lk = 17, .D = 16, .Dv = 16, .causal = 1,
+     .align = FA_ALIGN_BOTTOM_RIGHT}, /* first 16 rows see nothing */
+    {"causal_br_q_lt_k", SMALL, .Lq = 17, .Lk = 33, .D = 16, .Dv = 16, .causal = 1, .align = FA_ALIGN_BOTTOM_RIGHT},
+
+    /* ---- sliding windows ---- */
+    {"window_left", SMALL, .Lq = 33, .Lk = 33, .D = 16, .Dv = 16, .use_window = 1, .wl = 5, .wr = -1},
+    {"window_right", SMALL, .Lq = 33, .Lk = 33, .D = 16, .Dv = 16, .use_window = 1, .wl = -1, .wr = 3},
+    {"window_both_br", SMALL, .Lq = 17, .Lk = 33, .D = 16, .Dv = 16, .use_window = 1, .wl = 4, .wr = 2,
+     .align = FA_ALIGN_BOTTOM_RIGHT},
+    {"window_both_tl_q_gt_k", SMALL, .Lq = 65, .Lk = 17, .D = 8, .Dv = 8, .use_window = 1, .wl = 3, .wr = 1},
+    {"window_causal", SMALL, .Lq = 65, .Lk = 65, .D = 16, .Dv = 16, .causal = 1, .use_window = 1, .wl = 6, .wr = -1},
+    {"window_diagonal_only", SMALL, .Lq = 17, .Lk = 17, .D = 8, .Dv = 8, .use_window = 1, .wl = 0, .wr = 0},
+    {"window_br_dead_rows", SMALL, .Lq = 20, .Lk = 7, .D = 8, .Dv = 8, .use_window = 1, .wl = 1, .wr = 1,
+     .align = FA_ALIGN_BOTTOM_RIGHT},
+
+    /* ---- padding (seqlens) ---- */
+    {"seqlens_q_zero_len", .B = 3, .Hq = 2, .Hkv = 2, .Lq = 17, .Lk = 17, .D = 16, .Dv = 16, .seqlens_q = sq_3},
+    {"seqlens_k_zero_len", .B = 3, .Hq = 2, .Hkv = 2, .Lq = 17, .Lk = 17, .D = 16, .Dv = 16, .seqlens_k = sk_3},
+    {"seqlens_both_causal_br", .B = 3, .Hq = 2, .Hkv = 1, .Lq = 17, .Lk = 17, .D = 16, .Dv = 16, .seqlens_q = sq_br,
+     .seqlens_k = sk_br, .causal = 1, .align = FA_ALIGN_BOTTOM_RIGHT},
+    {"seqlens_all_keys_empty", SMALL, .Lq = 7, .Lk = 7, .D = 8, .Dv = 8, .seqlens_k = sk_none, .bias = 1, .dbias = 1},
+
+    /* ---- packed variable-length (cu_seqlens) ---- */
+    {"varlen_zero_len", .B = 4, .Hq = 2, .Hkv = 2, .D = 16, .Dv = 16, .cu_q = cu_q4, .cu_k = cu_k4},
+    {"varlen_causal_br_gqa_blhd", .B = 3, .Hq = 4, .Hkv = 2, .D = 16, .Dv = 16, .cu_q = cu_q3, .cu_k = cu_k3,
+     .causal = 1, .align = FA_ALIGN_BOTTOM_RIGHT, .layout = TL_BLHD},
+    {"varlen_mask_bias_dropout", .B = 3, .Hq = 2, .Hkv = 1, .D = 8, .Dv = 16, .cu_q = cu_q3, .cu_k = cu_k3, .mask = 1,
+     .mask_bcast = BC_H, .bias = 1, .dbias = 1, .dropout_p = 0.2, .seed = 99},
+    {"varlen_window_padded_view", .B = 2, .Hq = 2, .Hkv = 2, .D = 8, .Dv = 8, .cu_q = cu_q2, .cu_k = cu_k2,
+     .use_window = 1, .wl = 9, .wr = 0, .layout = TL_PADDED},
+
+    /* ---- boolean masks ---- */
+    {"mask_full_dead_rows", SMALL, .Lq = 17, .Lk = 33, .D = 16, .Dv = 16, .mask = 1, .mask_dead_rows = 1},
+    {"mask_bcast_heads", .B = 2, .Hq = 4, .Hkv = 2, .Lq = 17, .Lk = 17, .D = 16, .Dv = 16, .mask = 1,
+     .mask_bcast = BC_H},
+    {"mask_key_padding", SMALL, .Lq = 17, .Lk = 33, .D = 16, .Dv = 16, .mask = 1, .mask_bcast = BC_H | BC_Q},
+    {"mask_stride0_bh", SMALL, .Lq = 17, .Lk = 33, .D = 16, .Dv = 16, .mask = 1, .mask_bcast = BC_B | BC_H,
+     .mask_stride0 = 1, .mask_dead_rows = 1},
+    {"mask_all_false", SMALL, .Lq = 7, .Lk = 17, .D = 8, .Dv = 8, .mask = 1, .mask_keep = 1e-12},
+    {"mask_sparse_causal_window", SMALL, .Lq = 33, .Lk = 33, .D = 16, .Dv = 16, .mask = 1, .mask_keep = 0.3,
+     .causal = 1, .use_window = 1, .wl = 8, .wr = -1},
+
+    /* ---- additive bias ---- */
+    {"bias_full_dbias", SMALL, .Lq = 17, .Lk = 33, .D = 16, .Dv = 16, .bias = 1, .dbias = 1},
+    {"bias_bcast_batch_dbias", .B = 3, .Hq = 2, .Hkv = 2, .Lq = 17, .Lk = 17, .D = 16, .Dv = 16, .bias = 1,
+     .bias_bcast = BC_B, .dbias = 1},
+    {"bias_key_dbias", SMALL, .Lq = 17, .Lk = 33, .D = 16, .Dv = 16, .bias = 1, .bias_bcast = BC_H | BC_Q, .dbias = 1},
+    {"bias_stride0_dbias", .B = 2, .Hq = 4, .Hkv = 1, .Lq = 17, .Lk = 17, .D = 16, .Dv = 16, .bias = 1,
+     .bias_bcast = BC_B | BC_H, .bias_stride0 = 1, .dbias = 1},
+    {"bias_neginf_rows", SMALL, .Lq = 17, .Lk = 17, .D = 16, .Dv = 16, .bias = 1, .bias_neginf = 1, .dbias = 1},
+    {"bias_no_dbias_causal", SMALL, .Lq = 33, .Lk = 17, .D = 16, .Dv = 16, .bias = 1, .causal = 1},
+
+    /* ---- ALiBi, softcap ---- */
+    {"alibi", .B = 2, .Hq = 4, .Hkv = 4, .Lq = 33, .Lk = 33, .D = 16, .Dv = 16, .alibi = 1},
+    {"alibi_causal_br_q_lt_k", .B = 1, .Hq = 4, .Hkv = 2, .Lq = 17, .Lk = 65, .D = 16, .Dv = 16, .alibi = 1,
+     .causal = 1, .align = FA_ALIGN_BOTTOM_RIGHT},
+    {"softcap", SMALL, .Lq = 33, .Lk = 33, .D = 16, .Dv = 16, .softcap = 5.0, .mag = 2.0},
+    {"softcap_alibi_bias_gqa", .B = 1, .Hq = 4, .Hkv = 2, .Lq = 17, .Lk = 33, .D = 16, .Dv = 16, .softcap = 3.0,
+     .mag = 1.5, .alibi = 1, .bias = 1, .dbias = 1},
+
+    /* ---- dropout (fixed seed) ---- */
+    {"dropout", SMALL, .Lq = 33, .Lk = 33, .D = 16, .Dv = 16, .dropout_p = 0.1, .seed = 1234},
+    {"dropout_heavy_causal_gqa", .B = 2, .Hq = 4, .Hkv = 2, .Lq = 17, .Lk = 65, .D = 16, .Dv = 16, .dropout_p = 0.6,
+     .seed = 42, .causal = 1},
+    {"dropout_seed64_offset", SMALL, .Lq = 7, .Lk = 33, .D = 8, .Dv = 8, .dropout_p = 0.3,
+     .seed = 0x0123456789abcdefull, .offset = 7},
+
+    /* ---- scores that overflow a naive exp ---- */
+    {"large_scores_1e4", SMALL, .Lq = 33, .Lk = 33, .D = 16, .Dv = 16, .mag = 100.0},
+    {"large_scores_causal_br", SMALL, .Lq = 17, .Lk = 33, .D = 16, .Dv = 16, .mag = 100.0, .causal = 1,
+     .align = FA_ALIGN_BOTTOM_RIGHT},
+    {"large_bias_shift_5000", SMALL, .Lq = 17, .Lk = 17, .D = 16, .Dv = 16, .bias = 1, .bias_shift = 5000.0,
+     .dbias = 1},
+
+    /* ---- tile sizes asked of the tiled backends ---- */
+    {"blocks_3x5", SMALL, .Lq = 33, .Lk = 17, .D = 16, .Dv = 16, .causal = 1, .block_q = 3, .block_k = 5},
+    {"blocks_16x32_L130", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 130, .Lk = 130, .D = 32, .Dv = 32, .causal = 1,
+     .use_window = 1, .wl = 40, .wr = -1, .block_q = 16, .block_k = 32, .dtypes = TD_F32},
+
+    /* ---- everything at once ---- */
+    {"everything",
+     .B = 2,
+     .Hq = 4,
+     .Hkv = 2,
+     .Lq = 33,
+     .Lk = 65,
+     .D = 16,
+     .Dv = 24,
+     .layout = TL_BLHD,
+     .seqlens_q = sq_ev,
+     .seqlens_k = sk_ev,
+     .causal = 1,
+     .align = FA_ALIGN_BOTTOM_RIGHT,
+     .use_window = 1,
+     .wl = 20,
+     .wr = -1,
+     .mask = 1,
+     .mask_bcast = BC_H,
+     .bias = 1,
+     .bias_bcast = BC_B,
+     .dbias = 1,
+     .alibi = 1,
+     .softcap = 4.0,
+     .dropout_p = 0.25,
+     .seed = 7,
+     .offset = 3},
+    {"everything_varlen_padded_view", .B = 3, .Hq = 4, .Hkv = 1, .D = 8, .Dv = 16, .cu_q = cu_q3, .cu_k = cu_k3,
+     .layout = TL_PADDED, .causal = 1, .mask = 1, .mask_dead_rows = 1, .bias = 1, .bias_bcast = BC_Q, .dbias = 1,
+     .alibi = 1, .softcap = 6.0, .dropout_p = 0.15, .seed = 5},
+};
+
+const int tc_ncases = (int)(sizeof tc_cases / sizeof tc_cases[0]);

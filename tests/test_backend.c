@@ -1,0 +1,344 @@
+/* One test program per backend, built from this file with
+ * FA_TEST_BACKEND_NAME set to the backend's name in support/backends.c.
+ * Every case of cases.c in every dtype it lists, under every variant of the
+ * backend (each CPU ISA), against ref in float64; then the checks that need
+ * a problem of their own (the dropout keep-mask bit for bit, NaN inputs,
+ * the deterministic backward).
+ *
+ * If the backend is not compiled in or cannot run here (no GPU), every test
+ * is reported SKIPPED and the program exits 77, which ctest reports as
+ * Skipped: never as passed. */
+#include <cmocka.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_run.h"
+#include "support/device.h"
+
+#ifndef FA_TEST_BACKEND_NAME
+#error "build with -DFA_TEST_BACKEND_NAME=\"ref\" (or another name of support/backends.c)"
+#endif
+
+#define SKIP_RETURN_CODE 77
+#define MAX_VARIANTS 4
+
+static const tb_backend *g_be;
+static int g_usable;
+static char g_why[512];
+static tb_variant g_var[MAX_VARIANTS];
+static int g_nvar;
+
+/* The oracle of one (case, dtype), shared by the variants that run it and
+ * freed after the last one. */
+typedef struct slot {
+  const tcase *c;
+  fa_dtype dt;
+  uint64_t seed;
+  tc_oracle *orc;
+  int users;
+} slot;
+
+typedef struct case_test {
+  slot *s;
+  const tb_variant *var;
+} case_test;
+
+static void skip_unless_usable(void) {
+  if (!g_usable) {
+    print_message("skipped: %s\n", g_why);
+    skip();
+  }
+}
+
+/* ref is the oracle, so on its own program its forward is also held to a
+ * textbook forward written independently in the tests (support/problem.c). */
+static void check_oracle_against_naive(const tc_oracle *orc) {
+  const tc_geom *g = &orc->in.g;
+  const int64_t nrow = g->Bt * g->Hq * g->rows_q, no = nrow * g->Dv;
+  double *o = (double *)malloc((size_t)no * sizeof(double)), *lse = (double *)malloc((size_t)nrow * sizeof(double));
+  tc_naive_forward(&orc->in, o, lse);
+  double maxd = 0, rmax = 1;
+  for (int64_t e = 0; e < no; ++e) {
+    maxd = fmax(maxd, fabs(o[e] - orc->o[e]));
+    rmax = fmax(rmax, fabs(o[e]));
+  }
+  const double err_o = maxd / rmax;
+  maxd = 0, rmax = 1;
+  int64_t inf_bad = -1;
+  for (int64_t e = 0; e < nrow; ++e) {
+    if (isinf(lse[e]) || isinf(orc->lse[e])) {
+      if (lse[e] != orc->lse[e] && inf_bad < 0) inf_bad = e;
+      continue;
+    }
+    maxd = fmax(maxd, fabs(lse[e] - orc->lse[e]));
+    rmax = fmax(rmax, fabs(lse[e]));
+  }
+  const double err_lse = maxd / rmax;
+  free(o);
+  free(lse);
+  if (err_o > 1e-12 || err_lse > 1e-12 || inf_bad >= 0)
+    fail_msg("ref (f64) disagrees with the textbook forward: O err %.3g, LSE err %.3g, LSE row %lld -inf mismatch",
+             err_o, err_lse, (long long)inf_bad);
+}
+
+static void test_case(void **state) {
+  case_test *ct = (case_test *)*state;
+  skip_unless_usable();
+  if (!ct->s->orc) {
+    ct->s->orc = tc_oracle_make(ct->s->c, ct->s->dt, ct->s->seed);
+    if (g_be->id == FA_BACKEND_REF) check_oracle_against_naive(ct->s->orc);
+  }
+  tc_run_case(ct->s->orc, g_be, ct->var);
+}
+
+static int case_teardown(void **state) {
+  case_test *ct = (case_test *)*state;
+  if (--ct->s->users == 0) {
+    tc_oracle_free(ct->s->orc);
+    ct->s->orc = NULL;
+  }
+  return 0;
+}
+
+/* ---- problems of their own -------------------------------------------- */
+
+static fa_context *new_ctx(const tb_variant *var) {
+  fa_context *ctx = NULL;
+  assert_int_equal(fa_context_create(&ctx), FA_OK);
+  tb_variant_apply(ctx, var);
+  return ctx;
+}
+
+/* With q = 0 every visible score is equal, and with V the identity (Dv =
+ * Lk) O[b,h,i,j] = keep(b,h,i,j) / ((1 - p) Lk): the output shows the
+ * dropout mask, which must be the one fa_dropout_keep describes (the rule
+ * of src/rules/dropout.h), bit for bit, on every backend. */
+static void test_dropout_mask_exact(void **state) {
+  const tb_variant *var = (const tb_variant *)*state;
+  skip_unless_usable();
+  const tcase c = {.name = "dropout_identity",
+                   .B = 2,
+                   .Hq = 3,
+                   .Hkv = 3,
+                   .Lq = 17,
+                   .Lk = 64,
+                   .D = 8,
+                   .Dv = 64,
+                   .dropout_p = 0.3,
+                   .seed = 0xfeedfacecafebeefull,
+                   .offset = 5};
+  tc_inputs in;
+  tc_inputs_make(&in, &c, FA_F32, 1);
+  memset(in.q, 0, (size_t)(c.B * c.Hq * c.Lq * c.D) * sizeof(double));
+  for (int64_t e = 0; e < c.B * c.Hkv * c.Lk * c.Dv; ++e) in.v[e] = (e / c.Dv) % c.Lk == e % c.Dv ? 1.0 : 0.0;
+  tc_tensors T;
+  assert_int_equal(tc_tensors_make(&T, &in, FA_F32, TL_BHLD, g_be->memory == FA_MEMORY_CUDA), 0);
+  fa_context *ctx = new_ctx(var);
+  const fa_status st = fa_forward(ctx, g_be->id, &T.q.t, &T.k.t, &T.v.t, &T.opt, &T.o.t, &T.lse.t);
+  if (st != FA_OK) fail_msg("forward: %s", fa_context_last_error(ctx));
+  assert_int_equal(tb_download(&T.o), 0);
+  const double kept = 1.0 / ((1.0 - c.dropout_p) * (double)c.Lk);
+  int64_t wrong = 0, nkeep = 0, n = 0;
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t h = 0; h < c.Hq; ++h)
+      for (int64_t i = 0; i < c.Lq; ++i)
+        for (int64_t j = 0; j < c.Lk; ++j, ++n) {
+          const int keep = fa_dropout_keep(c.dropout_p, c.seed, c.offset, b, h, c.Hq, i, j);
+          const double o = tb_get(&T.o, b, h, i, j);
+          nkeep += keep;
+          if (fabs(o - (keep ? kept : 0.0)) > 1e-3 * kept) {
+            if (!wrong)
+              print_message("first mismatch at b=%lld h=%lld i=%lld j=%lld: O = %g, rule says %s\n", (long long)b,
+                            (long long)h, (long long)i, (long long)j, o, keep ? "kept" : "dropped");
+            ++wrong;
+          }
+        }
+  fa_context_destroy(ctx);
+  tc_tensors_free(&T);
+  tc_inputs_free(&in);
+  if (wrong) fail_msg("%lld of %lld dropout decisions differ from fa_dropout_keep", (long long)wrong, (long long)n);
+  assert_true(nkeep > 0 && nkeep < n);
+}
+
+/* NaN in the inputs propagates as IEEE says and never crashes: a NaN in
+ * q[0,0,3,0] makes every score of that row NaN, so O[0,0,3,:] and
+ * LSE[0,0,3] are NaN; a NaN in v[1,1,5,2] reaches O[1,1,i,2] of every row
+ * that sees key 5 and nothing else. Everything else stays finite. */
+static void test_nan_propagates(void **state) {
+  const tb_variant *var = (const tb_variant *)*state;
+  skip_unless_usable();
+  const tcase c = {.name = "nan", .B = 2, .Hq = 2, .Hkv = 2, .Lq = 9, .Lk = 17, .D = 8, .Dv = 8};
+  tc_inputs in;
+  tc_inputs_make(&in, &c, FA_F32, 2);
+  in.q[((0 * c.Hq + 0) * c.Lq + 3) * c.D + 0] = NAN;
+  in.v[((1 * c.Hkv + 1) * c.Lk + 5) * c.Dv + 2] = NAN;
+  tc_tensors T;
+  assert_int_equal(tc_tensors_make(&T, &in, FA_F32, TL_BHLD, g_be->memory == FA_MEMORY_CUDA), 0);
+  fa_context *ctx = new_ctx(var);
+  fa_status st = fa_forward(ctx, g_be->id, &T.q.t, &T.k.t, &T.v.t, &T.opt, &T.o.t, &T.lse.t);
+  if (st != FA_OK) fail_msg("forward: %s", fa_context_last_error(ctx));
+  assert_int_equal(tb_download(&T.o), 0);
+  assert_int_equal(tb_download(&T.lse), 0);
+  tc_report rep;
+  memset(&rep, 0, sizeof rep);
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t h = 0; h < c.Hq; ++h)
+      for (int64_t i = 0; i < c.Lq; ++i) {
+        const int nan_row = b == 0 && h == 0 && i == 3;
+        const double lse = tb_get(&T.lse, b, h, i, 0);
+        if (nan_row != !!isnan(lse))
+          tc_report_add(&rep, "LSE[%lld,%lld,%lld] = %g", (long long)b, (long long)h, (long long)i, lse);
+        for (int64_t d = 0; d < c.Dv; ++d) {
+          const int want_nan = nan_row || (b == 1 && h == 1 && d == 2);
+          const double o = tb_get(&T.o, b, h, i, d);
+          if (want_nan != !!isnan(o))
+            tc_report_add(&rep, "O[%lld,%lld,%lld,%lld] = %g, expected %s", (long long)b, (long long)h, (long long)i,
+                          (long long)d, o, want_nan ? "NaN" : "a finite value");
+        }
+      }
+  /* the backward must not crash either; its values are not specified */
+  st = fa_backward(ctx, g_be->id, &T.q.t, &T.k.t, &T.v.t, &T.o.t, &T.dout.t, &T.lse.t, &T.opt, &T.dq.t, &T.dk.t,
+                   &T.dv.t, NULL);
+  if (st != FA_OK && g_be->refuses(&c, FA_F32, 1) == FA_OK)
+    tc_report_add(&rep, "backward with NaN inputs: %s", fa_context_last_error(ctx));
+  fa_context_destroy(ctx);
+  tc_tensors_free(&T);
+  tc_inputs_free(&in);
+  if (rep.fails) fail_msg("NaN inputs on %s (%s):\n%s", g_be->name, var->name, rep.buf);
+}
+
+/* deterministic = 1: the backward gives the same bits on every run and for
+ * every thread count (DESIGN.md), with every option that accumulates. */
+static void test_deterministic_backward(void **state) {
+  const tb_variant *var = (const tb_variant *)*state;
+  skip_unless_usable();
+  if (g_be->refuses(&(tcase){.D = 32, .Dv = 32}, FA_F32, 1) != FA_OK) skip();
+  const tcase c = {.name = "deterministic",
+                   .B = 2,
+                   .Hq = 4,
+                   .Hkv = 2,
+                   .Lq = 65,
+                   .Lk = 130,
+                   .D = 32,
+                   .Dv = 32,
+                   .causal = 1,
+                   .align = FA_ALIGN_BOTTOM_RIGHT,
+                   .bias = 1,
+                   .bias_bcast = BC_B,
+                   .dbias = 1,
+                   .dropout_p = 0.2,
+                   .seed = 11};
+  tc_inputs in;
+  tc_inputs_make(&in, &c, FA_F32, 3);
+  tc_tensors T;
+  assert_int_equal(tc_tensors_make(&T, &in, FA_F32, TL_BHLD, g_be->memory == FA_MEMORY_CUDA), 0);
+  T.opt.deterministic = 1;
+  fa_context *ctx = new_ctx(var);
+  fa_status st = fa_forward(ctx, g_be->id, &T.q.t, &T.k.t, &T.v.t, &T.opt, &T.o.t, &T.lse.t);
+  if (st != FA_OK) fail_msg("forward: %s", fa_context_last_error(ctx));
+  static const int threads[] = {1, 2, 2, 3};
+  tbuf *outs[] = {&T.dq, &T.dk, &T.dv, &T.dbias};
+  const char *names[] = {"dQ", "dK", "dV", "dBias"};
+  unsigned char *first[4] = {NULL, NULL, NULL, NULL};
+  for (size_t r = 0; r < sizeof threads / sizeof threads[0]; ++r) {
+    assert_int_equal(fa_context_set_threads(ctx, threads[r]), FA_OK);
+    for (int t = 0; t < 4; ++t) {
+      tb_poison(outs[t]);
+      assert_int_equal(tb_upload(outs[t]), 0);
+    }
+    st = fa_backward(ctx, g_be->id, &T.q.t, &T.k.t, &T.v.t, &T.o.t, &T.dout.t, &T.lse.t, &T.opt, &T.dq.t, &T.dk.t,
+                     &T.dv.t, &T.dbias.t);
+    if (st != FA_OK) fail_msg("backward (%d threads): %s", threads[r], fa_context_last_error(ctx));
+    for (int t = 0; t < 4; ++t) {
+      assert_int_equal(tb_download(outs[t]), 0);
+      if (r == 0) {
+        first[t] = (unsigned char *)malloc(outs[t]->span);
+        memcpy(first[t], tb_view(outs[t]), outs[t]->span);
+      } else if (memcmp(first[t], tb_view(outs[t]), outs[t]->span) != 0) {
+        fail_msg("%s differs between a run with 1 thread and a run with %d threads (deterministic = 1)", names[t],
+                 threads[r]);
+      }
+    }
+  }
+  for (int t = 0; t < 4; ++t) free(first[t]);
+  fa_context_destroy(ctx);
+  tc_tensors_free(&T);
+  tc_inputs_free(&in);
+}
+
+/* ---- main ----------------------------------------------------------------- */
+
+static char *dupf(const char *fmt, const char *a, const char *b, const char *c) {
+  char buf[256];
+  snprintf(buf, sizeof buf, fmt, a, b, c);
+  char *s = (char *)malloc(strlen(buf) + 1);
+  strcpy(s, buf);
+  return s;
+}
+
+int main(void) {
+  g_be = tb_backend_find(FA_TEST_BACKEND_NAME);
+  if (!g_be) {
+    fprintf(stderr, "backend \"%s\" is not in support/backends.c\n", FA_TEST_BACKEND_NAME);
+    return 1;
+  }
+  g_usable = fa_backend_available(g_be->id, g_why, sizeof g_why) == FA_OK;
+  if (g_usable && g_be->memory == FA_MEMORY_CUDA && !tdev_available()) {
+    g_usable = 0;
+    snprintf(g_why, sizeof g_why, "no CUDA device for the test's own allocations: %s", tdev_last_error());
+  }
+  g_nvar = g_be->variants(g_var, MAX_VARIANTS);
+  if (g_usable && g_nvar == 0) {
+    g_usable = 0;
+    snprintf(g_why, sizeof g_why, "%s has no variant this machine can run", g_be->name);
+  }
+  if (g_nvar == 0) { /* still list the tests, as skipped */
+    memset(&g_var[0], 0, sizeof g_var[0]);
+    snprintf(g_var[0].name, sizeof g_var[0].name, "none");
+    g_nvar = 1;
+  }
+  if (!g_usable) fprintf(stderr, "%s backend: every test skipped: %s\n", g_be->name, g_why);
+
+  int nslots = 0;
+  for (int i = 0; i < tc_ncases; ++i)
+    for (int dt = FA_F32; dt <= FA_BF16; ++dt) nslots += (tc_dtypes(&tc_cases[i]) >> dt) & 1;
+  slot *slots = (slot *)calloc((size_t)nslots, sizeof *slots);
+  case_test *cts = (case_test *)calloc((size_t)(nslots * g_nvar), sizeof *cts);
+  const int ntests = nslots * g_nvar + 3 * g_nvar;
+  struct CMUnitTest *tests = (struct CMUnitTest *)calloc((size_t)ntests, sizeof *tests);
+  int n = 0, s = 0;
+  for (int i = 0; i < tc_ncases; ++i)
+    for (int dt = FA_F32; dt <= FA_BF16; ++dt) {
+      if (!((tc_dtypes(&tc_cases[i]) >> dt) & 1)) continue;
+      slots[s] = (slot){&tc_cases[i], (fa_dtype)dt, 0x5eed0000ull + (uint64_t)i * 16 + (uint64_t)dt, NULL, g_nvar};
+      for (int v = 0; v < g_nvar; ++v) {
+        cts[s * g_nvar + v] = (case_test){&slots[s], &g_var[v]};
+        tests[n++] = (struct CMUnitTest){
+            dupf(g_nvar > 1 ? "%s/%s/%s" : "%s/%s", tc_cases[i].name, fa_dtype_name((fa_dtype)dt), g_var[v].name),
+            test_case, NULL, case_teardown, &cts[s * g_nvar + v]};
+      }
+      ++s;
+    }
+  for (int v = 0; v < g_nvar; ++v) {
+    tests[n++] = (struct CMUnitTest){dupf("dropout_mask_matches_rule/%s%s%s", g_var[v].name, "", ""),
+                                     test_dropout_mask_exact, NULL, NULL, &g_var[v]};
+    tests[n++] = (struct CMUnitTest){dupf("nan_inputs_propagate/%s%s%s", g_var[v].name, "", ""), test_nan_propagates,
+                                     NULL, NULL, &g_var[v]};
+    tests[n++] = (struct CMUnitTest){dupf("deterministic_backward/%s%s%s", g_var[v].name, "", ""),
+                                     test_deterministic_backward, NULL, NULL, &g_var[v]};
+  }
+  char group[64];
+  snprintf(group, sizeof group, "backend_%s", g_be->name);
+  const int failed = _cmocka_run_group_tests(group, tests, (size_t)n, NULL, NULL);
+  for (int i = 0; i < n; ++i) free((void *)tests[i].name);
+  free(tests);
+  free(cts);
+  free(slots);
+  if (failed) return 1;
+  return g_usable ? 0 : SKIP_RETURN_CODE;
+}
