@@ -1,14 +1,12 @@
 #include "backend_run.h"
 
-#include <cmocka.h>
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "support/cm.h"
 #include "support/device.h"
 
 double tc_tol(fa_dtype dt) {

@@ -8,16 +8,14 @@
  * If the backend is not compiled in or cannot run here (no GPU), every test
  * is reported SKIPPED and the program exits 77, which ctest reports as
  * Skipped: never as passed. */
-#include <cmocka.h>
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend_run.h"
+#include "support/cm.h"
 #include "support/device.h"
 
 #ifndef FA_TEST_BACKEND_NAME

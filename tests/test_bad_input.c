@@ -1,9 +1,7 @@
-#include <cmocka.h>
-#include <setjmp.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
 int main(void) {
   return 77;
 }
+#include "support/cm.h"

@@ -3,12 +3,11 @@
  * exactly the status written here, never crash or fall back. */
 #include "backends.h"
 
-#include <cmocka.h>
-#include <setjmp.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "cm.h"
 
 static fa_status refuses_ref(const tcase *c, fa_dtype dt, int backward) {
   (void)c, (void)dt, (void)backward;
