@@ -1,0 +1,296 @@
+// The cuda backend's table: whether a GPU is here, which problems it takes,
+// and which path runs them.
+//   fast path:    f16 / bf16, rows 16-byte aligned, tensor-core kernels for
+//                 head-dim buckets 64 / 128 / 256 (forward) and 64 / 128
+//                 (backward); smaller dims are zero-padded to the bucket.
+//   generic path: everything else the backend accepts (f32, unaligned views,
+//                 backward with a head dim over 128): SIMT, f32 arithmetic.
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "launch.cuh"
+
+namespace {
+
+// The device the tensors live on becomes current for the call, and the
+// caller's current device is restored afterwards.
+struct device_guard {
+  int prev = -1;
+  bool switched = false;
+  fa_status enter(const void *ptr, fa__err *err) {
+    cudaPointerAttributes a;
+    FA_CUDA_TRY(cudaPointerGetAttributes(&a, ptr), "cudaPointerGetAttributes(q)");
+    FA_CUDA_TRY(cudaGetDevice(&prev), "cudaGetDevice");
+    if (a.type == cudaMemoryTypeDevice && a.device != prev) {
+      FA_CUDA_TRY(cudaSetDevice(a.device), "cudaSetDevice");
+      switched = true;
+    }
+    return FA_OK;
+  }
+  ~device_guard() {
+    if (switched) (void)cudaSetDevice(prev);
+  }
+};
+
+// Stream-ordered scratch; plain cudaMalloc where memory pools are missing.
+struct scratch {
+  void *ptr = nullptr;
+  cudaStream_t stream = nullptr;
+  bool async = false;
+  fa_status alloc(size_t bytes, cudaStream_t s, const char *what, fa__err *err) {
+    stream = s;
+    cudaError_t e = cudaMallocAsync(&ptr, bytes, s);
+    if (e == cudaSuccess) {
+      async = true;
+      return FA_OK;
+    }
+    (void)cudaGetLastError();
+    e = cudaMalloc(&ptr, bytes);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      ptr = nullptr;
+      fa__err_set(err, "cuda: cannot allocate %zu bytes for %s: %s", bytes, what, cudaGetErrorString(e));
+      return e == cudaErrorMemoryAllocation ? FA_ERR_OUT_OF_MEMORY : FA_ERR_DEVICE;
+    }
+    return FA_OK;
+  }
+  ~scratch() {
+    if (!ptr) return;
+    if (async) {
+      (void)cudaFreeAsync(ptr, stream);
+    } else {
+      (void)cudaStreamSynchronize(stream); // kernels may still read it
+      (void)cudaFree(ptr);
+    }
+  }
+};
+
+fa__cuda_strides strides_of(const fa_tensor &t) {
+  fa__cuda_strides s;
+  s.b = t.stride[0];
+  s.h = t.stride[1];
+  s.r = t.stride[2];
+  return s;
+}
+
+bool is_half(fa_dtype t) { return t == FA_F16 || t == FA_BF16; }
+
+// cp.async moves 16 bytes: the fast path needs every row of q, k, v, o, ...
+// to start on a 16-byte boundary.
+bool rows_aligned(const fa_tensor &t) {
+  if (!t.data) return true;
+  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) return false;
+  for (int d = 0; d < 3; ++d)
+    if (t.stride[d] % 8 != 0) return false;
+  return true;
+}
+
+int bucket_of(int64_t d) { return d <= 64 ? 64 : d <= 128 ? 128 : 256; }
+
+constexpr int64_t kMaxRows = 65535LL * 16; // grid.y limit times the smallest row tile
+
+fa_status cuda_available(fa__err *err) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    if (e != cudaSuccess)
+      fa__err_set(err, "no CUDA device (cudaGetDeviceCount: %s)", cudaGetErrorString(e));
+    else
+      fa__err_set(err, "no CUDA device");
+    return FA_ERR_NO_BACKEND;
+  }
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    fa__err_set(err, "no usable CUDA device (cannot query compute capability)");
+    return FA_ERR_NO_BACKEND;
+  }
+  if (major < 8) {
+    fa__err_set(err, "CUDA device %d has compute capability %d.%d; the cuda backend needs 8.0 or newer", dev, major,
+                minor);
+    return FA_ERR_NO_BACKEND;
+  }
+  return FA_OK;
+}
+
+fa_status check_last_dim(const fa_tensor &t, const char *name, fa__err *err) {
+  if (t.data && t.shape[3] > 1 && t.stride[3] != 1) {
+    fa__err_set(err, "%s->stride[3] = %lld: the cuda backend needs a contiguous last dimension (stride 1)", name,
+                (long long)t.stride[3]);
+    return FA_ERR_UNSUPPORTED;
+  }
+  return FA_OK;
+}
+
+fa_status cuda_supports(const fa__problem *p, fa__err *err) {
+  if (p->memory != FA_MEMORY_CUDA) {
+    fa__err_set(err, "the cuda backend needs CUDA device memory; the tensors are in host memory");
+    return FA_ERR_MEMORY_SPACE;
+  }
+  if (p->dtype == FA_F64) {
+    fa__err_set(err, "dtype f64 is not supported by the cuda backend (f16, bf16 fast; f32 on a slower SIMT path)");
+    return FA_ERR_DTYPE;
+  }
+  if (!(p->dtype == FA_F32 || is_half(p->dtype))) {
+    fa__err_set(err, "dtype %s is not supported by the cuda backend", fa_dtype_name(p->dtype));
+    return FA_ERR_DTYPE;
+  }
+  if (p->lse.data && p->lse.dtype != FA_F32) {
+    fa__err_set(err, "lse dtype %s: the cuda backend writes and reads lse as f32 only", fa_dtype_name(p->lse.dtype));
+    return FA_ERR_DTYPE;
+  }
+  const int64_t dims[2] = {p->D, p->Dv};
+  const char *dn[2] = {"head dim D", "value head dim Dv"};
+  for (int x = 0; x < 2; ++x)
+    if (dims[x] % 8 != 0 || dims[x] > 256) {
+      fa__err_set(err, "%s = %lld: the cuda backend takes multiples of 8 up to 256", dn[x], (long long)dims[x]);
+      return FA_ERR_UNSUPPORTED;
+    }
+  const fa_tensor *ts[] = {&p->q, &p->k, &p->v, &p->o, &p->dout, &p->dq, &p->dk, &p->dv};
+  const char *names[] = {"q", "k", "v", "o", "dout", "dq", "dk", "dv"};
+  for (int x = 0; x < 8; ++x) {
+    const fa_status st = check_last_dim(*ts[x], names[x], err);
+    if (st != FA_OK) return st;
+  }
+  if (p->Lq > kMaxRows || p->Lk > kMaxRows) {
+    fa__err_set(err, "sequence length %lld exceeds the cuda backend's limit of %lld",
+                (long long)(p->Lq > p->Lk ? p->Lq : p->Lk), (long long)kMaxRows);
+    return FA_ERR_UNSUPPORTED;
+  }
+  return FA_OK;
+}
+
+void params_init(fa__cuda_params *pp, const fa__problem *p) {
+  memset(pp, 0, sizeof *pp);
+  pp->q = p->q.data;
+  pp->k = p->k.data;
+  pp->v = p->v.data;
+  pp->o = p->o.data;
+  pp->lse = static_cast<float *>(p->lse.data);
+  pp->qs = strides_of(p->q);
+  pp->ks = strides_of(p->k);
+  pp->vs = strides_of(p->v);
+  pp->os = strides_of(p->o);
+  pp->lses = strides_of(p->lse);
+  pp->dout = p->dout.data;
+  pp->dq = p->dq.data;
+  pp->dk = p->dk.data;
+  pp->dv = p->dv.data;
+  pp->dos = strides_of(p->dout);
+  pp->dqs = strides_of(p->dq);
+  pp->dks = strides_of(p->dk);
+  pp->dvs = strides_of(p->dv);
+  pp->mask = static_cast<const uint8_t *>(p->mask.data);
+  pp->bias = p->bias.data;
+  pp->bias_dtype = p->bias.dtype;
+  for (int d = 0; d < 4; ++d) {
+    pp->mask_s[d] = p->mask.stride[d];
+    pp->bias_s[d] = p->bias.stride[d];
+  }
+  pp->alibi = p->alibi_slopes;
+  pp->seqlens_q = p->seqlens_q;
+  pp->seqlens_k = p->seqlens_k;
+  pp->cu_q = p->cu_seqlens_q;
+  pp->cu_k = p->cu_seqlens_k;
+  pp->B = p->B;
+  pp->Hq = p->Hq;
+  pp->Hkv = p->Hkv;
+  pp->group = p->group;
+  pp->Lq = p->Lq;
+  pp->Lk = p->Lk;
+  pp->Lq_rows = p->q.shape[2];
+  pp->Lk_rows = p->k.shape[2];
+  pp->D = static_cast<int>(p->D);
+  pp->Dv = static_cast<int>(p->Dv);
+  pp->dtype = p->dtype;
+  pp->varlen = p->varlen;
+  pp->scale = static_cast<float>(p->scale);
+  pp->scale_log2 = static_cast<float>(p->scale * 1.4426950408889634);
+  pp->softcap = static_cast<float>(p->softcap);
+  pp->wl = p->window_left;
+  pp->wr = p->window_right;
+  pp->bottom_right = p->bottom_right;
+  pp->has_dropout = p->dropout_p > 0;
+  pp->seed = p->dropout_seed;
+  pp->offset = p->dropout_offset;
+  pp->threshold = p->dropout_threshold;
+  pp->dscale = pp->has_dropout ? static_cast<float>(p->dropout_scale) : 1.f;
+  pp->has_extras = p->mask.data || p->bias.data || p->alibi_slopes || p->softcap > 0 || pp->has_dropout;
+}
+
+bool fast_ok(const fa__problem *p) {
+  if (!is_half(p->dtype)) return false;
+  const fa_tensor *ts[] = {&p->q, &p->k, &p->v, &p->o, &p->dout, &p->dq, &p->dk, &p->dv};
+  for (const fa_tensor *t : ts)
+    if (!rows_aligned(*t)) return false;
+  return true;
+}
+
+fa_status cuda_forward(const fa__problem *p, fa__err *err) {
+  device_guard dg;
+  fa_status st = dg.enter(p->q.data, err);
+  if (st != FA_OK) return st;
+  fa__cuda_params pp;
+  params_init(&pp, p);
+  cudaStream_t s = static_cast<cudaStream_t>(p->stream);
+  if (fast_ok(p)) {
+    const int kd = bucket_of(p->D > p->Dv ? p->D : p->Dv);
+    return p->dtype == FA_BF16 ? fa__cuda_fast_fwd_bf16(pp, kd, s, err) : fa__cuda_fast_fwd_f16(pp, kd, s, err);
+  }
+  return fa__cuda_generic_fwd(pp, s, err);
+}
+
+fa_status cuda_backward(const fa__problem *p, fa__err *err) {
+  device_guard dg;
+  fa_status st = dg.enter(p->q.data, err);
+  if (st != FA_OK) return st;
+  fa__cuda_params pp;
+  params_init(&pp, p);
+  cudaStream_t s = static_cast<cudaStream_t>(p->stream);
+
+  const int64_t bt = p->q.shape[0];
+  const size_t rows = static_cast<size_t>(bt * p->Hq * p->q.shape[2]);
+  scratch dsum;
+  st = dsum.alloc(rows * sizeof(float), s, "the backward's row sums", err);
+  if (st != FA_OK) return st;
+  pp.dsum = static_cast<float *>(dsum.ptr);
+  st = fa__cuda_dsum(pp, s, err);
+  if (st != FA_OK) return st;
+
+  const int dmax = static_cast<int>(p->D > p->Dv ? p->D : p->Dv);
+  scratch dq_acc;
+  if (fast_ok(p) && dmax <= 128) {
+    const int kd = bucket_of(dmax);
+    const int det = p->deterministic != 0;
+    if (!det) {
+      const size_t bytes = rows * static_cast<size_t>(p->D) * sizeof(float);
+      st = dq_acc.alloc(bytes, s, "the dQ accumulator", err);
+      if (st != FA_OK) return st;
+      FA_CUDA_TRY(cudaMemsetAsync(dq_acc.ptr, 0, bytes, s), "zeroing the dQ accumulator");
+      pp.dq_acc = static_cast<float *>(dq_acc.ptr);
+    }
+    st = p->dtype == FA_BF16 ? fa__cuda_fast_bwd_bf16(pp, kd, det, s, err) : fa__cuda_fast_bwd_f16(pp, kd, det, s, err);
+    if (st != FA_OK) return st;
+    if (!det) {
+      st = fa__cuda_dq_convert(pp, s, err);
+      if (st != FA_OK) return st;
+    }
+  } else {
+    st = fa__cuda_generic_bwd(pp, s, err);
+    if (st != FA_OK) return st;
+  }
+  if (p->dbias.data) {
+    st = fa__cuda_dbias(pp, p->dbias.data, p->dbias.dtype, p->dbias.shape, p->dbias.stride, s, err);
+    if (st != FA_OK) return st;
+  }
+  return FA_OK;
+}
+
+} // namespace
+
+extern "C" const fa__backend fa__backend_cuda = {FA_BACKEND_CUDA, "cuda", cuda_available, cuda_supports,
+                                                 cuda_forward, cuda_backward};

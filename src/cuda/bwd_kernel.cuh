@@ -1,0 +1,284 @@
+// Tensor-core backward, main kernel (FlashAttention-2 structure). A block
+// owns kBN = 16 * kWarps keys of one (sequence, kv head) and keeps dK, dV for
+// them in registers while it walks every query head of the group and every
+// query tile of kBM rows that can see its keys. Per tile:
+//   S^T  = K Q^T         (each warp: its 16 keys x kBM queries)
+//   P^T  = exp2(S^T - LSE)          recomputed from the forward's LSE
+//   dP^T = V dO^T
+//   dS^T = P^T * (dP^T - Dsum)
+//   dV  += P^T dO,  dK += dS^T Q    (P^T, dS^T go from C to A fragments)
+//   dQ  += dS K                     (only when fused: dS^T through shared
+//                                    memory, f32 atomics into dq_acc)
+// Computing S^T rather than S is what puts P^T and dS^T in the registers of
+// the warp that owns the keys, so dV and dK need no shuffle or smem trip.
+// GQA: the group's heads are summed in registers, so dK, dV have one writer.
+#ifndef FA_CUDA_BWD_KERNEL_CUH
+#define FA_CUDA_BWD_KERNEL_CUH
+
+#include "mma.cuh"
+#include "rules.cuh"
+
+namespace fa_cuda {
+
+template <int kD, int kWarps, int kBM>
+struct bwd_cfg {
+  static constexpr int kBN = 16 * kWarps;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr size_t smem_bytes =
+      sizeof(uint16_t) * (size_t)(2 * kBN * kD + 4 * kBM * kD + kBN * kBM) + sizeof(float) * 4 * kBM;
+};
+
+// lse in log2 units; a row that saw nothing (-inf) becomes +inf so that
+// exp2(x - lse2) is 0 there, never NaN.
+__device__ __forceinline__ float bwd_lse2(float lse) { return lse == -INFINITY ? INFINITY : lse * kLog2e; }
+
+template <typename E, int kD, int kWarps, int kBM, bool kFull>
+__global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_kernel(const fa__cuda_params p, const int fuse_dq) {
+  using T = typename E::storage;
+  using cfg = bwd_cfg<kD, kWarps, kBM>;
+  constexpr int kBN = cfg::kBN, kThreads = cfg::kThreads;
+  constexpr int kMB = kBM / 8; // 8-query column blocks of S^T
+  constexpr int kDB = kD / 8;
+  // fused dQ tile: kBM/16 row tiles x kDS column splits, one per warp
+  constexpr int kMT = kBM / 16, kDS = kWarps / kMT, kDc = kD / kDS;
+  static_assert(kMT * kDS == kWarps && kDc % 16 == 0, "dQ warp tiling");
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  T *sK = reinterpret_cast<T *>(smem); // [kBN][kD]
+  T *sV = sK + kBN * kD;               // [kBN][kD]
+  T *sQ = sV + kBN * kD;               // [2][kBM][kD]
+  T *sdO = sQ + 2 * kBM * kD;          // [2][kBM][kD]
+  T *sdS = sdO + 2 * kBM * kD;         // [kBN][kBM]: dS^T, for the fused dQ
+  float *sL = reinterpret_cast<float *>(sdS + kBN * kBM); // [2][kBM] lse2
+  float *sDs = sL + 2 * kBM;                              // [2][kBM] dsum
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int64_t bkv = blockIdx.x, b = bkv / p.Hkv, kvh = bkv % p.Hkv;
+  const fa__seq seq = fa__seq_get(b, p.Lq, p.Lk, p.seqlens_q, p.seqlens_k, p.cu_q, p.cu_k);
+  const fa__band bd = fa__seq_band(&seq, p.wl, p.wr, p.bottom_right);
+  const int64_t rows_k = p.varlen ? seq.lk : p.Lk;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kBN;
+  if (n0 >= rows_k) return;
+
+  int64_t i0, i1;
+  fa__band_rows(&bd, n0, n0 + kBN, &i0, &i1);
+  const int mb_lo = static_cast<int>(i0 / kBM);
+  const int n_mt = i1 > i0 ? static_cast<int>((i1 + kBM - 1) / kBM) - mb_lo : 0;
+  const int total = n_mt * static_cast<int>(p.group);
+
+  const int k_valid = static_cast<int>(seq.lk - n0 < kBN ? seq.lk - n0 : kBN);
+  {
+    const T *gk = static_cast<const T *>(p.k) + seq.bidx * p.ks.b + kvh * p.ks.h + (seq.k_row0 + n0) * p.ks.r;
+    const T *gv = static_cast<const T *>(p.v) + seq.bidx * p.vs.b + kvh * p.vs.h + (seq.k_row0 + n0) * p.vs.r;
+    load_tile<kBN, kD, kThreads>(sK, gk, p.ks.r, k_valid, p.D, p.k, tid);
+    load_tile<kBN, kD, kThreads>(sV, gv, p.vs.r, k_valid, p.Dv, p.v, tid);
+  }
+  auto load_q = [&](int it, int stage) {
+    const int64_t h = kvh * p.group + it / n_mt;
+    const int64_t m0 = static_cast<int64_t>(mb_lo + it % n_mt) * kBM;
+    const int valid = static_cast<int>(seq.lq - m0 < kBM ? seq.lq - m0 : kBM);
+    const int64_t row = seq.q_row0 + m0;
+    const T *gq = static_cast<const T *>(p.q) + seq.bidx * p.qs.b + h * p.qs.h + row * p.qs.r;
+    const T *gdo = static_cast<const T *>(p.dout) + seq.bidx * p.dos.b + h * p.dos.h + row * p.dos.r;
+    load_tile<kBM, kD, kThreads>(sQ + stage * kBM * kD, gq, p.qs.r, valid, p.D, p.q, tid);
+    load_tile<kBM, kD, kThreads>(sdO + stage * kBM * kD, gdo, p.dos.r, valid, p.Dv, p.dout, tid);
+    for (int x = tid; x < kBM; x += kThreads) {
+      float l2 = INFINITY, ds = 0.f;
+      if (x < valid) {
+        l2 = bwd_lse2(p.lse[seq.bidx * p.lses.b + h * p.lses.h + (row + x) * p.lses.r]);
+        ds = p.dsum[(seq.bidx * p.Hq + h) * p.Lq_rows + row + x];
+      }
+      sL[stage * kBM + x] = l2;
+      sDs[stage * kBM + x] = ds;
+    }
+  };
+  if (total > 0) load_q(0, 0);
+  cp_async_commit();
+
+  float dk[kDB][4], dv[kDB][4];
+#pragma unroll
+  for (int db = 0; db < kDB; ++db)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[db][e] = dv[db][e] = 0.f;
+  const int wkey = warp * 16; // this warp's keys inside the block
+  const int64_t j_base = n0 + wkey + g;
+
+  for (int it = 0; it < total; ++it) {
+    const int stage = it & 1;
+    if (it + 1 < total) load_q(it + 1, stage ^ 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const int64_t h = kvh * p.group + it / n_mt;
+    const int64_t m0 = static_cast<int64_t>(mb_lo + it % n_mt) * kBM;
+    const T *q_s = sQ + stage * kBM * kD;
+    const T *do_s = sdO + stage * kBM * kD;
+    const float *l_s = sL + stage * kBM;
+    const float *ds_s = sDs + stage * kBM;
+
+    // S^T = K Q^T and dP^T = V dO^T, 16 keys x kBM queries per warp
+    float st[kMB][4], dpt[kMB][4];
+#pragma unroll
+    for (int mb = 0; mb < kMB; ++mb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st[mb][e] = dpt[mb][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      uint32_t a[4];
+      lds_a<kD>(a, sK, wkey, kk * 16, lane);
+#pragma unroll
+      for (int mb2 = 0; mb2 < kMB / 2; ++mb2) {
+        uint32_t bf[4];
+        lds_b_nk<kD>(bf, q_s, mb2 * 16, kk * 16, lane);
+        E::mma(st[2 * mb2], a, bf[0], bf[1]);
+        E::mma(st[2 * mb2 + 1], a, bf[2], bf[3]);
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      uint32_t a[4];
+      lds_a<kD>(a, sV, wkey, kk * 16, lane);
+#pragma unroll
+      for (int mb2 = 0; mb2 < kMB / 2; ++mb2) {
+        uint32_t bf[4];
+        lds_b_nk<kD>(bf, do_s, mb2 * 16, kk * 16, lane);
+        E::mma(dpt[2 * mb2], a, bf[0], bf[1]);
+        E::mma(dpt[2 * mb2 + 1], a, bf[2], bf[3]);
+      }
+    }
+
+    // element-wise: st <- P^T (dropped and rescaled), dpt <- dS^T (times the
+    // softcap derivative): the A operands of dV and dK
+    if (kFull) {
+      const seq_ctx c = make_seq_ctx(p, b, h);
+#pragma unroll
+      for (int mb = 0; mb < kMB; ++mb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int il = mb * 8 + 2 * t + (e & 1);
+          const int64_t i = m0 + il, j = j_base + (e >> 1) * 8;
+          float capped;
+          const float x = score_full(p, c, st[mb][e], i, j, &capped);
+          float pr = 0.f, ds = 0.f;
+          if (x != -INFINITY) {
+            pr = exp2f(x - l_s[il]);
+            float dp = dpt[mb][e];
+            if (p.has_dropout) {
+              const bool keep = keep_one(p, c, i, j);
+              dp = keep ? dp * p.dscale : 0.f;
+              ds = pr * (dp - ds_s[il]);
+              pr = keep ? pr * p.dscale : 0.f;
+            } else {
+              ds = pr * (dp - ds_s[il]);
+            }
+            ds *= fa__softcap_grad_f(capped, p.softcap);
+          }
+          st[mb][e] = pr;
+          dpt[mb][e] = ds;
+        }
+    } else {
+      const bool full = fa__band_tile_full(&bd, m0, m0 + kBM, n0 + wkey, n0 + wkey + 16);
+#pragma unroll
+      for (int mb = 0; mb < kMB; ++mb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int il = mb * 8 + 2 * t + (e & 1);
+          const bool vis = full || fa__band_visible(&bd, m0 + il, j_base + (e >> 1) * 8);
+          const float pr = vis ? exp2f(st[mb][e] * p.scale_log2 - l_s[il]) : 0.f;
+          st[mb][e] = pr;
+          dpt[mb][e] = pr * (dpt[mb][e] - ds_s[il]);
+        }
+    }
+
+    // dV += P^T dO ; dK += dS^T Q  (k = the kBM queries)
+#pragma unroll
+    for (int kk = 0; kk < kBM / 16; ++kk) {
+      uint32_t ap[4], as[4];
+      ap[0] = E::pack(st[2 * kk][0], st[2 * kk][1]);
+      ap[1] = E::pack(st[2 * kk][2], st[2 * kk][3]);
+      ap[2] = E::pack(st[2 * kk + 1][0], st[2 * kk + 1][1]);
+      ap[3] = E::pack(st[2 * kk + 1][2], st[2 * kk + 1][3]);
+      as[0] = E::pack(dpt[2 * kk][0], dpt[2 * kk][1]);
+      as[1] = E::pack(dpt[2 * kk][2], dpt[2 * kk][3]);
+      as[2] = E::pack(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]);
+      as[3] = E::pack(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3]);
+#pragma unroll
+      for (int db2 = 0; db2 < kDB / 2; ++db2) {
+        uint32_t bf[4];
+        lds_b_kn<kD>(bf, do_s, kk * 16, db2 * 16, lane);
+        E::mma(dv[2 * db2], ap, bf[0], bf[1]);
+        E::mma(dv[2 * db2 + 1], ap, bf[2], bf[3]);
+        lds_b_kn<kD>(bf, q_s, kk * 16, db2 * 16, lane);
+        E::mma(dk[2 * db2], as, bf[0], bf[1]);
+        E::mma(dk[2 * db2 + 1], as, bf[2], bf[3]);
+      }
+    }
+
+    if (fuse_dq) {
+      // dS^T -> shared memory as [key][query]
+#pragma unroll
+      for (int mb = 0; mb < kMB; ++mb)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          *reinterpret_cast<uint32_t *>(sdS + swz<kBM>(wkey + g + r * 8, mb * 8 + 2 * t)) =
+              E::pack(dpt[mb][2 * r], dpt[mb][2 * r + 1]);
+      __syncthreads();
+      // dQ tile [kBM x kD] = dS K; this warp: rows mt*16.., columns dc0..dc0+kDc
+      const int mt = warp % kMT, dc0 = (warp / kMT) * kDc;
+      float dq[kDc / 8][4];
+#pragma unroll
+      for (int x = 0; x < kDc / 8; ++x) dq[x][0] = dq[x][1] = dq[x][2] = dq[x][3] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) {
+        uint32_t a[4];
+        lds_a_t<kBM>(a, sdS, mt * 16, kk * 16, lane);
+#pragma unroll
+        for (int db2 = 0; db2 < kDc / 16; ++db2) {
+          uint32_t bf[4];
+          lds_b_kn<kD>(bf, sK, kk * 16, dc0 + db2 * 16, lane);
+          E::mma(dq[2 * db2], a, bf[0], bf[1]);
+          E::mma(dq[2 * db2 + 1], a, bf[2], bf[3]);
+        }
+      }
+      float *acc = p.dq_acc + ((seq.bidx * p.Hq + h) * p.Lq_rows + seq.q_row0 + m0) * p.D;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int il = mt * 16 + g + r * 8;
+        if (m0 + il < seq.lq) {
+#pragma unroll
+          for (int x = 0; x < kDc / 8; ++x) {
+            const int d = dc0 + x * 8 + 2 * t;
+            if (d < p.D) {
+              atomicAdd(acc + il * p.D + d, dq[x][2 * r]);
+              atomicAdd(acc + il * p.D + d + 1, dq[x][2 * r + 1]);
+            }
+          }
+        }
+      }
+    }
+    __syncthreads(); // Q/dO stage and dS^T are rewritten next
+  }
+  cp_async_wait<0>();
+
+  // dK = scale * sum dS^T Q; dV as is. Keys past the sequence (padded
+  // layout) get the zeros their accumulators hold.
+  T *gdk = static_cast<T *>(p.dk) + seq.bidx * p.dks.b + kvh * p.dks.h + seq.k_row0 * p.dks.r;
+  T *gdv = static_cast<T *>(p.dv) + seq.bidx * p.dvs.b + kvh * p.dvs.h + seq.k_row0 * p.dvs.r;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t j = j_base + r * 8;
+    if (j >= rows_k) continue;
+#pragma unroll
+    for (int db = 0; db < kDB; ++db) {
+      const int d = db * 8 + 2 * t;
+      if (d < p.D)
+        *reinterpret_cast<uint32_t *>(gdk + j * p.dks.r + d) =
+            E::pack(dk[db][2 * r] * p.scale, dk[db][2 * r + 1] * p.scale);
+      if (d < p.Dv) *reinterpret_cast<uint32_t *>(gdv + j * p.dvs.r + d) = E::pack(dv[db][2 * r], dv[db][2 * r + 1]);
+    }
+  }
+}
+
+} // namespace fa_cuda
+
+#endif

@@ -1,0 +1,220 @@
+// Tensor-core forward (FlashAttention-2 structure). A block owns kBM = 16 *
+// kWarps query rows of one (sequence, head); each warp owns 16 of them, so
+// the softmax statistics of a row never leave the 4 lanes that hold it. K/V
+// tiles of kBN keys stream through a 2-stage cp.async double buffer; S = Q K^T
+// and O += P V run on mma.m16n8k16 with f32 accumulators, P going from the S
+// accumulators straight into A fragments (never through shared memory).
+//
+// kFull = false: only the band (causal / window / lengths) is applied, and
+// only on tiles the band cuts (fa__band_tile_full decides per warp).
+// kFull = true: every element goes through score_full (mask, bias, ALiBi,
+// softcap) and dropout; the same kernel otherwise.
+#ifndef FA_CUDA_FWD_KERNEL_CUH
+#define FA_CUDA_FWD_KERNEL_CUH
+
+#include "mma.cuh"
+#include "rules.cuh"
+
+namespace fa_cuda {
+
+template <int kD, int kWarps, int kBN>
+struct fwd_cfg {
+  static constexpr int kBM = 16 * kWarps;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr size_t smem_bytes = sizeof(uint16_t) * (size_t)(kBM * kD + 4 * kBN * kD);
+};
+
+template <typename E, int kD, int kWarps, int kBN, bool kQRegs, bool kFull>
+__global__ void __launch_bounds__(32 * kWarps) fwd_kernel(const fa__cuda_params p) {
+  using T = typename E::storage;
+  using cfg = fwd_cfg<kD, kWarps, kBN>;
+  constexpr int kBM = cfg::kBM, kThreads = cfg::kThreads;
+  constexpr int kNB = kBN / 8; // 8-key column blocks of S
+  constexpr int kDB = kD / 8;  // 8-wide column blocks of O
+  static_assert(kBN % 16 == 0 && kD % 16 == 0, "tile shape");
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  T *sQ = reinterpret_cast<T *>(smem); // [kBM][kD]
+  T *sK = sQ + kBM * kD;               // [2][kBN][kD]
+  T *sV = sK + 2 * kBN * kD;           // [2][kBN][kD]
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int64_t bh = blockIdx.x, b = bh / p.Hq, h = bh % p.Hq, kvh = h / p.group;
+  const seq_ctx c = make_seq_ctx(p, b, h);
+  const int64_t rows = p.varlen ? c.seq.lq : p.Lq;
+  // Heaviest row blocks (the last ones, under a causal band) go first.
+  const int64_t m0 = static_cast<int64_t>(gridDim.y - 1 - blockIdx.y) * kBM;
+  if (m0 >= rows) return;
+
+  int64_t j0, j1;
+  fa__band_cols(&c.bd, m0, m0 + kBM, &j0, &j1);
+  const int nb_lo = static_cast<int>(j0 / kBN);
+  const int n_tiles = j1 > j0 ? static_cast<int>((j1 + kBN - 1) / kBN) - nb_lo : 0;
+
+  const T *gq = static_cast<const T *>(p.q) + c.seq.bidx * p.qs.b + h * p.qs.h + (c.seq.q_row0 + m0) * p.qs.r;
+  const T *gk = static_cast<const T *>(p.k) + c.seq.bidx * p.ks.b + kvh * p.ks.h + c.seq.k_row0 * p.ks.r;
+  const T *gv = static_cast<const T *>(p.v) + c.seq.bidx * p.vs.b + kvh * p.vs.h + c.seq.k_row0 * p.vs.r;
+
+  const int q_valid = static_cast<int>(c.seq.lq - m0 < kBM ? c.seq.lq - m0 : kBM);
+  load_tile<kBM, kD, kThreads>(sQ, gq, p.qs.r, q_valid, p.D, p.q, tid);
+  auto load_kv = [&](int it, int stage) {
+    const int64_t n0 = static_cast<int64_t>(nb_lo + it) * kBN;
+    const int valid = static_cast<int>(c.seq.lk - n0 < kBN ? c.seq.lk - n0 : kBN);
+    load_tile<kBN, kD, kThreads>(sK + stage * kBN * kD, gk + n0 * p.ks.r, p.ks.r, valid, p.D, p.k, tid);
+    load_tile<kBN, kD, kThreads>(sV + stage * kBN * kD, gv + n0 * p.vs.r, p.vs.r, valid, p.Dv, p.v, tid);
+  };
+  if (n_tiles > 0) load_kv(0, 0);
+  cp_async_commit();
+
+  float o[kDB][4];
+#pragma unroll
+  for (int db = 0; db < kDB; ++db) o[db][0] = o[db][1] = o[db][2] = o[db][3] = 0.f;
+  float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.f, 0.f};
+  uint32_t qf[kQRegs ? kD / 16 : 1][4];
+  const int wrow = warp * 16; // first row of this warp inside the block
+
+  for (int it = 0; it < n_tiles; ++it) {
+    const int stage = it & 1;
+    if (it + 1 < n_tiles) load_kv(it + 1, stage ^ 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const T *k_s = sK + stage * kBN * kD;
+    const T *v_s = sV + stage * kBN * kD;
+    if (kQRegs && it == 0) {
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) lds_a<kD>(qf[kQRegs ? kk : 0], sQ, wrow, kk * 16, lane);
+    }
+
+    // S = Q K^T
+    float s[kNB][4];
+#pragma unroll
+    for (int nb = 0; nb < kNB; ++nb) s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      uint32_t a[4];
+      if (kQRegs) {
+#pragma unroll
+        for (int x = 0; x < 4; ++x) a[x] = qf[kQRegs ? kk : 0][x];
+      } else {
+        lds_a<kD>(a, sQ, wrow, kk * 16, lane);
+      }
+#pragma unroll
+      for (int nb2 = 0; nb2 < kNB / 2; ++nb2) {
+        uint32_t bf[4];
+        lds_b_nk<kD>(bf, k_s, nb2 * 16, kk * 16, lane);
+        E::mma(s[2 * nb2], a, bf[0], bf[1]);
+        E::mma(s[2 * nb2 + 1], a, bf[2], bf[3]);
+      }
+    }
+
+    // scores in log2 units, -inf where not visible
+    const int64_t n0 = static_cast<int64_t>(nb_lo + it) * kBN;
+    const int64_t i_base = m0 + wrow + g;
+    if (kFull) {
+#pragma unroll
+      for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float capped;
+          s[nb][e] = score_full(p, c, s[nb][e], i_base + (e >> 1) * 8, n0 + nb * 8 + 2 * t + (e & 1), &capped);
+        }
+    } else if (fa__band_tile_full(&c.bd, m0 + wrow, m0 + wrow + 16, n0, n0 + kBN)) {
+#pragma unroll
+      for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nb][e] *= p.scale_log2;
+    } else {
+#pragma unroll
+      for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const bool vis = fa__band_visible(&c.bd, i_base + (e >> 1) * 8, n0 + nb * 8 + 2 * t + (e & 1));
+          s[nb][e] = vis ? s[nb][e] * p.scale_log2 : -INFINITY;
+        }
+    }
+
+    // online softmax: rows g (e = 0, 1) and g + 8 (e = 2, 3) of the warp
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nb = 0; nb < kNB; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * r], s[nb][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float mnew = fmaxf(row_m[r], mx);
+      const float muse = mnew == -INFINITY ? 0.f : mnew; // nothing seen yet: no -inf - -inf
+      const float alpha = exp2f(row_m[r] - muse);
+      row_m[r] = mnew;
+      float sum = 0.f;
+#pragma unroll
+      for (int nb = 0; nb < kNB; ++nb) {
+        s[nb][2 * r] = exp2f(s[nb][2 * r] - muse);
+        s[nb][2 * r + 1] = exp2f(s[nb][2 * r + 1] - muse);
+        sum += s[nb][2 * r] + s[nb][2 * r + 1];
+      }
+      row_l[r] = row_l[r] * alpha + sum; // per-lane partial; the quad sums at the end
+#pragma unroll
+      for (int db = 0; db < kDB; ++db) {
+        o[db][2 * r] *= alpha;
+        o[db][2 * r + 1] *= alpha;
+      }
+    }
+    if (kFull && p.has_dropout) { // after l: the softmax is that of the undropped P
+#pragma unroll
+      for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          bool k0, k1;
+          keep_pair(p, c, i_base + r * 8, n0 + nb * 8 + 2 * t, &k0, &k1);
+          if (!k0) s[nb][2 * r] = 0.f;
+          if (!k1) s[nb][2 * r + 1] = 0.f;
+        }
+    }
+
+    // O += P V
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      uint32_t a[4];
+      a[0] = E::pack(s[2 * kk][0], s[2 * kk][1]);
+      a[1] = E::pack(s[2 * kk][2], s[2 * kk][3]);
+      a[2] = E::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      a[3] = E::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int db2 = 0; db2 < kDB / 2; ++db2) {
+        uint32_t bf[4];
+        lds_b_kn<kD>(bf, v_s, kk * 16, db2 * 16, lane);
+        E::mma(o[2 * db2], a, bf[0], bf[1]);
+        E::mma(o[2 * db2 + 1], a, bf[2], bf[3]);
+      }
+    }
+    __syncthreads(); // this stage is overwritten by the prefetch two tiles on
+  }
+  cp_async_wait<0>();
+
+  // epilogue: O = acc / l (0 for a row that saw nothing), LSE = m ln2 + ln l
+  T *go = static_cast<T *>(p.o) + c.seq.bidx * p.os.b + h * p.os.h + c.seq.q_row0 * p.os.r;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = row_l[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv = l > 0.f ? p.dscale / l : 0.f;
+    const int64_t i = m0 + wrow + g + r * 8;
+    if (i < rows) {
+#pragma unroll
+      for (int db = 0; db < kDB; ++db) {
+        const int d = db * 8 + 2 * t;
+        if (d < p.Dv)
+          *reinterpret_cast<uint32_t *>(go + i * p.os.r + d) = E::pack(o[db][2 * r] * inv, o[db][2 * r + 1] * inv);
+      }
+      if (p.lse && t == 0)
+        p.lse[c.seq.bidx * p.lses.b + h * p.lses.h + (c.seq.q_row0 + i) * p.lses.r] =
+            l > 0.f ? row_m[r] * kLn2 + logf(l) : -INFINITY;
+    }
+  }
+}
+
+} // namespace fa_cuda
+
+#endif

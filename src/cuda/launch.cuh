@@ -1,0 +1,59 @@
+// Host-side glue shared by the launch files: error reporting in the
+// library's terms, and the entry points backend.cu dispatches to.
+#ifndef FA_CUDA_LAUNCH_CUH
+#define FA_CUDA_LAUNCH_CUH
+
+#include <cuda_runtime.h>
+
+#include "../core/backend.h"
+#include "params.cuh"
+
+// The CUDA runtime's word for a failure, as FA_ERR_DEVICE with what we did.
+inline fa_status fa__cuda_fail(cudaError_t e, const char *what, fa__err *err) {
+  fa__err_set(err, "cuda: %s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+  return FA_ERR_DEVICE;
+}
+
+#define FA_CUDA_TRY(expr, what)                          \
+  do {                                                   \
+    const cudaError_t e_ = (expr);                       \
+    if (e_ != cudaSuccess) return fa__cuda_fail(e_, what, err); \
+  } while (0)
+
+// After a launch: a bad configuration shows here, a fault only later.
+#define FA_CUDA_CHECK_LAUNCH(what) FA_CUDA_TRY(cudaGetLastError(), what)
+
+// Raises a kernel's dynamic shared-memory limit when it needs more than the
+// 48 KiB every kernel gets without asking.
+template <typename K>
+inline cudaError_t fa__cuda_smem_optin(K kernel, size_t bytes) {
+  if (bytes <= 48 * 1024) return cudaSuccess;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+}
+
+// The generic SIMT path: every dtype (f32 included), any strides, every
+// option; f32 arithmetic throughout. Correct first, not fast.
+fa_status fa__cuda_generic_fwd(const fa__cuda_params &p, cudaStream_t s, fa__err *err);
+// dsum must be filled (fa__cuda_dsum) first.
+fa_status fa__cuda_generic_bwd(const fa__cuda_params &p, cudaStream_t s, fa__err *err);
+// rowsum(dO * O) into p.dsum (both paths).
+fa_status fa__cuda_dsum(const fa__cuda_params &p, cudaStream_t s, fa__err *err);
+// dBias from the recomputed dS, summed over its broadcast dimensions in a
+// fixed order (deterministic); dbias strides 0 on the summed dims.
+fa_status fa__cuda_dbias(const fa__cuda_params &p, void *dbias, int dbias_dtype, const int64_t shape[4],
+                         const int64_t stride[4], cudaStream_t s, fa__err *err);
+
+// Tensor-core path, f16 / bf16 with 16-byte aligned rows. kd: head-dim
+// bucket (64, 128, 256 forward; 64, 128 backward).
+fa_status fa__cuda_fast_fwd_bf16(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err);
+fa_status fa__cuda_fast_fwd_f16(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err);
+// deterministic: dQ by its own kernel (no atomics); else fused with f32
+// atomics into p.dq_acc, which must be zero, then converted.
+fa_status fa__cuda_fast_bwd_bf16(const fa__cuda_params &p, int kd, int deterministic, cudaStream_t s,
+                                 fa__err *err);
+fa_status fa__cuda_fast_bwd_f16(const fa__cuda_params &p, int kd, int deterministic, cudaStream_t s,
+                                fa__err *err);
+// dq_acc * scale -> dq (dtype), rows of each sequence only.
+fa_status fa__cuda_dq_convert(const fa__cuda_params &p, cudaStream_t s, fa__err *err);
+
+#endif

@@ -1,0 +1,54 @@
+// Backward launch for one element type: the dK/dV kernel (with dQ fused
+// through f32 atomics, or without it), and in deterministic mode the dQ
+// kernel. dsum must already be in p.dsum, and for the fused mode p.dq_acc
+// must be zero; the caller converts dq_acc afterwards.
+#ifndef FA_CUDA_LAUNCH_BWD_CUH
+#define FA_CUDA_LAUNCH_BWD_CUH
+
+#include "bwd_dq_kernel.cuh"
+#include "bwd_kernel.cuh"
+#include "launch.cuh"
+
+namespace fa_cuda {
+
+template <typename E, int kD, int kWarps, int kBM, int kDqWarps, int kDqBN, bool kFull>
+fa_status launch_bwd_cfg(const fa__cuda_params &p, int deterministic, cudaStream_t s, fa__err *err) {
+  {
+    using cfg = bwd_cfg<kD, kWarps, kBM>;
+    auto kernel = bwd_dkdv_kernel<E, kD, kWarps, kBM, kFull>;
+    FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "backward: shared memory limit");
+    const dim3 grid(static_cast<unsigned>(p.B * p.Hkv), static_cast<unsigned>((p.Lk + cfg::kBN - 1) / cfg::kBN));
+    kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p, deterministic ? 0 : 1);
+    FA_CUDA_CHECK_LAUNCH("backward dk/dv kernel launch");
+  }
+  if (deterministic) {
+    using cfg = dq_cfg<kD, kDqWarps, kDqBN>;
+    auto kernel = bwd_dq_kernel<E, kD, kDqWarps, kDqBN, kFull>;
+    FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "backward dq: shared memory limit");
+    const dim3 grid(static_cast<unsigned>(p.B * p.Hq), static_cast<unsigned>((p.Lq + cfg::kBM - 1) / cfg::kBM));
+    kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p);
+    FA_CUDA_CHECK_LAUNCH("backward dq kernel launch");
+  }
+  return FA_OK;
+}
+
+// Tile shapes per head-dim bucket: dK/dV kernel with 16 keys per warp.
+//   64:  8 warps (128 keys) x 64-query tiles;  dq kernel 4 warps x 64 keys
+//   128: 8 warps (128 keys) x 32-query tiles;  dq kernel 4 warps x 64 keys
+template <typename E, bool kFull>
+fa_status launch_bwd_full(const fa__cuda_params &p, int kd, int det, cudaStream_t s, fa__err *err) {
+  switch (kd) {
+    case 64: return launch_bwd_cfg<E, 64, 8, 64, 4, 64, kFull>(p, det, s, err);
+    case 128: return launch_bwd_cfg<E, 128, 8, 32, 4, 64, kFull>(p, det, s, err);
+    default: fa__err_set(err, "cuda: no backward kernel for head-dim bucket %d", kd); return FA_ERR_INTERNAL;
+  }
+}
+
+template <typename E>
+fa_status launch_bwd(const fa__cuda_params &p, int kd, int det, cudaStream_t s, fa__err *err) {
+  return p.has_extras ? launch_bwd_full<E, true>(p, kd, det, s, err) : launch_bwd_full<E, false>(p, kd, det, s, err);
+}
+
+} // namespace fa_cuda
+
+#endif

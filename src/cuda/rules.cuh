@@ -1,0 +1,99 @@
+// The shared rules (src/rules/*.h, compiled __host__ __device__ here) put in
+// the shape the kernels use them in: one sequence's context, the score of one
+// element with every option, the dropout keep bits of a column pair. Nothing
+// here decides a rule; it only calls the headers that do.
+#ifndef FA_CUDA_RULES_CUH
+#define FA_CUDA_RULES_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "../rules/dropout.h"
+#include "../rules/layout.h"
+#include "../rules/score.h"
+#include "../rules/visibility.h"
+#include "flashattn.h"
+#include "params.cuh"
+
+namespace fa_cuda {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// A tensor element of any float dtype as f32 (bias, the generic path).
+__device__ __forceinline__ float load_any(const void *p, int64_t idx, int dtype) {
+  switch (dtype) {
+    case FA_F32: return static_cast<const float *>(p)[idx];
+    case FA_F64: return static_cast<float>(static_cast<const double *>(p)[idx]);
+    case FA_F16: return __half2float(static_cast<const __half *>(p)[idx]);
+    default: return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[idx]);
+  }
+}
+
+__device__ __forceinline__ void store_any(void *p, int64_t idx, int dtype, float x) {
+  switch (dtype) {
+    case FA_F32: static_cast<float *>(p)[idx] = x; break;
+    case FA_F64: static_cast<double *>(p)[idx] = x; break;
+    case FA_F16: static_cast<__half *>(p)[idx] = __float2half_rn(x); break;
+    default: static_cast<__nv_bfloat16 *>(p)[idx] = __float2bfloat16_rn(x); break;
+  }
+}
+
+// One (sequence, query head): where it lives and its band.
+struct seq_ctx {
+  fa__seq seq;
+  fa__band bd;
+  int64_t b, h, bh; // bh = b * Hq + h: the dropout counter word
+  float slope;      // ALiBi slope of head h (0 if none)
+};
+
+__device__ __forceinline__ seq_ctx make_seq_ctx(const fa__cuda_params &p, int64_t b, int64_t h) {
+  seq_ctx c;
+  c.seq = fa__seq_get(b, p.Lq, p.Lk, p.seqlens_q, p.seqlens_k, p.cu_q, p.cu_k);
+  c.bd = fa__seq_band(&c.seq, p.wl, p.wr, p.bottom_right);
+  c.b = b;
+  c.h = h;
+  c.bh = b * p.Hq + h;
+  c.slope = p.alibi ? p.alibi[h] : 0.f;
+  return c;
+}
+
+// Score of element (i, j) of the context's sequence after the dot product:
+// returns it in log2 units (times log2 e), or -inf when (i, j) is not
+// visible. *capped gets scale * dot after the softcap (its gradient needs it).
+__device__ __forceinline__ float score_full(const fa__cuda_params &p, const seq_ctx &c, float dot, int64_t i,
+                                            int64_t j, float *capped) {
+  *capped = 0.f;
+  if (!fa__band_visible(&c.bd, i, j)) return -INFINITY;
+  if (p.mask && !p.mask[c.b * p.mask_s[0] + c.h * p.mask_s[1] + i * p.mask_s[2] + j * p.mask_s[3]])
+    return -INFINITY;
+  float s = fa__softcap_f(dot * p.scale, p.softcap);
+  *capped = s;
+  if (p.alibi) s += fa__alibi_f(c.slope, fa__band_diag(&c.bd, i), j);
+  if (p.bias) s += load_any(p.bias, c.b * p.bias_s[0] + c.h * p.bias_s[1] + i * p.bias_s[2] + j * p.bias_s[3],
+                            p.bias_dtype);
+  return s * kLog2e;
+}
+
+// Keep bits of columns j and j + 1 (j even) of row i: one Philox call
+// serves four columns, and j, j + 1 always share it.
+__device__ __forceinline__ void keep_pair(const fa__cuda_params &p, const seq_ctx &c, int64_t i, int64_t j,
+                                          bool *k0, bool *k1) {
+  const fa__u32x4 r = fa__dropout_words(p.seed, p.offset, c.bh, i, j);
+  const bool hi = (j & 2) != 0;
+  *k0 = (hi ? r.v[2] : r.v[0]) < p.threshold;
+  *k1 = (hi ? r.v[3] : r.v[1]) < p.threshold;
+}
+
+__device__ __forceinline__ bool keep_one(const fa__cuda_params &p, const seq_ctx &c, int64_t i, int64_t j) {
+  const fa__u32x4 r = fa__dropout_words(p.seed, p.offset, c.bh, i, j);
+  const int w = static_cast<int>(j & 3);
+  const uint32_t x = w == 0 ? r.v[0] : w == 1 ? r.v[1] : w == 2 ? r.v[2] : r.v[3];
+  return x < p.threshold;
+}
+
+} // namespace fa_cuda
+
+#endif
