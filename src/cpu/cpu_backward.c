@@ -1,0 +1,345 @@
+/* The backward pass, parallel over K/V tiles: a work item is one K/V tile
+ * (b, kv head, t) with all the query heads of its group, so dK and dV are
+ * summed in the item's own accumulators and written once. The item walks
+ * the query tiles its keys can be seen by (fa__band_rows: whole tiles
+ * outside the band are skipped) and recomputes P from LSE:
+ *   dV^T += dO^T P        dK^T += Q^T dS        dQ_part = dS (scale K)
+ * The products run along keys (the K/V panels are the packed operands), Q
+ * and dO rows are read in place. dQ_part belongs to a query tile that
+ * several items share: it is added to one f32 accumulator under a per-tile
+ * ticket. With p->deterministic the ticket also orders the adds by K/V
+ * tile, so dQ gets the same bits on every run and thread count; otherwise
+ * it is a plain lock and whoever comes first adds first. Items are started
+ * in increasing order (cpu_parallel.h), so the item a ticket waits for is
+ * always running or done: no deadlock.
+ *
+ * Extra memory: Di (B*Hq*Lq floats), the tickets, the dQ accumulator when
+ * dq is not f32, and per-thread tiles: linear in L. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_bwd_tile.h"
+#include "cpu_gemm.h"
+#include "cpu_io.h"
+#include "cpu_parallel.h"
+#include "cpu_passes.h"
+#include "cpu_plan.h"
+#include "cpu_scratch.h"
+#include "rules/layout.h"
+
+typedef struct bwd_ctx {
+  const fa__problem *p;
+  const fa__cpu_kernels *kt;
+  int bq, bk, bkp, D, Dv, Dp;
+  const int64_t *kprefix, *nk; /* items before sequence b; K/V tiles of b */
+  const int64_t *qprefix, *nq; /* tickets before sequence b; Q tiles of b */
+  atomic_int *tickets;
+  const float *di; /* [B][Hq][Lq] by sequence and position */
+  /* the f32 dQ accumulator: dq itself when f32, else a [Bt, Hq, Lq_t, D] buffer */
+  float *dq;
+  ptrdiff_t dq_s0, dq_s1, dq_s2, dq_s3;
+} bwd_ctx;
+
+typedef struct bwd_scratch {
+  float *kts, *vt, *ks; /* D x bkp scale*K^T, Dv x bkp V^T, bk x Dp scale*K */
+  float *dkt, *dvt;     /* D x bkp, Dv x bkp accumulators */
+  float *dqp;           /* bq x Dp */
+  float *row;
+  fa__cpu_bwd_bufs w;
+} bwd_scratch;
+
+static void bwd_carve(fa__cpu_arena *a, const bwd_ctx *c, bwd_scratch *s) {
+  const size_t bkp = (size_t)c->bkp, D = (size_t)c->D, Dv = (size_t)c->Dv;
+  s->kts = fa__cpu_take_f(a, D * bkp);
+  s->vt = fa__cpu_take_f(a, Dv * bkp);
+  s->ks = fa__cpu_take_f(a, (size_t)c->bk * (size_t)c->Dp);
+  s->dkt = fa__cpu_take_f(a, D * bkp);
+  s->dvt = fa__cpu_take_f(a, Dv * bkp);
+  s->dqp = fa__cpu_take_f(a, (size_t)c->bq * (size_t)c->Dp);
+  size_t rowlen = D > Dv ? D : Dv;
+  if (bkp > rowlen) rowlen = bkp;
+  s->row = fa__cpu_take_f(a, rowlen);
+  fa__cpu_bwd_bufs_carve(a, c->p, c->bq, c->bk, &s->w);
+}
+
+/* The K/V tiles [*t0, *t1) that query tile r of a sequence sees; the one
+ * rule that both the ticket set-up and the items use. */
+static void ktiles_of(const fa__band *bd, int64_t r, int bq, int bk, int64_t *t0, int64_t *t1) {
+  const int64_t i0 = r * bq, i1 = i0 + bq < bd->lq ? i0 + bq : bd->lq;
+  int64_t j0, j1;
+  fa__band_cols(bd, i0, i1, &j0, &j1);
+  if (j0 >= j1) {
+    *t0 = *t1 = 0;
+    return;
+  }
+  *t0 = j0 / bk;
+  *t1 = (j1 - 1) / bk + 1;
+}
+
+static void dq_add(const bwd_ctx *c, atomic_int *ticket, int64_t t, int64_t bidx, int64_t h, int64_t row0,
+                   const float *dqp, int br) {
+  const int det = c->p->deterministic;
+  unsigned spins = 0;
+  if (det) {
+    while (atomic_load_explicit(ticket, memory_order_acquire) != (int)t) fa__cpu_relax(&spins);
+  } else {
+    int expect = 0;
+    while (!atomic_compare_exchange_weak_explicit(ticket, &expect, 1, memory_order_acquire, memory_order_relaxed)) {
+      expect = 0;
+      fa__cpu_relax(&spins);
+    }
+  }
+  float *base = c->dq + bidx * c->dq_s0 + h * c->dq_s1 + row0 * c->dq_s2;
+  for (int ii = 0; ii < br; ++ii) {
+    float *dst = base + ii * c->dq_s2;
+    const float *src = dqp + (ptrdiff_t)ii * c->Dp;
+    if (c->dq_s3 == 1) {
+      for (int d = 0; d < c->D; ++d) dst[d] += src[d];
+    } else {
+      for (int d = 0; d < c->D; ++d) dst[d * c->dq_s3] += src[d];
+    }
+  }
+  atomic_store_explicit(ticket, det ? (int)t + 1 : 0, memory_order_release);
+}
+
+/* One item: K/V tile t of sequence b, kv head hk. */
+static void bwd_item(const bwd_ctx *c, bwd_scratch *s, int64_t b, int64_t hk, int64_t t) {
+  const fa__problem *p = c->p;
+  const fa__cpu_kernels *kt = c->kt;
+  const int D = c->D, Dv = c->Dv, Dp = c->Dp;
+  const fa__seq sq = fa__seq_get(b, p->Lq, p->Lk, p->seqlens_q, p->seqlens_k, p->cu_seqlens_q, p->cu_seqlens_k);
+  const fa__band bd = fa__seq_band(&sq, p->window_left, p->window_right, p->bottom_right);
+  const int64_t j0 = t * c->bk;
+  const int bc = (int)(sq.lk - j0 < c->bk ? sq.lk - j0 : c->bk);
+  const int bcp = fa__cpu_pad(bc);
+  const float scale = (float)p->scale;
+
+  const fa__cpu_mat km = fa__cpu_mat_of(&p->k, sq.bidx, hk, sq.k_row0 + j0);
+  const fa__cpu_mat vm = fa__cpu_mat_of(&p->v, sq.bidx, hk, sq.k_row0 + j0);
+  int first = 1;
+  int64_t ilo, ihi;
+  fa__band_rows(&bd, j0, j0 + bc, &ilo, &ihi);
+  if (ilo < ihi) {
+    fa__cpu_pack_t(kt, s->kts, bcp, bcp, &km, bc, D, scale, s->row);
+    fa__cpu_pack_t(kt, s->vt, bcp, bcp, &vm, bc, Dv, 1.0f, s->row);
+    fa__cpu_pack_rows(kt, s->ks, Dp, Dp, &km, bc, D, scale);
+  }
+  for (int64_t h = hk * p->group; ilo < ihi && h < (hk + 1) * p->group; ++h) {
+    const float *di_seq = c->di + (b * p->Hq + h) * p->Lq;
+    atomic_int *tickets = c->tickets + c->qprefix[b] + h * c->nq[b];
+    for (int64_t r = 0; r < c->nq[b]; ++r) {
+      int64_t t0, t1;
+      ktiles_of(&bd, r, c->bq, c->bk, &t0, &t1);
+      if (t < t0 || t >= t1) continue;
+      const int64_t i0 = r * c->bq;
+      const int br = (int)(sq.lq - i0 < c->bq ? sq.lq - i0 : c->bq);
+      const fa__cpu_tile tile = {p, &bd, b, h, i0, j0, br, bc};
+      fa__cpu_aop qa, oa;
+      fa__cpu_bwd_ds(kt, &tile, &sq, bcp, s->kts, s->vt, di_seq, &s->w, &qa, &oa);
+      const float *pd = s->w.pd ? s->w.pd : s->w.s;
+      /* dV^T[e][j] += sum_i dO[i][e] P[i][j] */
+      fa__cpu_gemm(kt, Dv, bcp, br, oa.a, oa.cs, oa.rs, pd, bcp, s->dvt, bcp, !first);
+      if (p->softcap > 0) fa__cpu_softcap_grad(p, &s->w, br, bc, bcp);
+      /* dK^T[d][j] += sum_i Q[i][d] dS[i][j]  (scale applied when written) */
+      fa__cpu_gemm(kt, D, bcp, br, qa.a, qa.cs, qa.rs, s->w.dp, bcp, s->dkt, bcp, !first);
+      /* dQ_part[i][d] = sum_j dS[i][j] scale K[j][d] */
+      fa__cpu_gemm(kt, br, Dp, bc, s->w.dp, bcp, 1, s->ks, Dp, s->dqp, Dp, 0);
+      dq_add(c, tickets + r, t, sq.bidx, h, sq.q_row0 + i0, s->dqp, br);
+      first = 0;
+    }
+  }
+
+  const fa__cpu_mat dkm = fa__cpu_mat_of(&p->dk, sq.bidx, hk, sq.k_row0 + j0);
+  const fa__cpu_mat dvm = fa__cpu_mat_of(&p->dv, sq.bidx, hk, sq.k_row0 + j0);
+  for (int jj = 0; jj < bc; ++jj) {
+    for (int d = 0; d < D; ++d) s->row[d] = first ? 0.0f : scale * s->dkt[d * bcp + jj];
+    fa__cpu_store_row(&dkm, jj, s->row, D);
+    for (int e = 0; e < Dv; ++e) s->row[e] = first ? 0.0f : s->dvt[e * bcp + jj];
+    fa__cpu_store_row(&dvm, jj, s->row, Dv);
+  }
+}
+
+/* Di = rowsum(dO * O) for every row of every sequence; rows holds
+ * 2 * Dv floats per thread. */
+static void compute_di(const fa__problem *p, const fa__cpu_kernels *kt, float *di, float *rows, int nt) {
+  const int64_t n = p->B * p->Hq;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+#endif
+  for (int64_t bh = 0; bh < n; ++bh) {
+    float *ro = rows + (size_t)fa__cpu_thread_id() * 2 * (size_t)p->Dv, *rd = ro + p->Dv;
+    const int64_t b = bh / p->Hq, h = bh % p->Hq;
+    const fa__seq sq = fa__seq_get(b, p->Lq, p->Lk, p->seqlens_q, p->seqlens_k, p->cu_seqlens_q, p->cu_seqlens_k);
+    const fa__cpu_mat om = fa__cpu_mat_of(&p->o, sq.bidx, h, sq.q_row0);
+    const fa__cpu_mat dm = fa__cpu_mat_of(&p->dout, sq.bidx, h, sq.q_row0);
+    float *out = di + bh * p->Lq;
+    for (int64_t i = 0; i < sq.lq; ++i) {
+      fa__cpu_load_row(kt, ro, &om, i, (int)p->Dv, 1.0f);
+      fa__cpu_load_row(kt, rd, &dm, i, (int)p->Dv, 1.0f);
+      double acc = 0.0;
+      for (int64_t e = 0; e < p->Dv; ++e) acc += (double)ro[e] * rd[e];
+      out[i] = (float)acc;
+    }
+  }
+  (void)nt;
+}
+
+/* Rows of a [B, H, L, C] output: zero those of sequence b (all of
+ * [0, L) in the padded layout, the sequence's own rows when packed). */
+static void zero_rows(const fa_tensor *x, const fa__problem *p, int kv, const float *zeros) {
+  const int64_t H = x->shape[1], C = x->shape[3];
+  for (int64_t b = 0; b < p->B; ++b) {
+    const fa__seq sq = fa__seq_get(b, p->Lq, p->Lk, p->seqlens_q, p->seqlens_k, p->cu_seqlens_q, p->cu_seqlens_k);
+    const int64_t row0 = p->varlen ? (kv ? sq.k_row0 : sq.q_row0) : 0;
+    const int64_t n = p->varlen ? (kv ? sq.lk : sq.lq) : x->shape[2];
+    for (int64_t h = 0; h < H; ++h) {
+      const fa__cpu_mat m = fa__cpu_mat_of(x, sq.bidx, h, row0);
+      for (int64_t i = kv && !p->varlen ? sq.lk : 0; i < n; ++i) fa__cpu_store_row(&m, i, zeros, (int)C);
+    }
+  }
+}
+
+fa_status fa__cpu_backward(const fa__problem *p, const fa__cpu_kernels *kt, fa__err *err) {
+  fa__cpu_blocks blk = fa__cpu_blocks_backward(kt, p->D, p->Dv, p->block_q, p->block_k);
+  if (blk.bq > p->Lq) blk.bq = (int)p->Lq;
+  if (blk.bk > p->Lk) blk.bk = (int)p->Lk;
+  bwd_ctx c;
+  memset(&c, 0, sizeof c);
+  c.p = p;
+  c.kt = kt;
+  c.bq = blk.bq;
+  c.bk = blk.bk;
+  c.bkp = fa__cpu_pad(blk.bk);
+  c.D = (int)p->D;
+  c.Dv = (int)p->Dv;
+  c.Dp = fa__cpu_pad((int)p->D);
+
+  const int64_t B = p->B;
+  const size_t n_di = (size_t)(B * p->Hq * p->Lq);
+  const int dq_f32 = p->dq.dtype == FA_F32;
+  const size_t n_dq = dq_f32 ? 0 : (size_t)(p->dq.shape[0] * p->dq.shape[1] * p->dq.shape[2] * p->dq.shape[3]);
+  int64_t *book = (int64_t *)malloc((size_t)(4 * B + 2) * sizeof(int64_t));
+  float *di = (float *)malloc((n_di ? n_di : 1) * sizeof(float));
+  float *zeros = (float *)calloc((size_t)(p->D > p->Dv ? p->D : p->Dv), sizeof(float));
+  float *dqacc = dq_f32 ? NULL : (float *)calloc(n_dq ? n_dq : 1, sizeof(float));
+  atomic_int *tickets = NULL;
+  fa_status st = FA_OK;
+  char *slabs = NULL;
+  if (!book || !di || !zeros || (!dq_f32 && !dqacc)) goto oom;
+
+  int64_t *kprefix = book, *nk = book + B + 1, *qprefix = book + 2 * B + 1, *nq = book + 3 * B + 2;
+  kprefix[0] = qprefix[0] = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const fa__seq sq = fa__seq_get(b, p->Lq, p->Lk, p->seqlens_q, p->seqlens_k, p->cu_seqlens_q, p->cu_seqlens_k);
+    nk[b] = (sq.lk + c.bk - 1) / c.bk;
+    nq[b] = (sq.lq + c.bq - 1) / c.bq;
+    kprefix[b + 1] = kprefix[b] + p->Hkv * nk[b];
+    qprefix[b + 1] = qprefix[b] + p->Hq * nq[b];
+  }
+  c.kprefix = kprefix;
+  c.nk = nk;
+  c.qprefix = qprefix;
+  c.nq = nq;
+  const int64_t items = kprefix[B];
+
+  tickets = (atomic_int *)malloc((size_t)(qprefix[B] > 0 ? qprefix[B] : 1) * sizeof(atomic_int));
+  if (!tickets) goto oom;
+  for (int64_t b = 0; b < B; ++b) {
+    const fa__seq sq = fa__seq_get(b, p->Lq, p->Lk, p->seqlens_q, p->seqlens_k, p->cu_seqlens_q, p->cu_seqlens_k);
+    const fa__band bd = fa__seq_band(&sq, p->window_left, p->window_right, p->bottom_right);
+    for (int64_t r = 0; r < nq[b]; ++r) {
+      int64_t t0, t1;
+      ktiles_of(&bd, r, c.bq, c.bk, &t0, &t1);
+      for (int64_t h = 0; h < p->Hq; ++h)
+        atomic_init(&tickets[qprefix[b] + h * nq[b] + r], p->deterministic ? (int)t0 : 0);
+    }
+  }
+  c.tickets = tickets;
+
+  if (dq_f32) {
+    c.dq = (float *)p->dq.data;
+    c.dq_s0 = (ptrdiff_t)p->dq.stride[0];
+    c.dq_s1 = (ptrdiff_t)p->dq.stride[1];
+    c.dq_s2 = (ptrdiff_t)p->dq.stride[2];
+    c.dq_s3 = (ptrdiff_t)p->dq.stride[3];
+    zero_rows(&p->dq, p, 0, zeros);
+  } else {
+    c.dq = dqacc;
+    c.dq_s3 = 1;
+    c.dq_s2 = (ptrdiff_t)p->D;
+    c.dq_s1 = c.dq_s2 * (ptrdiff_t)p->dq.shape[2];
+    c.dq_s0 = c.dq_s1 * (ptrdiff_t)p->Hq;
+  }
+  if (!p->varlen) { /* keys past a sequence's length: dK = dV = 0 */
+    zero_rows(&p->dk, p, 1, zeros);
+    zero_rows(&p->dv, p, 1, zeros);
+  }
+
+  {
+    const int nt = fa__cpu_threads(p, B * p->Hq);
+    float *rows = (float *)malloc((size_t)nt * 2 * (size_t)p->Dv * sizeof(float));
+    if (!rows) goto oom;
+    compute_di(p, kt, di, rows, nt);
+    free(rows);
+  }
+  c.di = di;
+
+  if (items > 0) {
+    const int nti = fa__cpu_threads(p, items);
+    fa__cpu_arena measure = {NULL, 0};
+    bwd_scratch s;
+    bwd_carve(&measure, &c, &s);
+    const size_t slab = fa__cpu_arena_size(&measure);
+    slabs = (char *)aligned_alloc(64, slab * (size_t)nti);
+    if (!slabs) goto oom;
+    atomic_llong next = 0;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nti)
+#endif
+    {
+      fa__cpu_arena a = {slabs + slab * (size_t)fa__cpu_thread_id(), 0};
+      bwd_scratch ts;
+      bwd_carve(&a, &c, &ts);
+      for (;;) {
+        const int64_t it = atomic_fetch_add(&next, 1);
+        if (it >= items) break;
+        int64_t lo = 0, hi = B - 1;
+        while (lo < hi) {
+          const int64_t mid = (lo + hi + 1) / 2;
+          if (c.kprefix[mid] <= it) lo = mid;
+          else hi = mid - 1;
+        }
+        const int64_t local = it - c.kprefix[lo];
+        bwd_item(&c, &ts, lo, local / c.nk[lo], local % c.nk[lo]);
+      }
+    }
+  }
+
+  if (!dq_f32) { /* convert the accumulator: every row of every sequence (and padding) */
+    for (int64_t b = 0; b < B; ++b) {
+      const fa__seq sq = fa__seq_get(b, p->Lq, p->Lk, p->seqlens_q, p->seqlens_k, p->cu_seqlens_q, p->cu_seqlens_k);
+      const int64_t row0 = p->varlen ? sq.q_row0 : 0, n = p->varlen ? sq.lq : p->dq.shape[2];
+      for (int64_t h = 0; h < p->Hq; ++h) {
+        const fa__cpu_mat m = fa__cpu_mat_of(&p->dq, sq.bidx, h, row0);
+        const float *src = dqacc + sq.bidx * c.dq_s0 + h * c.dq_s1 + row0 * c.dq_s2;
+        for (int64_t i = 0; i < n; ++i) fa__cpu_store_row(&m, i, src + i * c.dq_s2, c.D);
+      }
+    }
+  }
+
+  if (p->dbias.data) st = fa__cpu_dbias(p, kt, di, err);
+  goto done;
+
+oom:
+  fa__err_set(err, "cpu backward: out of memory for its buffers (Di, dQ accumulator, tickets or scratch)");
+  st = FA_ERR_OUT_OF_MEMORY;
+done:
+  free(slabs);
+  free(tickets);
+  free(dqacc);
+  free(zeros);
+  free(di);
+  free(book);
+  return st;
+}

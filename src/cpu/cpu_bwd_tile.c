@@ -1,0 +1,69 @@
+#include "cpu_bwd_tile.h"
+
+#include <math.h>
+
+#include "cpu_gemm.h"
+#include "cpu_scratch.h"
+#include "rules/score.h"
+
+void fa__cpu_bwd_bufs_carve(fa__cpu_arena *a, const fa__problem *p, int bq, int bk, fa__cpu_bwd_bufs *w) {
+  const size_t tile = (size_t)bq * (size_t)fa__cpu_pad(bk);
+  const int conv = p->dtype != FA_F32;
+  w->s = fa__cpu_take_f(a, tile);
+  w->dp = fa__cpu_take_f(a, tile);
+  w->pd = p->dropout_p > 0 ? fa__cpu_take_f(a, tile) : NULL;
+  w->keep = p->dropout_p > 0 ? (uint8_t *)fa__cpu_take(a, tile) : NULL;
+  w->capped = p->softcap > 0 ? fa__cpu_take_f(a, tile) : NULL;
+  w->lse = fa__cpu_take_f(a, (size_t)bq);
+  w->di = fa__cpu_take_f(a, (size_t)bq);
+  w->qbuf = conv ? fa__cpu_take_f(a, (size_t)bq * (size_t)p->D) : NULL;
+  w->obuf = conv ? fa__cpu_take_f(a, (size_t)bq * (size_t)p->Dv) : NULL;
+}
+
+void fa__cpu_bwd_ds(const fa__cpu_kernels *kt, const fa__cpu_tile *t, const fa__seq *sq, int bcp, const float *kts,
+                    const float *vt, const float *di_seq, const fa__cpu_bwd_bufs *w, fa__cpu_aop *qa,
+                    fa__cpu_aop *oa) {
+  const fa__problem *p = t->p;
+  const int br = t->br, bc = t->bc, D = (int)p->D, Dv = (int)p->Dv;
+
+  const fa__cpu_mat qm = fa__cpu_mat_of(&p->q, sq->bidx, t->h, sq->q_row0 + t->i0);
+  *qa = fa__cpu_operand(kt, &qm, br, D, w->qbuf);
+  fa__cpu_gemm(kt, br, bcp, D, qa->a, qa->rs, qa->cs, kts, bcp, w->s, bcp, 0);
+
+  const int full = fa__band_tile_full(t->bd, t->i0, t->i0 + br, t->j0, t->j0 + bc);
+  if (fa__cpu_score_elementwise(p) || !full) fa__cpu_score_tile(kt, t, w->s, bcp, 1, w->capped, full);
+  for (int ii = 0; ii < br; ++ii) {
+    for (int jj = bc; jj < bcp; ++jj) w->s[ii * bcp + jj] = -INFINITY;
+    const int64_t row = sq->q_row0 + t->i0 + ii;
+    w->lse[ii] = ((const float *)p->lse.data)[sq->bidx * p->lse.stride[0] + t->h * p->lse.stride[1] +
+                                               row * p->lse.stride[2]];
+    w->di[ii] = di_seq[t->i0 + ii];
+  }
+  kt->exp_rows(w->s, bcp, br, bcp, w->lse);
+
+  const fa__cpu_mat om = fa__cpu_mat_of(&p->dout, sq->bidx, t->h, sq->q_row0 + t->i0);
+  *oa = fa__cpu_operand(kt, &om, br, Dv, w->obuf);
+  fa__cpu_gemm(kt, br, bcp, Dv, oa->a, oa->rs, oa->cs, vt, bcp, w->dp, bcp, 0);
+
+  if (w->pd) { /* O saw P * keep / (1-p): so do dV (through pd) and dP */
+    const float ds = (float)p->dropout_scale;
+    fa__cpu_dropout_mask(t, w->keep, bcp, 1);
+    for (int ii = 0; ii < br; ++ii) {
+      float *s = w->s + ii * bcp, *pd = w->pd + ii * bcp, *dp = w->dp + ii * bcp;
+      const uint8_t *k = w->keep + ii * bcp;
+      for (int jj = 0; jj < bc; ++jj) {
+        const float z = k[jj] ? ds : 0.0f;
+        pd[jj] = s[jj] * z;
+        dp[jj] *= z;
+      }
+      for (int jj = bc; jj < bcp; ++jj) pd[jj] = 0.0f;
+    }
+  }
+  kt->ds_rows(w->s, w->dp, bcp, br, bcp, w->di);
+}
+
+void fa__cpu_softcap_grad(const fa__problem *p, const fa__cpu_bwd_bufs *w, int br, int bc, int bcp) {
+  const float cap = (float)p->softcap;
+  for (int ii = 0; ii < br; ++ii)
+    for (int jj = 0; jj < bc; ++jj) w->dp[ii * bcp + jj] *= fa__softcap_grad_f(w->capped[ii * bcp + jj], cap);
+}

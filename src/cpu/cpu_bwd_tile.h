@@ -1,0 +1,46 @@
+/* The part of the backward that both the main pass and the dBias pass
+ * need: for one tile of query rows x keys, recompute P from LSE and produce
+ * dS. The K/V side arrives packed (the tile that stays), the Q/dO side is
+ * read in place (the tiles that stream):
+ *   S  = Q (scale K)^T          P = exp(S - LSE)       (per row)
+ *   dP = dO V^T                 (times the dropout keep/(1-p))
+ *   dS = P * (dP - Di)          Di = rowsum(dO * O)
+ * All tiles are row-major br x bcp (bcp: keys padded to the panel width;
+ * the padding columns come out 0 in P and dS). */
+#ifndef FA_CPU_BWD_TILE_H
+#define FA_CPU_BWD_TILE_H
+
+#include <stdint.h>
+
+#include "cpu_io.h"
+#include "cpu_score.h"
+#include "rules/layout.h"
+
+typedef struct fa__cpu_bwd_bufs {
+  float *s;      /* br x bcp: scores, then P */
+  float *dp;     /* br x bcp: dP, then dS */
+  float *pd;     /* br x bcp: P with dropout applied (NULL without dropout: use s) */
+  float *capped; /* br x bcp: softcap(scale q.k) (NULL without softcap) */
+  uint8_t *keep; /* br x bcp (dropout) */
+  float *lse, *di; /* br */
+  float *qbuf, *obuf; /* br x D, br x Dv: Q and dO converted to f32 (f16/bf16 only) */
+} fa__cpu_bwd_bufs;
+
+/* Scratch floats (and keep bytes) that fa__cpu_bwd_bufs needs for tiles of
+ * at most bq x bk. */
+struct fa__cpu_arena;
+void fa__cpu_bwd_bufs_carve(struct fa__cpu_arena *a, const fa__problem *p, int bq, int bk, fa__cpu_bwd_bufs *w);
+
+/* dS for tile t (t->br rows from t->i0, t->bc keys from t->j0) of query
+ * head t->h. kts: D x bcp panel of scale*K^T; vt: Dv x bcp panel of V^T;
+ * di_seq: Di of rows 0.. of this (sequence, head). On return w->s holds P,
+ * w->pd (or w->s) the dropped P, w->dp holds dS (gradient of the final
+ * score, before any softcap factor), and qa/oa the Q and dO operands used. */
+void fa__cpu_bwd_ds(const fa__cpu_kernels *kt, const fa__cpu_tile *t, const fa__seq *sq, int bcp, const float *kts,
+                    const float *vt, const float *di_seq, const fa__cpu_bwd_bufs *w, fa__cpu_aop *qa,
+                    fa__cpu_aop *oa);
+
+/* dS *= d softcap / ds, from the capped scores (softcap only). */
+void fa__cpu_softcap_grad(const fa__problem *p, const fa__cpu_bwd_bufs *w, int br, int bc, int bcp);
+
+#endif

@@ -1,0 +1,102 @@
+#include "cpu_isa.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/cpuinfo.h"
+
+int fa__cpu_isa_have(fa_cpu_isa isa) {
+  switch (isa) {
+    case FA_ISA_AUTO:
+    case FA_ISA_GENERIC:
+      return 1;
+#ifdef FA_CPU_X86
+    case FA_ISA_AVX2:
+      return fa__cpuinfo_get()->has_avx2_fma;
+    case FA_ISA_AVX512:
+      return fa__cpuinfo_get()->has_avx512f;
+#endif
+    default:
+      return 0;
+  }
+}
+
+static fa_cpu_isa best_isa(void) {
+  if (fa__cpu_isa_have(FA_ISA_AVX512)) return FA_ISA_AVX512;
+  if (fa__cpu_isa_have(FA_ISA_AVX2)) return FA_ISA_AVX2;
+  return FA_ISA_GENERIC;
+}
+
+static const char *lacks(fa_cpu_isa isa) {
+#ifdef FA_CPU_X86
+  (void)isa;
+  return "this CPU lacks it";
+#else
+  return isa == FA_ISA_GENERIC ? "" : "this build has no x86 kernels";
+#endif
+}
+
+fa_status fa__cpu_isa_resolve(fa_cpu_isa requested, fa_cpu_isa *out, char *why, size_t why_size) {
+  fa_cpu_isa isa = requested;
+  if (isa == FA_ISA_AUTO) {
+    const char *env = getenv("FLASHATTN_ISA");
+    if (env && *env) {
+      if (strcmp(env, "generic") == 0) {
+        isa = FA_ISA_GENERIC;
+      } else if (strcmp(env, "avx2") == 0) {
+        isa = FA_ISA_AVX2;
+      } else if (strcmp(env, "avx512") == 0) {
+        isa = FA_ISA_AVX512;
+      } else if (strcmp(env, "auto") == 0) {
+        isa = best_isa();
+      } else {
+        if (why) snprintf(why, why_size, "FLASHATTN_ISA=%s is not one of generic, avx2, avx512, auto", env);
+        return FA_ERR_UNSUPPORTED;
+      }
+      if (!fa__cpu_isa_have(isa)) {
+        if (why) snprintf(why, why_size, "FLASHATTN_ISA=%s asks for ISA %s, but %s", env, fa_cpu_isa_name(isa), lacks(isa));
+        return FA_ERR_UNSUPPORTED;
+      }
+    } else {
+      isa = best_isa();
+    }
+  } else if (isa != FA_ISA_GENERIC && isa != FA_ISA_AVX2 && isa != FA_ISA_AVX512) {
+    if (why) snprintf(why, why_size, "isa %d is not an fa_cpu_isa value", (int)isa);
+    return FA_ERR_UNSUPPORTED;
+  } else if (!fa__cpu_isa_have(isa)) {
+    if (why) snprintf(why, why_size, "ISA %s was asked for, but %s", fa_cpu_isa_name(isa), lacks(isa));
+    return FA_ERR_UNSUPPORTED;
+  }
+  *out = isa;
+  return FA_OK;
+}
+
+/* One table per ISA: generic first, each ISA overriding the one below. */
+static fa__cpu_kernels g_tables[4];
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void build_tables(void) {
+  fa__cpu_kernels_generic(&g_tables[FA_ISA_GENERIC]);
+  g_tables[FA_ISA_AVX2] = g_tables[FA_ISA_GENERIC];
+  g_tables[FA_ISA_AVX512] = g_tables[FA_ISA_GENERIC];
+#ifdef FA_CPU_X86
+  if (fa__cpu_isa_have(FA_ISA_AVX2)) {
+    fa__cpu_kernels_avx2(&g_tables[FA_ISA_AVX2]);
+    g_tables[FA_ISA_AVX512] = g_tables[FA_ISA_AVX2];
+  }
+  if (fa__cpu_isa_have(FA_ISA_AVX512)) fa__cpu_kernels_avx512(&g_tables[FA_ISA_AVX512]);
+#endif
+}
+
+const fa__cpu_kernels *fa__cpu_kernels_get(fa_cpu_isa isa) {
+  pthread_once(&g_once, build_tables);
+  if (isa < FA_ISA_GENERIC || isa > FA_ISA_AVX512) isa = FA_ISA_GENERIC;
+  return &g_tables[isa];
+}
+
+int fa_cpu_isa_supported(fa_cpu_isa isa) {
+  if (isa < FA_ISA_AUTO || isa > FA_ISA_AVX512) return 0;
+  return fa__cpu_isa_have(isa);
+}

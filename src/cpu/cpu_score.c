@@ -1,0 +1,87 @@
+#include "cpu_score.h"
+
+#include <math.h>
+
+#include "cpu_io.h"
+#include "rules/dropout.h"
+#include "rules/score.h"
+
+int fa__cpu_score_elementwise(const fa__problem *p) {
+  return p->softcap > 0 || p->alibi_slopes || p->bias.data || p->mask.data;
+}
+
+/* Element (b, h, i, j) of a [B, Hq, Lq, Lk] operand (stride 0 broadcasts). */
+static const void *bhij(const fa_tensor *x, int64_t b, int64_t h, int64_t i, int64_t j) {
+  const ptrdiff_t es = (ptrdiff_t)fa_dtype_size(x->dtype);
+  return (const char *)x->data + (ptrdiff_t)(b * x->stride[0] + h * x->stride[1] + i * x->stride[2] + j * x->stride[3]) * es;
+}
+
+void fa__cpu_score_tile(const fa__cpu_kernels *kt, const fa__cpu_tile *t, float *s, ptrdiff_t si, ptrdiff_t sj,
+                        float *capped, int band_full) {
+  const fa__problem *p = t->p;
+  const int br = t->br, bc = t->bc;
+  if (p->softcap > 0) {
+    const float cap = (float)p->softcap;
+    if (sj == 1) {
+      for (int ii = 0; ii < br; ++ii) kt->softcap(s + ii * si, bc, cap);
+    } else {
+      for (int jj = 0; jj < bc; ++jj) kt->softcap(s + jj * sj, br, cap);
+    }
+    if (capped)
+      for (int ii = 0; ii < br; ++ii)
+        for (int jj = 0; jj < bc; ++jj) capped[ii * si + jj * sj] = s[ii * si + jj * sj];
+  }
+  if (p->alibi_slopes) {
+    const float slope = p->alibi_slopes[t->h];
+    for (int ii = 0; ii < br; ++ii) {
+      const int64_t diag = fa__band_diag(t->bd, t->i0 + ii);
+      for (int jj = 0; jj < bc; ++jj) s[ii * si + jj * sj] += fa__alibi_f(slope, diag, t->j0 + jj);
+    }
+  }
+  if (p->bias.data) {
+    for (int ii = 0; ii < br; ++ii)
+      for (int jj = 0; jj < bc; ++jj)
+        s[ii * si + jj * sj] += fa__cpu_get(bhij(&p->bias, t->b, t->h, t->i0 + ii, t->j0 + jj), p->bias.dtype);
+  }
+  if (p->mask.data) {
+    for (int ii = 0; ii < br; ++ii)
+      for (int jj = 0; jj < bc; ++jj)
+        if (!*(const uint8_t *)bhij(&p->mask, t->b, t->h, t->i0 + ii, t->j0 + jj)) s[ii * si + jj * sj] = -INFINITY;
+  }
+  if (!band_full) {
+    /* one row (or column) of the band is an interval: mask what lies outside */
+    if (sj == 1) {
+      for (int ii = 0; ii < br; ++ii) {
+        int64_t lo, hi;
+        fa__band_cols(t->bd, t->i0 + ii, t->i0 + ii + 1, &lo, &hi);
+        for (int jj = 0; jj < bc; ++jj) {
+          const int64_t j = t->j0 + jj;
+          if (j < lo || j >= hi) s[ii * si + jj] = -INFINITY;
+        }
+      }
+    } else {
+      for (int jj = 0; jj < bc; ++jj) {
+        int64_t lo, hi;
+        fa__band_rows(t->bd, t->j0 + jj, t->j0 + jj + 1, &lo, &hi);
+        for (int ii = 0; ii < br; ++ii) {
+          const int64_t i = t->i0 + ii;
+          if (i < lo || i >= hi) s[ii * si + jj * sj] = -INFINITY;
+        }
+      }
+    }
+  }
+}
+
+void fa__cpu_dropout_mask(const fa__cpu_tile *t, uint8_t *keep, ptrdiff_t ki, ptrdiff_t kj) {
+  const fa__problem *p = t->p;
+  const int64_t bh = t->b * p->Hq + t->h;
+  for (int ii = 0; ii < t->br; ++ii) {
+    const int64_t i = t->i0 + ii;
+    fa__u32x4 w = {{0, 0, 0, 0}};
+    for (int jj = 0; jj < t->bc; ++jj) {
+      const int64_t j = t->j0 + jj;
+      if (jj == 0 || (j & 3) == 0) w = fa__dropout_words(p->dropout_seed, p->dropout_offset, bh, i, j);
+      keep[ii * ki + jj * kj] = w.v[j & 3] < p->dropout_threshold;
+    }
+  }
+}

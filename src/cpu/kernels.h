@@ -1,0 +1,94 @@
+/* The per-ISA kernel table of the cpu backend (BLIS-shaped): a handful of
+ * small functions with written contracts, filled with the portable C
+ * versions first and then overridden by each instruction set. Everything
+ * else in src/cpu (tiling, packing, masks, threads) is portable and calls
+ * these through the table. */
+#ifndef FA_CPU_KERNELS_H
+#define FA_CPU_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "flashattn.h"
+
+/* Panels (the B operand of the micro-kernel, score tiles) are padded to a
+ * multiple of this many floats, so that every ISA's vectors divide them. */
+#define FA_CPU_PANEL 16
+
+/* Micro-kernel. For one micro-tile of mr rows and nv vectors (nv * vl
+ * floats) of columns:
+ *
+ *   C[m*ldc + n] = (accumulate ? C[m*ldc + n] : 0) + sum_{k < kc} A(m, k) * B[k*ldb + n]
+ *   with A(m, k) = a[m*rsa + k*csa],   m < mr, n < nv * vl.
+ *
+ * A is the broadcast operand: read one scalar at a time, so any strides
+ * work and it is read straight from a tensor of any layout (the tiled
+ * loops pass Q, K, V or dO rows without packing them). B is a packed panel:
+ * kc rows of at least nv*vl contiguous floats with row stride ldb. C is
+ * row-major. 1 <= mr <= table.mr, 1 <= nv <= table.nv, kc >= 0 (kc = 0
+ * without accumulate zeroes the tile). Nothing outside these ranges is read
+ * or written; no alignment is required (64-byte aligned panels are faster).
+ * Rounding: each C element is a sum over k in increasing order of k, with
+ * or without fused multiply-adds; the same arguments give the same bits. */
+typedef void (*fa__cpu_gemm_fn)(int mr, int nv, int kc, const float *a, ptrdiff_t rsa, ptrdiff_t csa,
+                                const float *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate);
+
+/* One online-softmax step on a score tile stored transposed: s[j*lds + i]
+ * is the score of query row i against key j, j < bc (>= 1), i < np (a
+ * multiple of FA_CPU_PANEL). For every column i:
+ *   mn = max(m[i], max_j s[j][i]);   mu = (mn == -inf) ? 0 : mn
+ *   f[i] = exp(m[i] - mu)            (0 when m[i] = -inf: nothing seen yet)
+ *   s[j][i] = exp(s[j][i] - mu)      (0 for -inf scores: masked)
+ *   l[i] = l[i] * f[i] + sum_j s[j][i];   m[i] = mn
+ * Returns nonzero if some f[i] != 1, i.e. the caller must rescale its
+ * accumulator. Rows that saw nothing keep m = -inf, l = 0 (no NaN). This is
+ * fa__osm_update of src/rules/online_softmax.h, vectorized across rows. */
+typedef int (*fa__cpu_softmax_fn)(float *s, ptrdiff_t lds, int bc, int np, float *m, float *l, float *f);
+
+/* c[r*ldc + i] *= f[i] for r < rows, i < np (np a multiple of FA_CPU_PANEL). */
+typedef void (*fa__cpu_scale_cols_fn)(float *c, ptrdiff_t ldc, int rows, int np, const float *f);
+
+/* Backward: P = exp(S - lse[r]) in place, s[r*lds + j] for r < rows, j < n
+ * (n a multiple of FA_CPU_PANEL). Rows with lse[r] = -inf (nothing
+ * visible) become 0; -inf scores become 0. */
+typedef void (*fa__cpu_exp_rows_fn)(float *s, ptrdiff_t lds, int rows, int n, const float *lse);
+
+/* Backward: dS = P * (dP - di[r]) in place in dp (same layout as above). */
+typedef void (*fa__cpu_ds_rows_fn)(const float *p, float *dp, ptrdiff_t ld, int rows, int n, const float *di);
+
+/* y[t] = exp(x[t]) for t < n, to f32 accuracy (a few ulp); exp(-inf) = 0,
+ * NaN stays NaN. y may alias x. */
+typedef void (*fa__cpu_exp_fn)(float *y, const float *x, int n);
+
+/* s[t] = cap * tanh(s[t] / cap) for t < n (the softcap of src/rules/score.h). */
+typedef void (*fa__cpu_softcap_fn)(float *s, int n, float cap);
+
+/* dst[t] = src[t] (f16 or bf16, contiguous) as f32, for t < n; bit-exact
+ * with src/rules/half.h. */
+typedef void (*fa__cpu_cvt_fn)(float *dst, const uint16_t *src, int n);
+
+typedef struct fa__cpu_kernels {
+  fa_cpu_isa isa;
+  int vl; /* floats per vector of gemm's nv */
+  int mr; /* most rows of a micro-tile */
+  int nv; /* most vectors of a micro-tile */
+  fa__cpu_gemm_fn gemm;
+  fa__cpu_softmax_fn softmax;
+  fa__cpu_scale_cols_fn scale_cols;
+  fa__cpu_exp_rows_fn exp_rows;
+  fa__cpu_ds_rows_fn ds_rows;
+  fa__cpu_exp_fn exp;
+  fa__cpu_softcap_fn softcap;
+  fa__cpu_cvt_fn f16_to_f32;
+  fa__cpu_cvt_fn bf16_to_f32;
+} fa__cpu_kernels;
+
+/* Fill a table: the portable kernels first, then each ISA overrides what it
+ * has. The x86 fillers exist only when FA_CPU_X86 is defined. */
+void fa__cpu_kernels_generic(fa__cpu_kernels *kt);
+#ifdef FA_CPU_X86
+void fa__cpu_kernels_avx2(fa__cpu_kernels *kt);
+void fa__cpu_kernels_avx512(fa__cpu_kernels *kt);
+#endif
+
+#endif

@@ -1,0 +1,198 @@
+/* AVX-512F kernels. The micro-kernel holds an 8 x 48 tile of C in 24 zmm
+ * accumulators; per k it loads 3 vectors of the B panel and broadcasts 8
+ * scalars of A (embedded broadcasts), so 24 FMAs cost 11 loads: the FMA
+ * pipes, not the loads, set the pace. Compiled with -mavx512f; only called
+ * when the CPU has AVX-512F. */
+#include <math.h>
+
+#include "kernels.h"
+#include "vexp_avx512.h"
+
+enum { K5_VL = 16, K5_MR = 8, K5_NV = 3 };
+
+#define FA_INLINE static inline __attribute__((always_inline))
+
+/* The micro-tile with compile-time MR_ x NV_: after inlining, t[][] lives
+ * in registers and every loop over m and v is unrolled. */
+FA_INLINE void mk512(const int MR_, const int NV_, int kc, const float *a, ptrdiff_t rsa, ptrdiff_t csa,
+                     const float *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate) {
+  __m512 t[K5_MR][K5_NV];
+  const float *ap[K5_MR];
+  for (int m = 0; m < MR_; ++m) {
+    ap[m] = a + m * rsa;
+    for (int v = 0; v < NV_; ++v)
+      t[m][v] = accumulate ? _mm512_loadu_ps(c + m * ldc + v * K5_VL) : _mm512_setzero_ps();
+  }
+  ptrdiff_t ko = 0;
+  for (int k = 0; k < kc; ++k) {
+    __m512 bv[K5_NV];
+    for (int v = 0; v < NV_; ++v) bv[v] = _mm512_loadu_ps(b + v * K5_VL);
+    for (int m = 0; m < MR_; ++m) {
+      const __m512 am = _mm512_set1_ps(ap[m][ko]);
+      for (int v = 0; v < NV_; ++v) t[m][v] = _mm512_fmadd_ps(am, bv[v], t[m][v]);
+    }
+    ko += csa;
+    b += ldb;
+  }
+  for (int m = 0; m < MR_; ++m)
+    for (int v = 0; v < NV_; ++v) _mm512_storeu_ps(c + m * ldc + v * K5_VL, t[m][v]);
+}
+
+typedef void (*mk_fn)(int kc, const float *a, ptrdiff_t rsa, ptrdiff_t csa, const float *b, ptrdiff_t ldb, float *c,
+                      ptrdiff_t ldc, int accumulate);
+
+#define MK(MR_, NV_)                                                                                          \
+  static void mk512_##MR_##_##NV_(int kc, const float *a, ptrdiff_t rsa, ptrdiff_t csa, const float *b,      \
+                                  ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate) {                  \
+    mk512(MR_, NV_, kc, a, rsa, csa, b, ldb, c, ldc, accumulate);                                           \
+  }
+#define MK_ROW(MR_) MK(MR_, 1) MK(MR_, 2) MK(MR_, 3)
+MK_ROW(1)
+MK_ROW(2)
+MK_ROW(3)
+MK_ROW(4)
+MK_ROW(5)
+MK_ROW(6)
+MK_ROW(7)
+MK_ROW(8)
+#undef MK_ROW
+#undef MK
+
+#define MK_ENTRY(MR_) {mk512_##MR_##_1, mk512_##MR_##_2, mk512_##MR_##_3}
+static const mk_fn mk512_table[K5_MR][K5_NV] = {MK_ENTRY(1), MK_ENTRY(2), MK_ENTRY(3), MK_ENTRY(4),
+                                                MK_ENTRY(5), MK_ENTRY(6), MK_ENTRY(7), MK_ENTRY(8)};
+#undef MK_ENTRY
+
+static void gemm_avx512(int mr, int nv, int kc, const float *a, ptrdiff_t rsa, ptrdiff_t csa, const float *b,
+                        ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate) {
+  mk512_table[mr - 1][nv - 1](kc, a, rsa, csa, b, ldb, c, ldc, accumulate);
+}
+
+static int softmax_avx512(float *s, ptrdiff_t lds, int bc, int np, float *m, float *l, float *f) {
+  const __m512 ninf = _mm512_set1_ps(-INFINITY), one = _mm512_set1_ps(1.0f);
+  __mmask16 moved = 0;
+  for (int i = 0; i < np; i += K5_VL) {
+    float *col = s + i;
+    __m512 mx0 = ninf, mx1 = ninf;
+    int j = 0;
+    for (; j + 1 < bc; j += 2) {
+      mx0 = _mm512_max_ps(mx0, _mm512_loadu_ps(col + j * lds));
+      mx1 = _mm512_max_ps(mx1, _mm512_loadu_ps(col + (j + 1) * lds));
+    }
+    if (j < bc) mx0 = _mm512_max_ps(mx0, _mm512_loadu_ps(col + j * lds));
+    const __m512 mold = _mm512_loadu_ps(m + i);
+    const __m512 mn = _mm512_max_ps(_mm512_max_ps(mx0, mx1), mold);
+    const __m512 mu = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mn, ninf, _CMP_EQ_OQ), mn, _mm512_setzero_ps());
+    const __m512 fi = fa__cpu_exp512(_mm512_sub_ps(mold, mu));
+    __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
+    for (j = 0; j + 1 < bc; j += 2) {
+      const __m512 p0 = fa__cpu_exp512(_mm512_sub_ps(_mm512_loadu_ps(col + j * lds), mu));
+      const __m512 p1 = fa__cpu_exp512(_mm512_sub_ps(_mm512_loadu_ps(col + (j + 1) * lds), mu));
+      _mm512_storeu_ps(col + j * lds, p0);
+      _mm512_storeu_ps(col + (j + 1) * lds, p1);
+      sum0 = _mm512_add_ps(sum0, p0);
+      sum1 = _mm512_add_ps(sum1, p1);
+    }
+    if (j < bc) {
+      const __m512 p0 = fa__cpu_exp512(_mm512_sub_ps(_mm512_loadu_ps(col + j * lds), mu));
+      _mm512_storeu_ps(col + j * lds, p0);
+      sum0 = _mm512_add_ps(sum0, p0);
+    }
+    _mm512_storeu_ps(l + i, _mm512_fmadd_ps(_mm512_loadu_ps(l + i), fi, _mm512_add_ps(sum0, sum1)));
+    _mm512_storeu_ps(m + i, mn);
+    _mm512_storeu_ps(f + i, fi);
+    moved |= _mm512_cmp_ps_mask(fi, one, _CMP_NEQ_UQ);
+  }
+  return moved != 0;
+}
+
+static void scale_cols_avx512(float *c, ptrdiff_t ldc, int rows, int np, const float *f) {
+  for (int i = 0; i < np; i += K5_VL) {
+    const __m512 fi = _mm512_loadu_ps(f + i);
+    for (int r = 0; r < rows; ++r) _mm512_storeu_ps(c + r * ldc + i, _mm512_mul_ps(_mm512_loadu_ps(c + r * ldc + i), fi));
+  }
+}
+
+static void exp_rows_avx512(float *s, ptrdiff_t lds, int rows, int n, const float *lse) {
+  for (int r = 0; r < rows; ++r) {
+    float *row = s + r * lds;
+    if (lse[r] == -INFINITY) {
+      for (int j = 0; j < n; j += K5_VL) _mm512_storeu_ps(row + j, _mm512_setzero_ps());
+      continue;
+    }
+    const __m512 lr = _mm512_set1_ps(lse[r]);
+    for (int j = 0; j < n; j += K5_VL)
+      _mm512_storeu_ps(row + j, fa__cpu_exp512(_mm512_sub_ps(_mm512_loadu_ps(row + j), lr)));
+  }
+}
+
+static void ds_rows_avx512(const float *p, float *dp, ptrdiff_t ld, int rows, int n, const float *di) {
+  for (int r = 0; r < rows; ++r) {
+    const __m512 d = _mm512_set1_ps(di[r]);
+    for (int j = 0; j < n; j += K5_VL) {
+      const __m512 x = _mm512_sub_ps(_mm512_loadu_ps(dp + r * ld + j), d);
+      _mm512_storeu_ps(dp + r * ld + j, _mm512_mul_ps(_mm512_loadu_ps(p + r * ld + j), x));
+    }
+  }
+}
+
+static void exp_avx512(float *y, const float *x, int n) {
+  int t = 0;
+  for (; t + K5_VL <= n; t += K5_VL) _mm512_storeu_ps(y + t, fa__cpu_exp512(_mm512_loadu_ps(x + t)));
+  if (t < n) {
+    const __mmask16 k = (__mmask16)((1u << (n - t)) - 1u);
+    _mm512_mask_storeu_ps(y + t, k, fa__cpu_exp512(_mm512_maskz_loadu_ps(k, x + t)));
+  }
+}
+
+static void softcap_avx512(float *s, int n, float cap) {
+  const __m512 c = _mm512_set1_ps(cap), inv = _mm512_set1_ps(1.0f / cap);
+  int t = 0;
+  for (; t + K5_VL <= n; t += K5_VL)
+    _mm512_storeu_ps(s + t, _mm512_mul_ps(c, fa__cpu_tanh512(_mm512_mul_ps(_mm512_loadu_ps(s + t), inv))));
+  if (t < n) {
+    const __mmask16 k = (__mmask16)((1u << (n - t)) - 1u);
+    _mm512_mask_storeu_ps(s + t, k, _mm512_mul_ps(c, fa__cpu_tanh512(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + t), inv))));
+  }
+}
+
+/* vcvtph2ps converts every f16 exactly (subnormals included), like half.h. */
+static void f16_avx512(float *dst, const uint16_t *src, int n) {
+  int t = 0;
+  for (; t + K5_VL <= n; t += K5_VL)
+    _mm512_storeu_ps(dst + t, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + t))));
+  for (; t < n; ++t) {
+    const __m128i h = _mm_cvtsi32_si128(src[t]);
+    dst[t] = _mm_cvtss_f32(_mm_cvtph_ps(h));
+  }
+}
+
+static void bf16_avx512(float *dst, const uint16_t *src, int n) {
+  int t = 0;
+  for (; t + K5_VL <= n; t += K5_VL) {
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + t)));
+    _mm512_storeu_ps(dst + t, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+  }
+  for (; t < n; ++t) {
+    const uint32_t u = (uint32_t)src[t] << 16;
+    float v;
+    __builtin_memcpy(&v, &u, 4);
+    dst[t] = v;
+  }
+}
+
+void fa__cpu_kernels_avx512(fa__cpu_kernels *kt) {
+  kt->isa = FA_ISA_AVX512;
+  kt->vl = K5_VL;
+  kt->mr = K5_MR;
+  kt->nv = K5_NV;
+  kt->gemm = gemm_avx512;
+  kt->softmax = softmax_avx512;
+  kt->scale_cols = scale_cols_avx512;
+  kt->exp_rows = exp_rows_avx512;
+  kt->ds_rows = ds_rows_avx512;
+  kt->exp = exp_avx512;
+  kt->softcap = softcap_avx512;
+  kt->f16_to_f32 = f16_avx512;
+  kt->bf16_to_f32 = bf16_avx512;
+}
