@@ -1,0 +1,56 @@
+/* What this machine can do at best: FP32 FMA throughput per instruction set
+ * and thread count, and memory bandwidth, measured in-process (never read
+ * from a file: a laptop on battery and the same laptop plugged in differ).
+ * `flashattn info --peak` prints it; bench and explain divide by it. */
+#ifndef FA_BENCH_PEAK_H
+#define FA_BENCH_PEAK_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "flashattn.h"
+
+/* Per-ISA micro-kernels (peak_generic.c, peak_avx2.c, peak_avx512.c, each
+ * compiled with only its own ISA's flags): iters rounds of independent
+ * multiply-adds on enough accumulators to hide the FMA latency. Return the
+ * floating-point operations done. */
+double fa_peak_kernel_generic(int64_t iters);
+double fa_peak_kernel_avx2(int64_t iters);
+double fa_peak_kernel_avx512(int64_t iters);
+
+typedef struct fa_peak_isa {
+  int measured;      /* 0 if this CPU (or build) lacks the ISA */
+  double gflops_1t;  /* one thread */
+  double gflops_all; /* all threads */
+} fa_peak_isa;
+
+typedef struct fa_peak {
+  int threads;            /* "all threads": OpenMP's count (or the one asked) */
+  fa_peak_isa isa[4];     /* indexed by fa_cpu_isa; [FA_ISA_AUTO] unused */
+  double triad_gbs_1t;    /* STREAM triad a = b + s*c, one thread */
+  double copy_gbs;        /* STREAM copy c = a, all threads */
+  double triad_gbs;       /* STREAM triad, all threads */
+  int have_flops, have_bw;
+} fa_peak;
+
+/* Does this CPU (and this build) have the instruction set? Independent of
+ * the cpu backend being built. */
+int fa_peak_isa_present(fa_cpu_isa isa);
+/* The best ISA present. */
+fa_cpu_isa fa_peak_best_isa(void);
+
+/* Measures FLOP/s of every ISA present (about 0.1 s each); threads 0 = all
+ * of OpenMP's. progress: a line on stderr per measurement. */
+void fa_peak_measure_flops(fa_peak *p, int threads, int progress);
+/* Measures bandwidth with arrays of array_bytes each (0 = 4x the L3, at
+ * least 64 MiB). */
+void fa_peak_measure_bandwidth(fa_peak *p, int threads, size_t array_bytes, int progress);
+
+/* The peak for code running `isa` on `threads` threads: the 1-thread figure
+ * for 1, the all-threads figure scaled down for fewer. 0 if unmeasured. */
+double fa_peak_gflops_for(const fa_peak *p, fa_cpu_isa isa, int threads);
+
+/* The table `info --peak` prints (peak_report.c). */
+void fa_peak_print(FILE *f, const fa_peak *p);
+
+#endif

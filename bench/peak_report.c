@@ -1,0 +1,23 @@
+/* The peak table, as `info --peak`, bench and explain print it. */
+#include <stdio.h>
+
+#include "peak.h"
+
+void fa_peak_print(FILE *f, const fa_peak *p) {
+  if (p->have_flops) {
+    fprintf(f, "  FP32 FMA peak     1 thread      %d threads\n", p->threads);
+    const fa_cpu_isa isas[] = {FA_ISA_AVX512, FA_ISA_AVX2, FA_ISA_GENERIC};
+    for (int i = 0; i < 3; ++i) {
+      const fa_peak_isa *r = &p->isa[isas[i]];
+      if (!r->measured) {
+        fprintf(f, "  %-12s      (not on this CPU or build)\n", fa_cpu_isa_name(isas[i]));
+        continue;
+      }
+      fprintf(f, "  %-12s %9.1f GFLOP/s %9.1f GFLOP/s\n", fa_cpu_isa_name(isas[i]), r->gflops_1t, r->gflops_all);
+    }
+  }
+  if (p->have_bw)
+    fprintf(f,
+            "  memory bandwidth  copy %.1f GB/s, triad %.1f GB/s (%d threads); triad %.1f GB/s (1 thread)\n",
+            p->copy_gbs, p->triad_gbs, p->threads, p->triad_gbs_1t);
+}
