@@ -9,7 +9,12 @@
  *     f64 1e-10, f32 2e-4, f16 2e-2, bf16 5e-2
  * (f16/bf16 keep 11/8 significant bits; the inputs are rounded before the
  * oracle sees them, so only the backend's own arithmetic and output
- * rounding count). Structural zeros are checked exactly on every backend:
+ * rounding count). The gradients get one more term, tc_grad_tol: the
+ * backward recomputes P = exp(s - LSE) from an LSE stored in f32, whose
+ * absolute error is ~|LSE| 2^-24, a relative error of P that dQ and dK
+ * multiply by |k| and |q| (the case's mag): 4 |LSE|max mag 2^-24 (2^-53 with
+ * an f64 LSE). Negligible at ordinary scales (|LSE| ~ 5: ~1e-6); it is what
+ * scores of 1e4 cost in any implementation with an f32 LSE. Structural zeros are checked exactly on every backend:
  * rows that see nothing have O = 0, LSE = -inf, dQ = 0; keys no query sees
  * have dK = dV = 0; bias elements no visible score reads have dBias = 0. */
 #ifndef FA_TEST_BACKEND_RUN_H
@@ -19,6 +24,8 @@
 #include "support/problem.h"
 
 double tc_tol(fa_dtype dt);
+/* tc_tol(dt) plus the f32-LSE term described above, for dQ, dK, dV, dBias. */
+double tc_grad_tol(const tcase *c, fa_dtype dt, const double *lse, int64_t nlse);
 
 typedef struct tc_oracle {
   tc_inputs in;
