@@ -101,6 +101,9 @@ void fa_peak_measure_flops(fa_peak *p, int threads, int progress) {
       else
         r->gflops_all = gf;
     }
+    /* all threads can do at least what one does: a lower figure is noise
+     * from other work on the machine */
+    if (r->gflops_all < r->gflops_1t) r->gflops_all = r->gflops_1t;
     r->measured = 1;
   }
   p->have_flops = 1;

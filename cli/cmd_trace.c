@@ -129,11 +129,14 @@ int fa_cli_trace(int argc, char **argv) {
     double tile_l = 0, tile_acc = 0;
     for (int j = 0; j < nt; ++j) tile_l += p[j], tile_acc += p[j] * v[t0 + j];
     acc = acc * factor + tile_acc;
-    printf("  m' = max(%.6g, tile max) = %.6g;  rescale = exp(m - m') = %.6g\n", m_old, st.m, factor);
+    double tmax = -INFINITY;
+    for (int j = 0; j < nt; ++j) tmax = s[t0 + j] > tmax ? s[t0 + j] : tmax;
+    printf("  m' = max(m, tile max) = max(%.6g, %.6g) = %.6g;  rescale = exp(m - m') = %.6g\n", m_old, tmax, st.m,
+           factor);
     printf("  ");
     print_list("p = exp(s - m') = ", p, nt);
-    printf("\n  l   = %.6g * %.6g + %.6g = %.6g\n", l_old, factor, tile_l, st.l);
-    printf("  acc = %.6g * %.6g + (", acc_old, factor);
+    printf("\n  l   = l * rescale + sum p = %.6g * %.6g + %.6g = %.6g\n", l_old, factor, tile_l, st.l);
+    printf("  acc = acc * rescale + sum p*v = %.6g * %.6g + (", acc_old, factor);
     for (int j = 0; j < nt; ++j) printf("%s%.6g*%.6g", j ? " + " : "", p[j], v[t0 + j]);
     printf(") = %.6g\n", acc);
     print_state("  -> ", st.m, st.l, acc);
