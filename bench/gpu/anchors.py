@@ -1,0 +1,173 @@
+"""flashattn's cuda backend next to PyTorch SDPA's FLASH and cuDNN backends,
+in one process, on the issue's shapes: bf16, 16k tokens per batch
+(B = 16384 / L), hidden 2048 = 32 heads of 64 or 16 heads of 128,
+L = 512 ... 16384, causal and not, forward and backward.
+
+Timing: CUDA events around each call, warm-up first, the median of --reps.
+FLOP count: forward 4 B H L^2 D (halved when causal), backward 2.5 x that.
+Also checks, once per shape, flashattn's O (and gradients) against SDPA's.
+
+usage: python3 bench/gpu/anchors.py --lib build/libflashattn.so [--out DIR]
+       [--d 64,128] [--l 512,...] [--reps 20] [--quick]
+"""
+import argparse
+import csv
+import datetime
+import os
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fa_ctypes as fa  # noqa: E402
+
+
+def median_ms(fn, reps, warmup=3):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+class FlashAttn:
+    def __init__(self, lib_path):
+        self.lib = fa.load(lib_path)
+        why = fa.C.create_string_buffer(256)
+        if self.lib.fa_backend_available(fa.FA_BACKEND_CUDA, why, 256) != 0:
+            raise SystemExit("cuda backend not available: " + why.value.decode())
+        self.ctx = fa.C.c_void_p()
+        assert self.lib.fa_context_create(fa.C.byref(self.ctx)) == 0
+        self.lib.fa_context_set_stream(self.ctx, fa.C.c_void_p(torch.cuda.current_stream().cuda_stream))
+
+    def _check(self, st):
+        if st != 0:
+            raise RuntimeError(self.lib.fa_context_last_error(self.ctx).decode())
+
+    def options(self, causal, deterministic=False):
+        o = fa.Options()
+        self.lib.fa_options_init(fa.C.byref(o))
+        o.causal = int(causal)
+        o.deterministic = int(deterministic)
+        return o
+
+    def forward(self, q, k, v, o, lse, opt):
+        T = lambda t, c=fa.FA_BF16: fa.tensor_of(t, c)  # noqa: E731
+        tq, tk, tv, to, tl = T(q), T(k), T(v), T(o), T(lse, fa.FA_F32)
+        B = fa.C.byref
+        return lambda: self._check(
+            self.lib.fa_forward(self.ctx, fa.FA_BACKEND_CUDA, B(tq), B(tk), B(tv), B(opt), B(to), B(tl)))
+
+    def backward(self, q, k, v, o, do, lse, dq, dk, dv, opt):
+        T = lambda t, c=fa.FA_BF16: fa.tensor_of(t, c)  # noqa: E731
+        ts = [T(q), T(k), T(v), T(o), T(do), T(lse, fa.FA_F32), T(dq), T(dk), T(dv)]
+        B = fa.C.byref
+        return lambda: self._check(
+            self.lib.fa_backward(self.ctx, fa.FA_BACKEND_CUDA, B(ts[0]), B(ts[1]), B(ts[2]), B(ts[3]), B(ts[4]),
+                                 B(ts[5]), B(opt), B(ts[6]), B(ts[7]), B(ts[8]), None))
+
+
+def relerr(x, r):
+    return ((x.float() - r.float()).abs().max() / r.float().abs().max().clamp_min(1e-30)).item()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", default="build/libflashattn.so")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--d", default="64,128")
+    ap.add_argument("--l", default="512,1024,2048,4096,8192,16384")
+    ap.add_argument("--causal", default="0,1")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--tag", default="")
+    args = ap.parse_args()
+
+    fl = FlashAttn(args.lib)
+    dev = torch.cuda.get_device_name()
+    date = datetime.date.today().isoformat()
+    rows = []
+    print(f"# {dev}, torch {torch.__version__}, {date}; median of {args.reps} after 3 warm-ups; TFLOP/s")
+    hdr = f"{'D':>4} {'H':>3} {'B':>3} {'L':>6} {'causal':>6} {'pass':>4} | {'flashattn':>9} {'fa-det':>7} " \
+          f"{'FLASH':>7} {'cuDNN':>7} | {'xFLASH':>6} {'xcuDNN':>6} {'det/FL':>6} | check"
+    print(hdr)
+    for D in [int(x) for x in args.d.split(",")]:
+        H = 2048 // D
+        for L in [int(x) for x in args.l.split(",")]:
+            B = max(1, 16384 // L)
+            for causal in [bool(int(x)) for x in args.causal.split(",")]:
+                torch.manual_seed(0)
+                mk = lambda: torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16)  # noqa: E731
+                q, k, v, do = mk(), mk(), mk(), mk()
+                o = torch.empty_like(q)
+                lse = torch.empty(B, H, L, device="cuda", dtype=torch.float32)
+                dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+                fwd_flops = 4.0 * B * H * L * L * D / (2 if causal else 1)
+                res = {}
+                # flashattn
+                opt = fl.options(causal)
+                f_fwd = fl.forward(q, k, v, o, lse, opt)
+                res[("fa", "fwd")] = median_ms(f_fwd, args.reps)
+                f_bwd = fl.backward(q, k, v, o, do, lse, dq, dk, dv, opt)
+                res[("fa", "bwd")] = median_ms(f_bwd, args.reps)
+                opt_det = fl.options(causal, deterministic=True)
+                f_bwd_det = fl.backward(q, k, v, o, do, lse, dq, dk, dv, opt_det)
+                res[("fa-det", "bwd")] = median_ms(f_bwd_det, args.reps)
+                f_fwd()
+                f_bwd()
+                torch.cuda.synchronize()
+                check = ""
+                # SDPA backends
+                for name, be in (("FLASH", SDPBackend.FLASH_ATTENTION), ("cuDNN", SDPBackend.CUDNN_ATTENTION)):
+                    try:
+                        qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
+                        with sdpa_kernel(be):
+                            res[(name, "fwd")] = median_ms(
+                                lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), args.reps)
+                            out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+                            res[(name, "bwd")] = median_ms(
+                                lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True), args.reps)
+                            if name == "FLASH":
+                                g = torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
+                                check = "O %.1e dQ %.1e dK %.1e dV %.1e" % (
+                                    relerr(o, out), relerr(dq, g[0]), relerr(dk, g[1]), relerr(dv, g[2]))
+                        del out
+                    except Exception as e:  # a backend missing on this build / GPU
+                        print(f"  {name} unavailable: {e}".splitlines()[0])
+                for ps in ("fwd", "bwd"):
+                    flops = fwd_flops * (2.5 if ps == "bwd" else 1.0)
+                    tf = {n: flops / (res[(n, ps)] * 1e-3) / 1e12 for (n, p) in res if p == ps}
+                    ratio = lambda a, b: tf[a] / tf[b] if a in tf and b in tf else float("nan")  # noqa: E731
+                    fmt = lambda n: f"{tf[n]:7.1f}" if n in tf else f"{'-':>7}"  # noqa: E731
+                    print(f"{D:>4} {H:>3} {B:>3} {L:>6} {int(causal):>6} {ps:>4} | {tf['fa']:9.1f} "
+                          f"{fmt('fa-det')} {fmt('FLASH')} {fmt('cuDNN')} | {ratio('fa', 'FLASH'):6.2f} "
+                          f"{ratio('fa', 'cuDNN'):6.2f} {ratio('fa-det', 'FLASH'):6.2f} | {check if ps == 'fwd' else ''}")
+                    for n in tf:
+                        rows.append(dict(date=date, device=dev, dtype="bf16", D=D, H=H, B=B, L=L, causal=int(causal),
+                                         pass_=ps, impl=n, ms_median=round(res[(n, ps)], 4),
+                                         tflops=round(tf[n], 1),
+                                         x_flash=round(ratio(n, "FLASH"), 3), x_cudnn=round(ratio(n, "cuDNN"), 3)))
+                sys.stdout.flush()
+                del q, k, v, do, o, lse, dq, dk, dv
+                torch.cuda.empty_cache()
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, f"anchors{args.tag}.csv")
+    with open(path, "w", newline="") as fcsv:
+        w = csv.DictWriter(fcsv, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+    print(f"# wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
