@@ -35,7 +35,7 @@ typedef struct bwd_ctx {
   const int64_t *kprefix, *nk; /* items before sequence b; K/V tiles of b */
   const int64_t *qprefix, *nq; /* tickets before sequence b; Q tiles of b */
   atomic_int *tickets;
-  const float *di; /* [B][Hq][Lq] by sequence and position */
+  const float *di, *lse, *lse_lo; /* [B][Hq][Lq] by sequence and position (lse_lo may be NULL) */
   /* the f32 dQ accumulator: dq itself when f32, else a [Bt, Hq, Lq_t, D] buffer */
   float *dq;
   ptrdiff_t dq_s0, dq_s1, dq_s2, dq_s3;
@@ -126,7 +126,8 @@ static void bwd_item(const bwd_ctx *c, bwd_scratch *s, int64_t b, int64_t hk, in
     fa__cpu_pack_rows(kt, s->ks, Dp, Dp, &km, bc, D, scale);
   }
   for (int64_t h = hk * p->group; ilo < ihi && h < (hk + 1) * p->group; ++h) {
-    const float *di_seq = c->di + (b * p->Hq + h) * p->Lq;
+    const float *di_seq = c->di + (b * p->Hq + h) * p->Lq, *lse_seq = c->lse + (b * p->Hq + h) * p->Lq,
+                *lse_lo_seq = c->lse_lo ? c->lse_lo + (b * p->Hq + h) * p->Lq : NULL;
     atomic_int *tickets = c->tickets + c->qprefix[b] + h * c->nq[b];
     for (int64_t r = 0; r < c->nq[b]; ++r) {
       int64_t t0, t1;
@@ -134,9 +135,9 @@ static void bwd_item(const bwd_ctx *c, bwd_scratch *s, int64_t b, int64_t hk, in
       if (t < t0 || t >= t1) continue;
       const int64_t i0 = r * c->bq;
       const int br = (int)(sq.lq - i0 < c->bq ? sq.lq - i0 : c->bq);
-      const fa__cpu_tile tile = {p, &bd, b, h, i0, j0, br, bc};
+      fa__cpu_tile tile = {p, &bd, b, h, i0, j0, br, bc, NULL, NULL};
       fa__cpu_aop qa, oa;
-      fa__cpu_bwd_ds(kt, &tile, &sq, bcp, s->kts, s->vt, di_seq, &s->w, &qa, &oa);
+      fa__cpu_bwd_ds(kt, &tile, &sq, bcp, s->kts, s->vt, lse_seq, lse_lo_seq, di_seq, &s->w, &qa, &oa);
       const float *pd = s->w.pd ? s->w.pd : s->w.s;
       /* dV^T[e][j] += sum_i dO[i][e] P[i][j] */
       fa__cpu_gemm(kt, Dv, bcp, br, oa.a, oa.cs, oa.rs, pd, bcp, s->dvt, bcp, !first);
@@ -160,9 +161,9 @@ static void bwd_item(const bwd_ctx *c, bwd_scratch *s, int64_t b, int64_t hk, in
   }
 }
 
-/* Di = rowsum(dO * O) for every row of every sequence; rows holds
- * 2 * Dv floats per thread. */
-static void compute_di(const fa__problem *p, const fa__cpu_kernels *kt, float *di, float *rows, int nt) {
+/* Di = rowsum(dO * O) and LSE for every row of every sequence, in the
+ * [B][Hq][Lq] layout of the passes; rows holds 2 * Dv floats per thread. */
+static void compute_di(const fa__problem *p, const fa__cpu_kernels *kt, float *di, float *lse, float *rows, int nt) {
   const int64_t n = p->B * p->Hq;
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
@@ -173,8 +174,11 @@ static void compute_di(const fa__problem *p, const fa__cpu_kernels *kt, float *d
     const fa__seq sq = fa__seq_get(b, p->Lq, p->Lk, p->seqlens_q, p->seqlens_k, p->cu_seqlens_q, p->cu_seqlens_k);
     const fa__cpu_mat om = fa__cpu_mat_of(&p->o, sq.bidx, h, sq.q_row0);
     const fa__cpu_mat dm = fa__cpu_mat_of(&p->dout, sq.bidx, h, sq.q_row0);
-    float *out = di + bh * p->Lq;
+    float *out = di + bh * p->Lq, *lout = lse + bh * p->Lq;
+    const float *lin = (const float *)p->lse.data + sq.bidx * p->lse.stride[0] + h * p->lse.stride[1] +
+                       sq.q_row0 * p->lse.stride[2];
     for (int64_t i = 0; i < sq.lq; ++i) {
+      lout[i] = lin[i * p->lse.stride[2]];
       fa__cpu_load_row(kt, ro, &om, i, (int)p->Dv, 1.0f);
       fa__cpu_load_row(kt, rd, &dm, i, (int)p->Dv, 1.0f);
       double acc = 0.0;
@@ -220,7 +224,7 @@ fa_status fa__cpu_backward(const fa__problem *p, const fa__cpu_kernels *kt, fa__
   const int dq_f32 = p->dq.dtype == FA_F32;
   const size_t n_dq = dq_f32 ? 0 : (size_t)(p->dq.shape[0] * p->dq.shape[1] * p->dq.shape[2] * p->dq.shape[3]);
   int64_t *book = (int64_t *)malloc((size_t)(4 * B + 2) * sizeof(int64_t));
-  float *di = (float *)malloc((n_di ? n_di : 1) * sizeof(float));
+  float *di = (float *)malloc((n_di ? 3 * n_di : 1) * sizeof(float)), *lse = di + n_di, *lse_lo = NULL;
   float *zeros = (float *)calloc((size_t)(p->D > p->Dv ? p->D : p->Dv), sizeof(float));
   float *dqacc = dq_f32 ? NULL : (float *)calloc(n_dq ? n_dq : 1, sizeof(float));
   atomic_int *tickets = NULL;
@@ -280,10 +284,17 @@ fa_status fa__cpu_backward(const fa__problem *p, const fa__cpu_kernels *kt, fa__
     const int nt = fa__cpu_threads(p, B * p->Hq);
     float *rows = (float *)malloc((size_t)nt * 2 * (size_t)p->Dv * sizeof(float));
     if (!rows) goto oom;
-    compute_di(p, kt, di, rows, nt);
+    compute_di(p, kt, di, lse, rows, nt);
     free(rows);
   }
   c.di = di;
+  c.lse = lse;
+  if (fa__cpu_rowstats_needed(p, lse, n_di)) {
+    lse_lo = lse + n_di;
+    st = fa__cpu_rowstats(p, kt, c.bq, c.bk, lse, lse_lo, di, err);
+    if (st != FA_OK) goto done;
+    c.lse_lo = lse_lo;
+  }
 
   if (items > 0) {
     const int nti = fa__cpu_threads(p, items);
@@ -328,7 +339,7 @@ fa_status fa__cpu_backward(const fa__problem *p, const fa__cpu_kernels *kt, fa__
     }
   }
 
-  if (p->dbias.data) st = fa__cpu_dbias(p, kt, di, err);
+  if (p->dbias.data) st = fa__cpu_dbias(p, kt, lse, lse_lo, di, err);
   goto done;
 
 oom:

@@ -16,13 +16,15 @@ void fa__cpu_bwd_bufs_carve(fa__cpu_arena *a, const fa__problem *p, int bq, int 
   w->capped = p->softcap > 0 ? fa__cpu_take_f(a, tile) : NULL;
   w->lse = fa__cpu_take_f(a, (size_t)bq);
   w->di = fa__cpu_take_f(a, (size_t)bq);
+  w->off = fa__cpu_take_f(a, (size_t)bq);
+  w->off_lo = fa__cpu_take_f(a, (size_t)bq);
   w->qbuf = conv ? fa__cpu_take_f(a, (size_t)bq * (size_t)p->D) : NULL;
   w->obuf = conv ? fa__cpu_take_f(a, (size_t)bq * (size_t)p->Dv) : NULL;
 }
 
-void fa__cpu_bwd_ds(const fa__cpu_kernels *kt, const fa__cpu_tile *t, const fa__seq *sq, int bcp, const float *kts,
-                    const float *vt, const float *di_seq, const fa__cpu_bwd_bufs *w, fa__cpu_aop *qa,
-                    fa__cpu_aop *oa) {
+void fa__cpu_bwd_p_dp(const fa__cpu_kernels *kt, fa__cpu_tile *t, const fa__seq *sq, int bcp, const float *kts,
+                      const float *vt, const float *lse_seq, const float *lse_lo_seq, const fa__cpu_bwd_bufs *w,
+                      fa__cpu_aop *qa, fa__cpu_aop *oa) {
   const fa__problem *p = t->p;
   const int br = t->br, bc = t->bc, D = (int)p->D, Dv = (int)p->Dv;
 
@@ -30,15 +32,24 @@ void fa__cpu_bwd_ds(const fa__cpu_kernels *kt, const fa__cpu_tile *t, const fa__
   *qa = fa__cpu_operand(kt, &qm, br, D, w->qbuf);
   fa__cpu_gemm(kt, br, bcp, D, qa->a, qa->rs, qa->cs, kts, bcp, w->s, bcp, 0);
 
-  const int full = fa__band_tile_full(t->bd, t->i0, t->i0 + br, t->j0, t->j0 + bc);
-  if (fa__cpu_score_elementwise(p) || !full) fa__cpu_score_tile(kt, t, w->s, bcp, 1, w->capped, full);
+  /* With a bias (or an LSE correction), LSE is subtracted inside the score
+   * transform (see row_off) and exp() then sees offsets of 0; rows with
+   * LSE = -inf (nothing visible) keep it, so that exp_rows zeroes them. */
+  const int fold = p->bias.data != NULL || lse_lo_seq != NULL;
   for (int ii = 0; ii < br; ++ii) {
-    for (int jj = bc; jj < bcp; ++jj) w->s[ii * bcp + jj] = -INFINITY;
-    const int64_t row = sq->q_row0 + t->i0 + ii;
-    w->lse[ii] = ((const float *)p->lse.data)[sq->bidx * p->lse.stride[0] + t->h * p->lse.stride[1] +
-                                               row * p->lse.stride[2]];
-    w->di[ii] = di_seq[t->i0 + ii];
+    const float lse = lse_seq[t->i0 + ii];
+    const int fin = isfinite(lse);
+    w->off[ii] = fold && fin ? lse : 0.0f;
+    w->off_lo[ii] = fold && fin && lse_lo_seq ? lse_lo_seq[t->i0 + ii] : 0.0f;
+    w->lse[ii] = fold && fin ? 0.0f : lse;
   }
+  t->row_off = fold ? w->off : NULL;
+  t->row_off_lo = fold ? w->off_lo : NULL;
+  const int full = fa__band_tile_full(t->bd, t->i0, t->i0 + br, t->j0, t->j0 + bc);
+  if (fold || fa__cpu_score_elementwise(p) || !full) fa__cpu_score_tile(kt, t, w->s, bcp, 1, w->capped, full);
+  if (bc < bcp)
+    for (int ii = 0; ii < br; ++ii)
+      for (int jj = bc; jj < bcp; ++jj) w->s[ii * bcp + jj] = -INFINITY;
   kt->exp_rows(w->s, bcp, br, bcp, w->lse);
 
   const fa__cpu_mat om = fa__cpu_mat_of(&p->dout, sq->bidx, t->h, sq->q_row0 + t->i0);
@@ -59,7 +70,14 @@ void fa__cpu_bwd_ds(const fa__cpu_kernels *kt, const fa__cpu_tile *t, const fa__
       for (int jj = bc; jj < bcp; ++jj) pd[jj] = 0.0f;
     }
   }
-  kt->ds_rows(w->s, w->dp, bcp, br, bcp, w->di);
+}
+
+void fa__cpu_bwd_ds(const fa__cpu_kernels *kt, fa__cpu_tile *t, const fa__seq *sq, int bcp, const float *kts,
+                    const float *vt, const float *lse_seq, const float *lse_lo_seq, const float *di_seq,
+                    const fa__cpu_bwd_bufs *w, fa__cpu_aop *qa, fa__cpu_aop *oa) {
+  fa__cpu_bwd_p_dp(kt, t, sq, bcp, kts, vt, lse_seq, lse_lo_seq, w, qa, oa);
+  for (int ii = 0; ii < t->br; ++ii) w->di[ii] = di_seq[t->i0 + ii];
+  kt->ds_rows(w->s, w->dp, bcp, t->br, bcp, w->di);
 }
 
 void fa__cpu_softcap_grad(const fa__problem *p, const fa__cpu_bwd_bufs *w, int br, int bc, int bcp) {

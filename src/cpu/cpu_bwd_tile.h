@@ -22,7 +22,7 @@ typedef struct fa__cpu_bwd_bufs {
   float *pd;     /* br x bcp: P with dropout applied (NULL without dropout: use s) */
   float *capped; /* br x bcp: softcap(scale q.k) (NULL without softcap) */
   uint8_t *keep; /* br x bcp (dropout) */
-  float *lse, *di; /* br */
+  float *lse, *di, *off, *off_lo; /* br */
   float *qbuf, *obuf; /* br x D, br x Dv: Q and dO converted to f32 (f16/bf16 only) */
 } fa__cpu_bwd_bufs;
 
@@ -31,14 +31,21 @@ typedef struct fa__cpu_bwd_bufs {
 struct fa__cpu_arena;
 void fa__cpu_bwd_bufs_carve(struct fa__cpu_arena *a, const fa__problem *p, int bq, int bk, fa__cpu_bwd_bufs *w);
 
-/* dS for tile t (t->br rows from t->i0, t->bc keys from t->j0) of query
- * head t->h. kts: D x bcp panel of scale*K^T; vt: Dv x bcp panel of V^T;
- * di_seq: Di of rows 0.. of this (sequence, head). On return w->s holds P,
- * w->pd (or w->s) the dropped P, w->dp holds dS (gradient of the final
- * score, before any softcap factor), and qa/oa the Q and dO operands used. */
-void fa__cpu_bwd_ds(const fa__cpu_kernels *kt, const fa__cpu_tile *t, const fa__seq *sq, int bcp, const float *kts,
-                    const float *vt, const float *di_seq, const fa__cpu_bwd_bufs *w, fa__cpu_aop *qa,
-                    fa__cpu_aop *oa);
+/* P and dP for tile t (t->br rows from t->i0, t->bc keys from t->j0) of
+ * query head t->h (t->row_off is set here). kts: D x bcp panel of
+ * scale*K^T; vt: Dv x bcp panel of V^T; lse_seq: LSE of rows 0.. of this
+ * (sequence, head); lse_lo_seq (may be NULL) a small correction to it, as
+ * fa__cpu_rowstats computes (cpu_passes.h). On return w->s holds P, w->pd (or w->s) the dropped P,
+ * w->dp the dropped dP, and qa/oa the Q and dO operands used. */
+void fa__cpu_bwd_p_dp(const fa__cpu_kernels *kt, fa__cpu_tile *t, const fa__seq *sq, int bcp, const float *kts,
+                      const float *vt, const float *lse_seq, const float *lse_lo_seq, const fa__cpu_bwd_bufs *w,
+                      fa__cpu_aop *qa, fa__cpu_aop *oa);
+
+/* fa__cpu_bwd_p_dp, then dS = P (dP - Di) in w->dp (the gradient of the
+ * final score, before any softcap factor); di_seq like lse_seq. */
+void fa__cpu_bwd_ds(const fa__cpu_kernels *kt, fa__cpu_tile *t, const fa__seq *sq, int bcp, const float *kts,
+                    const float *vt, const float *lse_seq, const float *lse_lo_seq, const float *di_seq,
+                    const fa__cpu_bwd_bufs *w, fa__cpu_aop *qa, fa__cpu_aop *oa);
 
 /* dS *= d softcap / ds, from the capped scores (softcap only). */
 void fa__cpu_softcap_grad(const fa__problem *p, const fa__cpu_bwd_bufs *w, int br, int bc, int bcp);

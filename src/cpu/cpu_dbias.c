@@ -21,7 +21,7 @@
 typedef struct db_ctx {
   const fa__problem *p;
   const fa__cpu_kernels *kt;
-  const float *di;
+  const float *di, *lse, *lse_lo;
   int bq, bk, bkp;
   int sum[4];      /* summed: b, h, i, j */
   int64_t n[4];    /* items along b, h, Q tiles, K tiles (1 where summed) */
@@ -66,9 +66,11 @@ static void db_tile(const db_ctx *c, db_scratch *s, int64_t b, int64_t h, int64_
   const fa__cpu_mat vm = fa__cpu_mat_of(&p->v, sq.bidx, hk, sq.k_row0 + j0);
   fa__cpu_pack_t(c->kt, s->kts, bcp, bcp, &km, bc, (int)p->D, (float)p->scale, s->row);
   fa__cpu_pack_t(c->kt, s->vt, bcp, bcp, &vm, bc, (int)p->Dv, 1.0f, s->row);
-  const fa__cpu_tile tile = {p, &bd, b, h, i0, j0, br, bc};
+  fa__cpu_tile tile = {p, &bd, b, h, i0, j0, br, bc, NULL, NULL};
   fa__cpu_aop qa, oa;
-  fa__cpu_bwd_ds(c->kt, &tile, &sq, bcp, s->kts, s->vt, c->di + (b * p->Hq + h) * p->Lq, &s->w, &qa, &oa);
+  const int64_t rows = (b * p->Hq + h) * p->Lq;
+  fa__cpu_bwd_ds(c->kt, &tile, &sq, bcp, s->kts, s->vt, c->lse + rows, c->lse_lo ? c->lse_lo + rows : NULL,
+                 c->di + rows, &s->w, &qa, &oa);
   for (int ii = 0; ii < br; ++ii) {
     double *arow = s->acc + (c->sum[2] ? 0 : ii) * c->acc_c;
     const float *ds = s->w.dp + ii * bcp;
@@ -113,12 +115,15 @@ static void db_item(const db_ctx *c, db_scratch *s, int64_t item) {
   }
 }
 
-fa_status fa__cpu_dbias(const fa__problem *p, const fa__cpu_kernels *kt, const float *di, fa__err *err) {
+fa_status fa__cpu_dbias(const fa__problem *p, const fa__cpu_kernels *kt, const float *lse, const float *lse_lo,
+                        const float *di, fa__err *err) {
   const fa__cpu_blocks blk = fa__cpu_blocks_backward(kt, p->D, p->Dv, p->block_q, p->block_k);
   db_ctx c;
   c.p = p;
   c.kt = kt;
   c.di = di;
+  c.lse = lse;
+  c.lse_lo = lse_lo;
   c.bq = blk.bq > p->Lq ? (int)p->Lq : blk.bq;
   c.bk = blk.bk > p->Lk ? (int)p->Lk : blk.bk;
   c.bkp = fa__cpu_pad(c.bk);

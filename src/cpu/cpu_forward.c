@@ -35,6 +35,7 @@ typedef struct fwd_ctx {
 typedef struct fwd_scratch {
   float *qt, *st, *ot; /* Q^T panel (D x np), S^T/P^T (bk x np), O^T (Dv x np) */
   float *m, *l, *f;    /* row statistics and rescale factors (np) */
+  float *ref;          /* per-row reference score (with a bias; np) */
   float *kbuf, *vbuf;  /* K, V tiles converted to f32 (f16/bf16 inputs) */
   float *row;          /* one row of max(D, Dv) */
   uint8_t *keep;       /* dropout keep-mask of a tile (np x bk) */
@@ -49,6 +50,7 @@ static void fwd_carve(fa__cpu_arena *a, const fwd_ctx *c, fwd_scratch *s) {
   s->m = fa__cpu_take_f(a, np);
   s->l = fa__cpu_take_f(a, np);
   s->f = fa__cpu_take_f(a, np);
+  s->ref = fa__cpu_take_f(a, np);
   s->kbuf = conv ? fa__cpu_take_f(a, bk * (size_t)c->D) : NULL;
   s->vbuf = conv ? fa__cpu_take_f(a, bk * (size_t)c->Dv) : NULL;
   s->row = fa__cpu_take_f(a, (size_t)(c->D > c->Dv ? c->D : c->Dv));
@@ -81,7 +83,21 @@ static void fwd_tile(const fwd_ctx *c, fwd_scratch *s, int64_t b, int64_t h, int
 
   int64_t jlo, jhi;
   fa__band_cols(&bd, i0, i0 + br, &jlo, &jhi);
-  fa__cpu_tile tile = {p, &bd, b, h, i0, 0, br, 0};
+  fa__cpu_tile tile = {p, &bd, b, h, i0, 0, br, 0, NULL, NULL};
+  if (p->bias.data && jlo < jhi) {
+    /* Scores are kept relative to a per-row reference (the row's first bias
+     * in the band): a large bias then cancels exactly (row_off) instead of
+     * rounding every score, and LSE adds the reference back. */
+    for (int ii = 0; ii < br; ++ii) {
+      const fa_tensor *x = &p->bias;
+      const float v = fa__cpu_get((const char *)x->data + (ptrdiff_t)(b * x->stride[0] + h * x->stride[1] +
+                                                                       (i0 + ii) * x->stride[2] + jlo * x->stride[3]) *
+                                                               (ptrdiff_t)fa_dtype_size(x->dtype),
+                                  x->dtype);
+      s->ref[ii] = isfinite(v) ? v : 0.0f;
+    }
+    tile.row_off = s->ref;
+  }
   int first = 1;
   for (int64_t j0 = jlo; j0 < jhi; j0 += c->bk) {
     const int bc = (int)(jhi - j0 < c->bk ? jhi - j0 : c->bk);
@@ -122,7 +138,8 @@ static void fwd_tile(const fwd_ctx *c, fwd_scratch *s, int64_t b, int64_t h, int
     } else {
       const float w = dscale / l;
       for (int e = 0; e < Dv; ++e) s->row[e] = s->ot[e * np + ii] * w;
-      write_lse(p, sq.bidx, h, sq.q_row0 + i0 + ii, s->m[ii] + logf(l));
+      const double ref = tile.row_off ? (double)s->ref[ii] : 0.0;
+      write_lse(p, sq.bidx, h, sq.q_row0 + i0 + ii, (float)(ref + (double)s->m[ii] + log((double)l)));
     }
     fa__cpu_store_row(&om, ii, s->row, Dv);
   }

@@ -39,9 +39,17 @@ void fa__cpu_score_tile(const fa__cpu_kernels *kt, const fa__cpu_tile *t, float 
     }
   }
   if (p->bias.data) {
-    for (int ii = 0; ii < br; ++ii)
+    for (int ii = 0; ii < br; ++ii) {
+      const float off = t->row_off ? t->row_off[ii] : 0.0f, lo = t->row_off_lo ? t->row_off_lo[ii] : 0.0f;
       for (int jj = 0; jj < bc; ++jj)
-        s[ii * si + jj * sj] += fa__cpu_get(bhij(&p->bias, t->b, t->h, t->i0 + ii, t->j0 + jj), p->bias.dtype);
+        s[ii * si + jj * sj] +=
+            (fa__cpu_get(bhij(&p->bias, t->b, t->h, t->i0 + ii, t->j0 + jj), p->bias.dtype) - off) - lo;
+    }
+  } else if (t->row_off) {
+    for (int ii = 0; ii < br; ++ii) {
+      const float off = t->row_off[ii], lo = t->row_off_lo ? t->row_off_lo[ii] : 0.0f;
+      for (int jj = 0; jj < bc; ++jj) s[ii * si + jj * sj] = (s[ii * si + jj * sj] - off) - lo;
+    }
   }
   if (p->mask.data) {
     for (int ii = 0; ii < br; ++ii)

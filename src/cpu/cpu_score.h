@@ -20,14 +20,21 @@ typedef struct fa__cpu_tile {
   int64_t b, h;
   int64_t i0, j0;
   int br, bc;
+  /* NULL, or one value per query row that the tile's scores come out
+   * minus, in two parts (row_off_lo may be NULL): s = x + (bias - row_off)
+   * - row_off_lo. A large bias and a large offset (the row's LSE, or a
+   * reference score) cancel exactly before the small q.k part is added:
+   * f32 scores of ~5000 otherwise carry 2.4e-4 of rounding into exp(). The
+   * small second part carries a correction an f32 LSE cannot hold. */
+  const float *row_off, *row_off_lo;
 } fa__cpu_tile;
 
 /* Does the problem transform scores beyond the scale (softcap, ALiBi,
  * bias) or mask them element by element (boolean mask)? */
 int fa__cpu_score_elementwise(const fa__problem *p);
 
-/* Turns scale * q.k (already in s) into the score of DESIGN.md, and -inf
- * where the element is not visible. Element (ii, jj) of the tile lives at
+/* Turns scale * q.k (already in s) into the score of DESIGN.md (minus
+ * t->row_off when given), and -inf where the element is not visible. Element (ii, jj) of the tile lives at
  * s[ii*si + jj*sj]; one of si, sj is 1. band_full: the tile lies inside the
  * band (fa__band_tile_full), so only the boolean mask can hide elements.
  * capped (same layout, may be NULL) receives softcap(scale * q.k) for the

@@ -1,0 +1,148 @@
+/* The row-statistics pass of the backward (see cpu_passes.h for when and
+ * why): work items are query tiles, each owns its rows of LSE and Di. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "cpu_bwd_tile.h"
+#include "cpu_gemm.h"
+#include "cpu_parallel.h"
+#include "cpu_passes.h"
+#include "cpu_scratch.h"
+#include "rules/layout.h"
+
+int fa__cpu_rowstats_needed(const fa__problem *p, const float *lse, size_t n) {
+  if (p->dtype != FA_F32) return 1;
+  for (size_t i = 0; i < n; ++i)
+    if (isfinite(lse[i]) && fabsf(lse[i]) > 512.0f) return 1;
+  return 0;
+}
+
+typedef struct rs_ctx {
+  const fa__problem *p;
+  const fa__cpu_kernels *kt;
+  int bq, bk, bkp;
+  const float *lse;
+  float *lse_lo, *di;
+  const int64_t *prefix, *nq;
+} rs_ctx;
+
+typedef struct rs_scratch {
+  float *kts, *vt, *row;
+  double *sum_p, *sum_pdp;
+  fa__cpu_bwd_bufs w;
+} rs_scratch;
+
+static void rs_carve(fa__cpu_arena *a, const rs_ctx *c, rs_scratch *s) {
+  const fa__problem *p = c->p;
+  s->kts = fa__cpu_take_f(a, (size_t)p->D * (size_t)c->bkp);
+  s->vt = fa__cpu_take_f(a, (size_t)p->Dv * (size_t)c->bkp);
+  s->row = fa__cpu_take_f(a, (size_t)(p->D > p->Dv ? p->D : p->Dv));
+  s->sum_p = (double *)fa__cpu_take(a, (size_t)c->bq * sizeof(double));
+  s->sum_pdp = (double *)fa__cpu_take(a, (size_t)c->bq * sizeof(double));
+  fa__cpu_bwd_bufs_carve(a, p, c->bq, c->bk, &s->w);
+}
+
+static void rs_tile(const rs_ctx *c, rs_scratch *s, int64_t b, int64_t h, int64_t r) {
+  const fa__problem *p = c->p;
+  const fa__seq sq = fa__seq_get(b, p->Lq, p->Lk, p->seqlens_q, p->seqlens_k, p->cu_seqlens_q, p->cu_seqlens_k);
+  const fa__band bd = fa__seq_band(&sq, p->window_left, p->window_right, p->bottom_right);
+  const int64_t i0 = r * c->bq, hk = h / p->group, rows = (b * p->Hq + h) * p->Lq;
+  const int br = (int)(sq.lq - i0 < c->bq ? sq.lq - i0 : c->bq);
+  for (int ii = 0; ii < br; ++ii) s->sum_p[ii] = s->sum_pdp[ii] = 0.0;
+  int64_t jlo, jhi;
+  fa__band_cols(&bd, i0, i0 + br, &jlo, &jhi);
+  for (int64_t j0 = jlo; j0 < jhi; j0 += c->bk) {
+    const int bc = (int)(jhi - j0 < c->bk ? jhi - j0 : c->bk), bcp = fa__cpu_pad(bc);
+    const fa__cpu_mat km = fa__cpu_mat_of(&p->k, sq.bidx, hk, sq.k_row0 + j0);
+    const fa__cpu_mat vm = fa__cpu_mat_of(&p->v, sq.bidx, hk, sq.k_row0 + j0);
+    fa__cpu_pack_t(c->kt, s->kts, bcp, bcp, &km, bc, (int)p->D, (float)p->scale, s->row);
+    fa__cpu_pack_t(c->kt, s->vt, bcp, bcp, &vm, bc, (int)p->Dv, 1.0f, s->row);
+    fa__cpu_tile tile = {p, &bd, b, h, i0, j0, br, bc, NULL, NULL};
+    fa__cpu_aop qa, oa;
+    fa__cpu_bwd_p_dp(c->kt, &tile, &sq, bcp, s->kts, s->vt, c->lse + rows, NULL, &s->w, &qa, &oa);
+    for (int ii = 0; ii < br; ++ii) {
+      const float *pr = s->w.s + ii * bcp, *dpr = s->w.dp + ii * bcp;
+      double sp = 0.0, spd = 0.0;
+      for (int jj = 0; jj < bc; ++jj) {
+        sp += pr[jj];
+        spd += (double)pr[jj] * dpr[jj];
+      }
+      s->sum_p[ii] += sp;
+      s->sum_pdp[ii] += spd;
+    }
+  }
+  for (int ii = 0; ii < br; ++ii) {
+    const double l = s->sum_p[ii];
+    c->lse_lo[rows + i0 + ii] = 0.0f;
+    if (!(l > 0)) continue; /* nothing visible (or NaN): keep LSE and Di */
+    c->lse_lo[rows + i0 + ii] = (float)log(l);
+    c->di[rows + i0 + ii] = (float)(s->sum_pdp[ii] / l);
+  }
+}
+
+fa_status fa__cpu_rowstats(const fa__problem *p, const fa__cpu_kernels *kt, int bq, int bk, const float *lse,
+                           float *lse_lo, float *di, fa__err *err) {
+  rs_ctx c;
+  c.p = p;
+  c.kt = kt;
+  c.bq = bq;
+  c.bk = bk;
+  c.bkp = fa__cpu_pad(bk);
+  c.lse = lse;
+  c.lse_lo = lse_lo;
+  c.di = di;
+  int64_t *book = (int64_t *)malloc((size_t)(2 * p->B + 1) * sizeof(int64_t));
+  if (!book) {
+    fa__err_set(err, "cpu backward: out of memory for the row-statistics pass");
+    return FA_ERR_OUT_OF_MEMORY;
+  }
+  int64_t *prefix = book, *nq = book + p->B + 1;
+  prefix[0] = 0;
+  for (int64_t b = 0; b < p->B; ++b) {
+    const fa__seq sq = fa__seq_get(b, p->Lq, p->Lk, p->seqlens_q, p->seqlens_k, p->cu_seqlens_q, p->cu_seqlens_k);
+    nq[b] = (sq.lq + bq - 1) / bq;
+    prefix[b + 1] = prefix[b] + p->Hq * nq[b];
+  }
+  c.prefix = prefix;
+  c.nq = nq;
+  const int64_t items = prefix[p->B];
+  if (items == 0) {
+    free(book);
+    return FA_OK;
+  }
+  const int nt = fa__cpu_threads(p, items);
+  fa__cpu_arena measure = {NULL, 0};
+  rs_scratch s;
+  rs_carve(&measure, &c, &s);
+  const size_t slab = fa__cpu_arena_size(&measure);
+  char *slabs = (char *)aligned_alloc(64, slab * (size_t)nt);
+  if (!slabs) {
+    free(book);
+    fa__err_set(err, "cpu backward: cannot allocate %zu bytes of scratch for the row statistics", slab * (size_t)nt);
+    return FA_ERR_OUT_OF_MEMORY;
+  }
+  atomic_llong next = 0;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt)
+#endif
+  {
+    fa__cpu_arena a = {slabs + slab * (size_t)fa__cpu_thread_id(), 0};
+    rs_scratch ts;
+    rs_carve(&a, &c, &ts);
+    for (;;) {
+      const int64_t it = atomic_fetch_add(&next, 1);
+      if (it >= items) break;
+      int64_t lo = 0, hi = p->B - 1;
+      while (lo < hi) {
+        const int64_t mid = (lo + hi + 1) / 2;
+        if (c.prefix[mid] <= it) lo = mid;
+        else hi = mid - 1;
+      }
+      const int64_t local = it - c.prefix[lo];
+      rs_tile(&c, &ts, lo, local / c.nq[lo], local % c.nq[lo]);
+    }
+  }
+  free(slabs);
+  free(book);
+  return FA_OK;
+}
