@@ -264,14 +264,13 @@ int fa_cli_bench(int argc, char **argv) {
     if (s.causal < 0) s.causal = 0;
     cli_spec_describe(&s, desc, sizeof desc);
     printf("flashattn bench: %s\n", desc);
-    printf("%d timed calls after 1 memory-measuring call and %d warm-up; times are the median [min, max]\n",
-           o.cfg.reps, o.cfg.warmup);
+    printf("%d timed calls after 1 memory-measuring call and %d warm-up; times are the median [min, max]\n", o.cfg.reps,
+           o.cfg.warmup);
     if (o.cfg.peak) {
       printf("peak (measured now, FP32 FMA):");
       for (int isa = FA_ISA_AVX512; isa >= FA_ISA_GENERIC; --isa)
         if (peak.isa[isa].measured)
-          printf(" %s %.1f/%.1f", fa_cpu_isa_name((fa_cpu_isa)isa), peak.isa[isa].gflops_1t,
-                 peak.isa[isa].gflops_all);
+          printf(" %s %.1f/%.1f", fa_cpu_isa_name((fa_cpu_isa)isa), peak.isa[isa].gflops_1t, peak.isa[isa].gflops_all);
       printf(" GFLOP/s (1/%d threads)\n", peak.threads);
     } else if (o.cfg.peak_gflops > 0) {
       printf("peak: %.1f GFLOP/s (given)\n", o.cfg.peak_gflops);
@@ -303,7 +302,10 @@ int fa_cli_bench(int argc, char **argv) {
   cli_spec_describe(&base, desc, sizeof desc);
   printf("flashattn bench --sweep: L = %lld .. %lld, D in {", (long long)o.lmin, (long long)o.lmax);
   for (int i = 0; i < o.ndims; ++i) printf("%s%lld", i ? ", " : "", (long long)o.dims[i]);
-  printf("}, %s; B=%lld Hq=%lld Hkv=%lld %s\n\n", ncausal == 2 ? "causal and not" : o.spec.causal ? "causal" : "not causal",
+  printf("}, %s; B=%lld Hq=%lld Hkv=%lld %s\n\n",
+         ncausal == 2    ? "causal and not"
+         : o.spec.causal ? "causal"
+                         : "not causal",
          (long long)o.spec.B, (long long)o.spec.Hq, (long long)o.spec.Hkv, fa_dtype_name(o.spec.dtype));
   int n = 0, failed = 0;
   fa_bench_print_header(stdout);

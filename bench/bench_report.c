@@ -8,8 +8,8 @@
 #include "memwatch.h"
 
 void fa_bench_print_header(FILE *f) {
-  fprintf(f, "%-7s %-7s %-7s %6s %5s %4s %10s %10s %10s %9s %6s %10s %11s\n", "backend", "isa", "pass", "L", "D",
-          "cau", "median ms", "min ms", "max ms", "GFLOP/s", "%peak", "tokens/s", "extra mem");
+  fprintf(f, "%-7s %-7s %-7s %6s %5s %4s %10s %10s %10s %9s %6s %10s %11s\n", "backend", "isa", "pass", "L", "D", "cau",
+          "median ms", "min ms", "max ms", "GFLOP/s", "%peak", "tokens/s", "extra mem");
 }
 
 void fa_bench_print_row(FILE *f, const fa_bench_row *row) {
@@ -132,9 +132,9 @@ int fa_bench_write_json(const char *path, const fa_bench_row *rows, int n, const
     fprintf(f,
             "\"B\": %lld, \"Hq\": %lld, \"Hkv\": %lld, \"Lq\": %lld, \"Lk\": %lld, \"D\": %lld, \"Dv\": %lld, "
             "\"dtype\": \"%s\", \"causal\": %s, \"threads\": %d, \"reps\": %d, \"status\": \"%s\", ",
-            (long long)s->B, (long long)s->Hq, (long long)s->Hkv, (long long)s->Lq, (long long)s->Lk,
-            (long long)s->D, (long long)s->Dv, fa_dtype_name(s->dtype), s->causal > 0 ? "true" : "false",
-            r->threads, r->reps, status_name(r->status));
+            (long long)s->B, (long long)s->Hq, (long long)s->Hkv, (long long)s->Lq, (long long)s->Lk, (long long)s->D,
+            (long long)s->Dv, fa_dtype_name(s->dtype), s->causal > 0 ? "true" : "false", r->threads, r->reps,
+            status_name(r->status));
     if (r->status == FA_BENCH_OK) {
       json_num(f, "ms_median", r->ms_median, 0);
       json_num(f, "ms_min", r->ms_min, 0);

@@ -241,8 +241,8 @@ static void run_eager(const fa_bench_config *cfg, const cli_spec *s, fa_bench_pa
     snprintf(r->note, sizeof r->note, "%s", no);
     return;
   }
-  fa_eager_problem p = {s->B, s->Hq, s->Hkv, s->Lq, s->Lk, s->D, s->Dv, s->causal > 0, s->scale, cfg->isa,
-                        cfg->threads};
+  fa_eager_problem p = {s->B,  s->Hq,         s->Hkv,   s->Lq,    s->Lk,       s->D,
+                        s->Dv, s->causal > 0, s->scale, cfg->isa, cfg->threads};
   const double need = fa_eager_forward_bytes(&p) + (pass != FA_BENCH_FWD ? fa_eager_backward_bytes(&p) / 2 : 0);
   if (need > cfg->mem_limit) {
     char a[32], b[32];

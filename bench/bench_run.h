@@ -19,12 +19,12 @@ typedef struct fa_bench_target {
 
 typedef struct fa_bench_config {
   int warmup, reps;
-  int threads;          /* cpu, eager: 0 = OpenMP's default */
-  fa_cpu_isa isa;       /* cpu, eager: AUTO = the best */
-  double mem_limit;     /* eager: skip when S and P (and dP) would exceed it */
-  const fa_peak *peak;  /* measured machine, or NULL */
-  double peak_gflops;   /* > 0: use this peak for every target instead */
-  int rotate;           /* -1 auto (when one input set fits in cache), 0 off, N sets */
+  int threads;         /* cpu, eager: 0 = OpenMP's default */
+  fa_cpu_isa isa;      /* cpu, eager: AUTO = the best */
+  double mem_limit;    /* eager: skip when S and P (and dP) would exceed it */
+  const fa_peak *peak; /* measured machine, or NULL */
+  double peak_gflops;  /* > 0: use this peak for every target instead */
+  int rotate;          /* -1 auto (when one input set fits in cache), 0 off, N sets */
 } fa_bench_config;
 
 typedef enum fa_bench_status { FA_BENCH_OK = 0, FA_BENCH_SKIPPED, FA_BENCH_FAILED } fa_bench_status;

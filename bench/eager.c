@@ -109,9 +109,8 @@ int fa_eager_forward(const fa_eager_problem *p, fa_eager_ws *ws, const float *q,
   }
   /* 2: P = softmax(S), row by row */
 #pragma omp parallel for schedule(static) num_threads(nt)
-  for (int64_t r = 0; r < BH * Lq; ++r)
-    f.softmax_row(S + (size_t)r * Lk, P + (size_t)r * Lk, visible(p, r % Lq), Lk);
-  /* 3: O = P V */
+  for (int64_t r = 0; r < BH * Lq; ++r) f.softmax_row(S + (size_t)r * Lk, P + (size_t)r * Lk, visible(p, r % Lq), Lk);
+    /* 3: O = P V */
 #pragma omp parallel for schedule(static) num_threads(nt)
   for (int64_t t = 0; t < BH * nblk; ++t) {
     const int64_t bh = t / nblk, i0 = (t % nblk) * ROWS, rows = Lq - i0 < ROWS ? Lq - i0 : ROWS;

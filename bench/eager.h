@@ -16,9 +16,9 @@
 /* Per-ISA products (eager_kernels.c compiled once per ISA):
  * C[M x N] (+)= alpha * A * B, A(r, k) = A[r*a_rs + k*a_cs] (so Aᵀ is a
  * stride swap), B row-major with leading dim ldb, C with ldc. */
-#define FA_EAGER_DECLARE(isa)                                                                                \
-  void fa_eager_gemm_##isa(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs,       \
-                           int64_t a_cs, const float *B, int64_t ldb, float *C, int64_t ldc, int accumulate); \
+#define FA_EAGER_DECLARE(isa)                                                                                        \
+  void fa_eager_gemm_##isa(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs, int64_t a_cs, \
+                           const float *B, int64_t ldb, float *C, int64_t ldc, int accumulate);                      \
   void fa_eager_softmax_row_##isa(const float *s, float *p, int64_t nvis, int64_t n);
 FA_EAGER_DECLARE(generic)
 FA_EAGER_DECLARE(avx2)
@@ -26,8 +26,8 @@ FA_EAGER_DECLARE(avx512)
 
 typedef struct fa_eager_problem {
   int64_t B, Hq, Hkv, Lq, Lk, D, Dv;
-  int causal; /* top-left aligned */
-  double scale; /* 0 = 1/sqrt(D) */
+  int causal;     /* top-left aligned */
+  double scale;   /* 0 = 1/sqrt(D) */
   fa_cpu_isa isa; /* AUTO = the best this CPU has */
   int threads;    /* 0 = OpenMP's default */
 } fa_eager_problem;

@@ -22,7 +22,7 @@
 typedef float vf __attribute__((vector_size(VL * 4)));
 typedef int32_t vi __attribute__((vector_size(VL * 4)));
 
-#define MR 4      /* rows of C per micro-tile */
+#define MR 4        /* rows of C per micro-tile */
 #define NB (2 * VL) /* columns of C per micro-tile: two vectors */
 
 static inline vf load(const float *p) {

@@ -27,13 +27,13 @@ typedef struct fa_io_problem {
 } fa_io_problem;
 
 typedef struct fa_io_counts {
-  double read_qkv;   /* Q once, K and V once (eager) or once per Q tile (tiled) */
-  double write_o;    /* O */
-  double write_lse;  /* tiled: the f32 log-sum-exp per row, kept for the backward */
+  double read_qkv;                         /* Q once, K and V once (eager) or once per Q tile (tiled) */
+  double write_o;                          /* O */
+  double write_lse;                        /* tiled: the f32 log-sum-exp per row, kept for the backward */
   double write_s, read_s, write_p, read_p; /* eager only: the L x L matrices */
-  double total;      /* all of the above */
-  double flops;      /* fa_flops_forward */
-  double intensity;  /* flops / total bytes */
+  double total;                            /* all of the above */
+  double flops;                            /* fa_flops_forward */
+  double intensity;                        /* flops / total bytes */
 } fa_io_counts;
 
 /* Eager (textbook) attention: S = scale·QKᵀ written, read back by softmax,

@@ -25,11 +25,11 @@ typedef struct fa_peak_isa {
 } fa_peak_isa;
 
 typedef struct fa_peak {
-  int threads;            /* "all threads": OpenMP's count (or the one asked) */
-  fa_peak_isa isa[4];     /* indexed by fa_cpu_isa; [FA_ISA_AUTO] unused */
-  double triad_gbs_1t;    /* STREAM triad a = b + s*c, one thread */
-  double copy_gbs;        /* STREAM copy c = a, all threads */
-  double triad_gbs;       /* STREAM triad, all threads */
+  int threads;         /* "all threads": OpenMP's count (or the one asked) */
+  fa_peak_isa isa[4];  /* indexed by fa_cpu_isa; [FA_ISA_AUTO] unused */
+  double triad_gbs_1t; /* STREAM triad a = b + s*c, one thread */
+  double copy_gbs;     /* STREAM copy c = a, all threads */
+  double triad_gbs;    /* STREAM triad, all threads */
   int have_flops, have_bw;
 } fa_peak;
 

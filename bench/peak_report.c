@@ -17,7 +17,6 @@ void fa_peak_print(FILE *f, const fa_peak *p) {
     }
   }
   if (p->have_bw)
-    fprintf(f,
-            "  memory bandwidth  copy %.1f GB/s, triad %.1f GB/s (%d threads); triad %.1f GB/s (1 thread)\n",
+    fprintf(f, "  memory bandwidth  copy %.1f GB/s, triad %.1f GB/s (%d threads); triad %.1f GB/s (1 thread)\n",
             p->copy_gbs, p->triad_gbs, p->threads, p->triad_gbs_1t);
 }

@@ -50,7 +50,7 @@ void fa_peak_measure_bandwidth(fa_peak *p, int threads, size_t array_bytes, int 
     return;
   }
   if (progress) fprintf(stderr, "peak: memory bandwidth (3 arrays of %zu MiB)...\n", array_bytes >> 20);
-  /* first touch by the threads that will stream them (NUMA placement) */
+    /* first touch by the threads that will stream them (NUMA placement) */
 #pragma omp parallel for schedule(static) num_threads(nt)
   for (int64_t i = 0; i < n; ++i) a[i] = 1.0, b[i] = 2.0, c[i] = 0.5;
   const double gb = 1e-9 * (double)n * sizeof(double);

@@ -109,9 +109,12 @@ int64_t cli_parse_bytes(const char *opt, const char *s) {
   const double v = strtod(s, &end);
   if (errno || end == s || !(v >= 0)) cli_usage_error("%s: '%s' is not a size (e.g. 512M, 4G)", opt, s);
   double mult = 1;
-  if (*end == 'K' || *end == 'k') mult = 1024.0, ++end;
-  else if (*end == 'M' || *end == 'm') mult = 1024.0 * 1024.0, ++end;
-  else if (*end == 'G' || *end == 'g') mult = 1024.0 * 1024.0 * 1024.0, ++end;
+  if (*end == 'K' || *end == 'k')
+    mult = 1024.0, ++end;
+  else if (*end == 'M' || *end == 'm')
+    mult = 1024.0 * 1024.0, ++end;
+  else if (*end == 'G' || *end == 'g')
+    mult = 1024.0 * 1024.0 * 1024.0, ++end;
   if (*end == 'i') ++end;
   if (*end == 'B') ++end;
   if (*end != '\0') cli_usage_error("%s: '%s' is not a size (e.g. 512M, 4G)", opt, s);

@@ -179,11 +179,11 @@ static int report(const char *label, const char *name, const fa_tensor *x, const
   printf("  %-16s %-6s %11.3e %10.3g   %s", label, name, c.max_abs, c.worst, ok ? "ok" : "FAIL");
   if (!ok) {
     if (ndim == 4)
-      printf("  %lld of %lld over; worst at [%lld,%lld,%lld,%lld]: %.6g vs ref %.6g", (long long)c.bad,
+      printf("  %lld of %lld over; worst at [b=%lld,h=%lld,i=%lld,d=%lld]: %.8g vs ref %.8g", (long long)c.bad,
              (long long)c.n, (long long)c.at[0], (long long)c.at[1], (long long)c.at[2], (long long)c.at[3], c.x_at,
              c.r_at);
     else
-      printf("  %lld of %lld over; worst at [%lld,%lld,%lld]: %.6g vs ref %.6g", (long long)c.bad, (long long)c.n,
+      printf("  %lld of %lld over; worst at [b=%lld,h=%lld,i=%lld]: %.8g vs ref %.8g", (long long)c.bad, (long long)c.n,
              (long long)c.at[0], (long long)c.at[1], (long long)c.at[2], c.x_at, c.r_at);
   }
   printf("\n");

@@ -50,10 +50,11 @@ static void row(const char *what, double eager, double tiled, const char *note) 
 static void place(const char *name, const fa_io_counts *c, double peak, double bw) {
   const double t_mem = c->total / (bw * 1e9), t_flop = c->flops / (peak * 1e9);
   const double attain = fa_roofline_gflops(c->intensity, peak, bw);
-  printf("  %-6s %7.1f FLOP/B -> at most %9.1f GFLOP/s (%5.1f%% of peak): %s-bound;"
-         " time >= %.3g ms (memory %.3g ms, compute %.3g ms)\n",
-         name, c->intensity, attain, 100.0 * attain / peak, t_mem > t_flop ? "memory" : "compute",
-         1e3 * (t_mem > t_flop ? t_mem : t_flop), 1e3 * t_mem, 1e3 * t_flop);
+  printf(
+      "  %-6s %7.1f FLOP/B -> at most %9.1f GFLOP/s (%5.1f%% of peak): %s-bound;"
+      " time >= %.3g ms (memory %.3g ms, compute %.3g ms)\n",
+      name, c->intensity, attain, 100.0 * attain / peak, t_mem > t_flop ? "memory" : "compute",
+      1e3 * (t_mem > t_flop ? t_mem : t_flop), 1e3 * t_mem, 1e3 * t_flop);
 }
 
 int fa_cli_explain(int argc, char **argv) {
@@ -133,9 +134,10 @@ int fa_cli_explain(int argc, char **argv) {
   row("write LSE (f32)", 0, t.write_lse, "kept for the backward");
   row("total", e.total, t.total, NULL);
   printf("  %-22s %12.3g %12.3g   FLOP per byte\n", "arithmetic intensity", e.intensity, t.intensity);
-  printf("  tiled moves %.1fx fewer bytes. (Its K/V re-reads often come from a cache rather than\n"
-         "  memory, so its count is an upper bound; larger block_q means fewer re-reads.)\n\n",
-         e.total / t.total);
+  printf(
+      "  tiled moves %.1fx fewer bytes. (Its K/V re-reads often come from a cache rather than\n"
+      "  memory, so its count is an upper bound; larger block_q means fewer re-reads.)\n\n",
+      e.total / t.total);
 
   const int measured = peak == 0 || bw == 0;
   fa_cpu_isa isa = fa_peak_best_isa();

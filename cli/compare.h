@@ -17,10 +17,10 @@ typedef struct cli_tol {
 cli_tol cli_tol_for(fa_dtype dtype);
 
 typedef struct cli_cmp {
-  int64_t n, bad;   /* elements compared, elements over the tolerance */
-  double max_abs;   /* largest |x - ref| (inf if one side is inf/NaN) */
-  double worst;     /* largest |x - ref| / (atol + rtol |ref|): <= 1 passes */
-  int64_t at[4];    /* index of the worst element */
+  int64_t n, bad;    /* elements compared, elements over the tolerance */
+  double max_abs;    /* largest |x - ref| (inf if one side is inf/NaN) */
+  double worst;      /* largest |x - ref| / (atol + rtol |ref|): <= 1 passes */
+  int64_t at[4];     /* index of the worst element */
   double x_at, r_at; /* its values */
 } cli_cmp;
 

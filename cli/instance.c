@@ -142,9 +142,9 @@ void cli_instance_fill(cli_instance *in, const cli_spec *s, fa_dtype values) {
 }
 
 int cli_instance_slots(cli_instance *in, cli_slot *out, int max) {
-  const cli_slot all[] = {{"q", &in->q, 4},         {"k", &in->k, 4},        {"v", &in->v, 4},
-                          {"o", &in->o, 4},         {"lse", &in->lse, 3},    {"dout", &in->dout, 4},
-                          {"dq", &in->dq, 4},       {"dk", &in->dk, 4},      {"dv", &in->dv, 4},
+  const cli_slot all[] = {{"q", &in->q, 4},         {"k", &in->k, 4},           {"v", &in->v, 4},
+                          {"o", &in->o, 4},         {"lse", &in->lse, 3},       {"dout", &in->dout, 4},
+                          {"dq", &in->dq, 4},       {"dk", &in->dk, 4},         {"dv", &in->dv, 4},
                           {"dbias", &in->dbias, 4}, {"mask", &in->opt.mask, 4}, {"bias", &in->opt.bias, 4}};
   int n = 0;
   for (size_t i = 0; i < sizeof all / sizeof all[0] && n < max; ++i)

@@ -52,7 +52,6 @@ int main(int argc, char **argv) {
       cli_set_command(commands[i].name);
       return commands[i].run(argc - 1, argv + 1);
     }
-  fprintf(stderr, "flashattn: unknown command '%s' (commands: info, check, trace, explain, bench; see --help)\n",
-          name);
+  fprintf(stderr, "flashattn: unknown command '%s' (commands: info, check, trace, explain, bench; see --help)\n", name);
   return CLI_EXIT_USAGE;
 }

@@ -127,10 +127,8 @@ int cli_spec_parse(cli_spec *s, cli_args *a) {
 }
 
 void cli_spec_finish(cli_spec *s) {
-  if (s->Hq % s->Hkv)
-    cli_usage_error("--hq %lld is not a multiple of --hkv %lld", (long long)s->Hq, (long long)s->Hkv);
-  if (s->n_seqlens_k && !s->n_seqlens_q)
-    cli_usage_error("--seqlens-k needs --seqlens (the query lengths) too");
+  if (s->Hq % s->Hkv) cli_usage_error("--hq %lld is not a multiple of --hkv %lld", (long long)s->Hq, (long long)s->Hkv);
+  if (s->n_seqlens_k && !s->n_seqlens_q) cli_usage_error("--seqlens-k needs --seqlens (the query lengths) too");
   if (s->n_seqlens_q && !s->n_seqlens_k) { /* same lengths for keys */
     s->n_seqlens_k = s->n_seqlens_q;
     memcpy(s->seqlens_k, s->seqlens_q, sizeof s->seqlens_q);
@@ -197,13 +195,12 @@ void cli_spec_help(FILE *f) {
 
 void cli_spec_describe(const cli_spec *s, char *buf, size_t n) {
   size_t u = 0;
-#define ADD(...)                                           \
-  do {                                                     \
+#define ADD(...)                                                   \
+  do {                                                             \
     if (u < n) u += (size_t)snprintf(buf + u, n - u, __VA_ARGS__); \
   } while (0)
-  ADD("B=%lld Hq=%lld Hkv=%lld Lq=%lld Lk=%lld D=%lld Dv=%lld %s", (long long)s->B, (long long)s->Hq,
-      (long long)s->Hkv, (long long)s->Lq, (long long)s->Lk, (long long)s->D, (long long)s->Dv,
-      fa_dtype_name(s->dtype));
+  ADD("B=%lld Hq=%lld Hkv=%lld Lq=%lld Lk=%lld D=%lld Dv=%lld %s", (long long)s->B, (long long)s->Hq, (long long)s->Hkv,
+      (long long)s->Lq, (long long)s->Lk, (long long)s->D, (long long)s->Dv, fa_dtype_name(s->dtype));
   if (s->causal) ADD(" causal");
   if (s->use_window) ADD(" window=%lld,%lld", (long long)s->window_left, (long long)s->window_right);
   if ((s->causal || s->use_window || s->alibi) && s->align == FA_ALIGN_BOTTOM_RIGHT) ADD(" bottom-right");

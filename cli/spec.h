@@ -13,10 +13,10 @@
 
 typedef enum cli_bias_mode {
   CLI_BIAS_NONE = 0,
-  CLI_BIAS_FULL,   /* [B, Hq, Lq, Lk] */
-  CLI_BIAS_HEAD,   /* [1, Hq, Lq, Lk]: shared by the batch */
-  CLI_BIAS_BATCH,  /* [B, 1, Lq, Lk]: shared by the heads */
-  CLI_BIAS_SHARED  /* [1, 1, Lq, Lk] */
+  CLI_BIAS_FULL,  /* [B, Hq, Lq, Lk] */
+  CLI_BIAS_HEAD,  /* [1, Hq, Lq, Lk]: shared by the batch */
+  CLI_BIAS_BATCH, /* [B, 1, Lq, Lk]: shared by the heads */
+  CLI_BIAS_SHARED /* [1, 1, Lq, Lk] */
 } cli_bias_mode;
 
 typedef struct cli_spec {

@@ -24,8 +24,7 @@ int main(void) {
   /* standard FLOP count: 4 B H Lq Lk D, halved when causal, backward 2.5x */
   expect("forward FLOPs B=2 H=8 L=1024 D=64", fa_flops_forward(2, 8, 1024, 1024, 64, 64, 0),
          4.0 * 2 * 8 * 1024 * 1024 * 64);
-  expect("forward FLOPs causal = half", fa_flops_forward(2, 8, 1024, 1024, 64, 64, 1),
-         2.0 * 2 * 8 * 1024 * 1024 * 64);
+  expect("forward FLOPs causal = half", fa_flops_forward(2, 8, 1024, 1024, 64, 64, 1), 2.0 * 2 * 8 * 1024 * 1024 * 64);
   expect("forward FLOPs Lq != Lk, D != Dv", fa_flops_forward(1, 1, 100, 300, 64, 32, 0), 2.0 * 100 * 300 * (64 + 32));
   expect("backward FLOPs = 2.5 x forward", fa_flops_backward(1, 4, 512, 512, 128, 128, 0),
          2.5 * 4.0 * 4 * 512 * 512 * 128);
