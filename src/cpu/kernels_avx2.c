@@ -12,28 +12,46 @@ enum { K2_VL = 8, K2_MR = 4, K2_NV = 3 };
 
 #define FA_INLINE static inline __attribute__((always_inline))
 
+/* Named accumulators, not an array: with exactly 16 ymm registers in use
+ * (12 + 3 + 1) GCC otherwise keeps the array in memory and stores it on
+ * every k. The guards fold away for each compile-time MR_ x NV_. */
+#define K2_ACC(m, v) c##m##v
+#define K2_FOR_ALL(X) X(0, 0) X(0, 1) X(0, 2) X(1, 0) X(1, 1) X(1, 2) X(2, 0) X(2, 1) X(2, 2) X(3, 0) X(3, 1) X(3, 2)
+
 FA_INLINE void mk256(const int MR_, const int NV_, int kc, const float *a, ptrdiff_t rsa, ptrdiff_t csa,
                      const float *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate) {
-  __m256 t[K2_MR][K2_NV];
-  const float *ap[K2_MR];
-  for (int m = 0; m < MR_; ++m) {
-    ap[m] = a + m * rsa;
-    for (int v = 0; v < NV_; ++v)
-      t[m][v] = accumulate ? _mm256_loadu_ps(c + m * ldc + v * K2_VL) : _mm256_setzero_ps();
+#define K2_DECL(m, v) __m256 K2_ACC(m, v) = _mm256_setzero_ps();
+  K2_FOR_ALL(K2_DECL)
+#undef K2_DECL
+  if (accumulate) {
+#define K2_LOAD(m, v) \
+  if (m < MR_ && v < NV_) K2_ACC(m, v) = _mm256_loadu_ps(c + m * ldc + v * K2_VL);
+    K2_FOR_ALL(K2_LOAD)
+#undef K2_LOAD
   }
+  const float *a0 = a, *a1 = a + rsa, *a2 = a + 2 * rsa, *a3 = a + 3 * rsa;
   ptrdiff_t ko = 0;
   for (int k = 0; k < kc; ++k) {
-    __m256 bv[K2_NV];
-    for (int v = 0; v < NV_; ++v) bv[v] = _mm256_loadu_ps(b + v * K2_VL);
-    for (int m = 0; m < MR_; ++m) {
-      const __m256 am = _mm256_broadcast_ss(ap[m] + ko);
-      for (int v = 0; v < NV_; ++v) t[m][v] = _mm256_fmadd_ps(am, bv[v], t[m][v]);
-    }
+    const __m256 b0 = _mm256_loadu_ps(b);
+    const __m256 b1 = NV_ > 1 ? _mm256_loadu_ps(b + K2_VL) : b0;
+    const __m256 b2 = NV_ > 2 ? _mm256_loadu_ps(b + 2 * K2_VL) : b0;
+    __m256 am;
+#define K2_ROW(m)                                                        \
+  if (m < MR_) {                                                         \
+    am = _mm256_broadcast_ss(a##m + ko);                                 \
+    K2_ACC(m, 0) = _mm256_fmadd_ps(am, b0, K2_ACC(m, 0));                \
+    if (NV_ > 1) K2_ACC(m, 1) = _mm256_fmadd_ps(am, b1, K2_ACC(m, 1));   \
+    if (NV_ > 2) K2_ACC(m, 2) = _mm256_fmadd_ps(am, b2, K2_ACC(m, 2));   \
+  }
+    K2_ROW(0) K2_ROW(1) K2_ROW(2) K2_ROW(3)
+#undef K2_ROW
     ko += csa;
     b += ldb;
   }
-  for (int m = 0; m < MR_; ++m)
-    for (int v = 0; v < NV_; ++v) _mm256_storeu_ps(c + m * ldc + v * K2_VL, t[m][v]);
+#define K2_STORE(m, v) \
+  if (m < MR_ && v < NV_) _mm256_storeu_ps(c + m * ldc + v * K2_VL, K2_ACC(m, v));
+  K2_FOR_ALL(K2_STORE)
+#undef K2_STORE
 }
 
 typedef void (*mk_fn)(int kc, const float *a, ptrdiff_t rsa, ptrdiff_t csa, const float *b, ptrdiff_t ldb, float *c,
