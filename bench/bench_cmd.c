@@ -286,6 +286,11 @@ int fa_cli_bench(int argc, char **argv) {
       failed |= rows[i].res.status == FA_BENCH_FAILED;
     }
     printf("\nextra mem: %s\n", fa_memwatch_method());
+    for (int i = 0; i < n; ++i)
+      if (rows[i].res.sets > 1) {
+        printf("inputs: one set fits in the caches, so the calls rotated through %d sets\n", rows[i].res.sets);
+        break;
+      }
     write_files(&o, o.csv, o.json, rows, n, o.cfg.peak);
     return failed ? CLI_EXIT_FAIL : CLI_EXIT_OK;
   }

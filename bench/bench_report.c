@@ -57,16 +57,16 @@ int fa_bench_write_csv(const char *path, const fa_bench_row *rows, int n) {
   FILE *f = fopen(path, "w");
   if (!f) return -1;
   fprintf(f,
-          "backend,isa,pass,B,Hq,Hkv,Lq,Lk,D,Dv,dtype,causal,threads,reps,ms_median,ms_min,ms_max,flops,gflops,"
+          "backend,isa,pass,B,Hq,Hkv,Lq,Lk,D,Dv,dtype,causal,threads,reps,sets,ms_median,ms_min,ms_max,flops,gflops,"
           "peak_gflops,frac_peak,tokens_per_s,extra_bytes,status,note\n");
   for (int i = 0; i < n; ++i) {
     const fa_bench_row *w = &rows[i];
     const fa_bench_result *r = &w->res;
     const cli_spec *s = &w->spec;
-    fprintf(f, "%s,%s,%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%s,%d,%d,%d,", w->target.name, r->isa,
+    fprintf(f, "%s,%s,%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%s,%d,%d,%d,%d,", w->target.name, r->isa,
             fa_bench_pass_name(w->pass), (long long)s->B, (long long)s->Hq, (long long)s->Hkv, (long long)s->Lq,
             (long long)s->Lk, (long long)s->D, (long long)s->Dv, fa_dtype_name(s->dtype), s->causal > 0, r->threads,
-            r->reps);
+            r->reps, r->sets);
     if (r->status == FA_BENCH_OK)
       fprintf(f, "%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.0f,", r->ms_median, r->ms_min, r->ms_max,
               fa_bench_flops(s, w->pass), r->gflops, r->peak_gflops,
@@ -131,9 +131,9 @@ int fa_bench_write_json(const char *path, const fa_bench_row *rows, int n, const
             fa_bench_pass_name(w->pass));
     fprintf(f,
             "\"B\": %lld, \"Hq\": %lld, \"Hkv\": %lld, \"Lq\": %lld, \"Lk\": %lld, \"D\": %lld, \"Dv\": %lld, "
-            "\"dtype\": \"%s\", \"causal\": %s, \"threads\": %d, \"reps\": %d, \"status\": \"%s\", ",
+            "\"dtype\": \"%s\", \"causal\": %s, \"threads\": %d, \"reps\": %d, \"sets\": %d, \"status\": \"%s\", ",
             (long long)s->B, (long long)s->Hq, (long long)s->Hkv, (long long)s->Lq, (long long)s->Lk, (long long)s->D,
-            (long long)s->Dv, fa_dtype_name(s->dtype), s->causal > 0 ? "true" : "false", r->threads, r->reps,
+            (long long)s->Dv, fa_dtype_name(s->dtype), s->causal > 0 ? "true" : "false", r->threads, r->reps, r->sets,
             status_name(r->status));
     if (r->status == FA_BENCH_OK) {
       json_num(f, "ms_median", r->ms_median, 0);
