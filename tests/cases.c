@@ -37,12 +37,15 @@ const tcase tc_cases[] = {
      .dtypes = F32_BF16},
     {"gqa", .B = 2, .Hq = 4, .Hkv = 2, .Lq = 17, .Lk = 33, .D = 16, .Dv = 16},
     {"mqa_causal", .B = 1, .Hq = 6, .Hkv = 1, .Lq = 33, .Lk = 33, .D = 16, .Dv = 8, .causal = 1},
+    {"many_heads_gqa", .B = 3, .Hq = 8, .Hkv = 2, .Lq = 33, .Lk = 17, .D = 16, .Dv = 16, .dtypes = TD_F32 | TD_BF16},
     {"scale_custom", SMALL, .Lq = 17, .Lk = 17, .D = 16, .Dv = 16, .scale = 0.3},
 
     /* ---- layouts ---- */
     {"layout_blhd_gqa", .B = 2, .Hq = 4, .Hkv = 2, .Lq = 17, .Lk = 33, .D = 16, .Dv = 16, .layout = TL_BLHD},
     {"layout_padded_mask_bias", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 33, .Lk = 17, .D = 16, .Dv = 24, .layout = TL_PADDED,
      .mask = 1, .bias = 1, .dbias = 1},
+    {"layout_last_dim_stride2", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 17, .Lk = 33, .D = 16, .Dv = 8, .layout = TL_STRIDED,
+     .bias = 1, .dbias = 1, .causal = 1},
     {"layout_blhd_causal_br", SMALL, .Lq = 33, .Lk = 65, .D = 8, .Dv = 8, .layout = TL_BLHD, .causal = 1,
      .align = FA_ALIGN_BOTTOM_RIGHT},
 

@@ -269,6 +269,50 @@ static void test_deterministic_backward(void **state) {
   tc_inputs_free(&in);
 }
 
+/* lse may be NULL (or have NULL data) when the caller does not need it, and
+ * opt may be NULL (the defaults): same O as with them, no crash. */
+static void test_optional_arguments(void **state) {
+  const tb_variant *var = (const tb_variant *)*state;
+  skip_unless_usable();
+  const tcase c = {.name = "optional", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 33, .Lk = 17, .D = 16, .Dv = 8};
+  tc_inputs in;
+  tc_inputs_make(&in, &c, FA_F32, 4);
+  tc_tensors T;
+  assert_int_equal(tc_tensors_make(&T, &in, FA_F32, TL_BHLD, g_be->memory == FA_MEMORY_CUDA), 0);
+  fa_context *ctx = new_ctx(var);
+  if (fa_forward(ctx, g_be->id, &T.q.t, &T.k.t, &T.v.t, &T.opt, &T.o.t, &T.lse.t) != FA_OK)
+    fail_msg("forward: %s", fa_context_last_error(ctx));
+  assert_int_equal(tb_download(&T.o), 0);
+  double *o1 = tb_logical(&T.o);
+  fa_tensor no_data = T.lse.t;
+  no_data.data = NULL;
+  const struct {
+    const char *what;
+    const fa_options *opt;
+    fa_tensor *lse;
+  } calls[] = {{"lse NULL", &T.opt, NULL}, {"lse->data NULL", &T.opt, &no_data}, {"opt NULL", NULL, &T.lse.t}};
+  for (int k = 0; k < 3; ++k) {
+    tb_poison(&T.o);
+    assert_int_equal(tb_upload(&T.o), 0);
+    if (fa_forward(ctx, g_be->id, &T.q.t, &T.k.t, &T.v.t, calls[k].opt, &T.o.t, calls[k].lse) != FA_OK)
+      fail_msg("forward with %s: %s", calls[k].what, fa_context_last_error(ctx));
+    assert_int_equal(tb_download(&T.o), 0);
+    assert_true(tb_guards_ok(&T.o));
+    double *o2 = tb_logical(&T.o);
+    for (int64_t e = 0; e < tb_numel(&T.o); ++e)
+      if (!(fabs(o2[e] - o1[e]) <= 1e-6 * (1 + fabs(o1[e]))))
+        fail_msg("forward with %s: O[%lld] = %g, with every argument %g", calls[k].what, (long long)e, o2[e], o1[e]);
+    free(o2);
+  }
+  if (g_be->refuses(&c, FA_F32, 1) == FA_OK && fa_backward(ctx, g_be->id, &T.q.t, &T.k.t, &T.v.t, &T.o.t, &T.dout.t,
+                                                           &T.lse.t, NULL, &T.dq.t, &T.dk.t, &T.dv.t, NULL) != FA_OK)
+    fail_msg("backward with opt NULL: %s", fa_context_last_error(ctx));
+  free(o1);
+  fa_context_destroy(ctx);
+  tc_tensors_free(&T);
+  tc_inputs_free(&in);
+}
+
 /* ---- main ----------------------------------------------------------------- */
 
 static char *dupf(const char *fmt, const char *a, const char *b, const char *c) {
@@ -307,7 +351,7 @@ int main(void) {
     for (int dt = FA_F32; dt <= FA_BF16; ++dt) nslots += (tc_dtypes(&tc_cases[i]) >> dt) & 1;
   slot *slots = (slot *)calloc((size_t)nslots, sizeof *slots);
   case_test *cts = (case_test *)calloc((size_t)(nslots * g_nvar), sizeof *cts);
-  const int ntests = nslots * g_nvar + 3 * g_nvar;
+  const int ntests = nslots * g_nvar + 4 * g_nvar;
   struct CMUnitTest *tests = (struct CMUnitTest *)calloc((size_t)ntests, sizeof *tests);
   int n = 0, s = 0;
   for (int i = 0; i < tc_ncases; ++i)
@@ -326,6 +370,8 @@ int main(void) {
     tests[n++] = (struct CMUnitTest){dupf("dropout_mask_matches_rule/%s%s%s", g_var[v].name, "", ""),
                                      test_dropout_mask_exact, NULL, NULL, &g_var[v]};
     tests[n++] = (struct CMUnitTest){dupf("nan_inputs_propagate/%s%s%s", g_var[v].name, "", ""), test_nan_propagates,
+                                     NULL, NULL, &g_var[v]};
+    tests[n++] = (struct CMUnitTest){dupf("optional_arguments/%s%s%s", g_var[v].name, "", ""), test_optional_arguments,
                                      NULL, NULL, &g_var[v]};
     tests[n++] = (struct CMUnitTest){dupf("deterministic_backward/%s%s%s", g_var[v].name, "", ""),
                                      test_deterministic_backward, NULL, NULL, &g_var[v]};

@@ -20,11 +20,13 @@ static fa_status refuses_cpu(const tcase *c, fa_dtype dt, int backward) {
   return dt == FA_F64 ? FA_ERR_DTYPE : FA_OK;
 }
 
-/* cuda: f16, bf16, f32; head dims that are multiples of 8 up to 256. */
+/* cuda: f16, bf16, f32; head dims that are multiples of 8 up to 256; a
+ * contiguous last dimension. */
 static fa_status refuses_cuda(const tcase *c, fa_dtype dt, int backward) {
   (void)backward;
   if (dt == FA_F64) return FA_ERR_DTYPE;
   if (c->D % 8 || c->Dv % 8 || c->D > 256 || c->Dv > 256) return FA_ERR_UNSUPPORTED;
+  if (c->layout == TL_STRIDED) return FA_ERR_UNSUPPORTED;
   return FA_OK;
 }
 

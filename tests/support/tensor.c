@@ -13,14 +13,15 @@ void tb_strides(const int64_t shape[4], tb_layout layout, unsigned zero_dims, in
    * stride happens to equal a contiguous one */
   static const int64_t pad[4] = {7, 5, 3, 0};
   const int *order = layout == TL_BLHD ? order_blhd : order_bhld;
-  int64_t s = 1;
+  const int padded = layout == TL_PADDED || layout == TL_STRIDED;
+  int64_t s = layout == TL_STRIDED ? 2 : 1;
   for (int a = 3; a >= 0; --a) {
     const int d = order[a];
     if (zero_dims & (1u << d)) {
       stride[d] = 0;
       continue;
     }
-    stride[d] = s + (layout == TL_PADDED && a < 3 ? pad[a] : 0);
+    stride[d] = s + (padded && a < 3 ? pad[a] : 0);
     s = stride[d] * shape[d];
   }
 }

@@ -20,7 +20,8 @@
 typedef enum tb_layout {
   TL_BHLD = 0, /* contiguous in logical order */
   TL_BLHD,     /* dims 1 and 2 swapped in memory ([B, L, H, D]) */
-  TL_PADDED    /* logical order, every outer stride padded (a view into a larger tensor) */
+  TL_PADDED,   /* logical order, every outer stride padded (a view into a larger tensor) */
+  TL_STRIDED   /* TL_PADDED with every other element of the last dim (stride 2) */
 } tb_layout;
 
 typedef struct tbuf {
