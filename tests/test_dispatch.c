@@ -184,6 +184,57 @@ static void test_device_memory(void **state) {
   prob_free(&p);
 }
 
+/* The cpu backend's plan (fa_cpu_plan_get) and ISA choice: every ISA the
+ * CPU has gives a plan of that ISA; asked tile sizes are used; AUTO is the
+ * best ISA, or what FLASHATTN_ISA says (ctest runs this program once more
+ * with FLASHATTN_ISA=generic); an ISA the CPU lacks is refused by name. */
+static void test_cpu_plan_and_isa(void **state) {
+  (void)state;
+  if (!usable(FA_BACKEND_CPU)) skip();
+  static const fa_cpu_isa isas[] = {FA_ISA_GENERIC, FA_ISA_AVX2, FA_ISA_AVX512};
+  fa_cpu_isa best = FA_ISA_GENERIC;
+  fa_cpu_plan plan;
+  assert_true(fa_cpu_isa_supported(FA_ISA_GENERIC));
+  for (int i = 0; i < 3; ++i) {
+    if (!fa_cpu_isa_supported(isas[i])) continue;
+    best = isas[i];
+    if (fa_cpu_plan_get(isas[i], 64, 64, 0, 0, &plan) != FA_OK) fail_msg("no plan for %s", fa_cpu_isa_name(isas[i]));
+    assert_int_equal(plan.isa, isas[i]);
+    assert_true(plan.block_q > 0 && plan.block_k > 0 && plan.working_set_bytes > 0);
+    assert_true(plan.l1d_bytes > 0 && plan.l2_bytes >= plan.l1d_bytes);
+    assert_int_equal(fa_cpu_plan_get(isas[i], 64, 64, 16, 32, &plan), FA_OK);
+    assert_int_equal(plan.block_q, 16);
+    assert_int_equal(plan.block_k, 32);
+  }
+  assert_int_equal(fa_cpu_plan_get(FA_ISA_AUTO, 64, 64, 0, 0, NULL), FA_ERR_NULL_POINTER);
+  assert_int_not_equal(fa_cpu_plan_get(FA_ISA_AUTO, 0, 64, 0, 0, &plan), FA_OK);
+  assert_int_not_equal(fa_cpu_plan_get(FA_ISA_AUTO, 64, 64, -1, 0, &plan), FA_OK);
+  const char *env = getenv("FLASHATTN_ISA");
+  if (env && *env && strcmp(env, "auto") != 0) {
+    fa_cpu_isa want = FA_ISA_AUTO;
+    for (int i = 0; i < 3; ++i)
+      if (strcmp(env, fa_cpu_isa_name(isas[i])) == 0) want = isas[i];
+    print_message("FLASHATTN_ISA=%s\n", env);
+    if (want != FA_ISA_AUTO && fa_cpu_isa_supported(want)) best = want;
+  }
+  assert_int_equal(fa_cpu_plan_get(FA_ISA_AUTO, 64, 64, 0, 0, &plan), FA_OK);
+  assert_int_equal(plan.isa, best);
+  /* an ISA this CPU lacks: the call names it and fails, nothing runs */
+  for (int i = 0; i < 3; ++i) {
+    if (fa_cpu_isa_supported(isas[i])) continue;
+    prob p;
+    prob_make(&p, &g_plain, FA_F32, 0);
+    fa_context *ctx;
+    assert_int_equal(fa_context_create(&ctx), FA_OK);
+    assert_int_equal(fa_context_set_cpu_isa(ctx, isas[i]), FA_OK);
+    assert_int_equal(forward(ctx, FA_BACKEND_CPU, &p), FA_ERR_UNSUPPORTED);
+    assert_non_null(strstr(fa_context_last_error(ctx), fa_cpu_isa_name(isas[i])));
+    assert_true(tb_all_poison(&p.T.o));
+    fa_context_destroy(ctx);
+    prob_free(&p);
+  }
+}
+
 /* ---- two threads, two contexts ------------------------------------------------ */
 
 typedef struct worker {
@@ -269,7 +320,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_auto_host),     cmocka_unit_test(test_auto_f64_goes_to_ref),
       cmocka_unit_test(test_forced_ref),    cmocka_unit_test(test_forced_never_falls_back),
-      cmocka_unit_test(test_device_memory), cmocka_unit_test(test_two_threads),
+      cmocka_unit_test(test_device_memory), cmocka_unit_test(test_cpu_plan_and_isa),
+      cmocka_unit_test(test_two_threads),
   };
   return cmocka_run_group_tests_name("dispatch", tests, NULL, NULL);
 }
