@@ -20,13 +20,17 @@ static fa_status cpu_supports(const fa__problem *p, fa__err *err) {
     return FA_ERR_MEMORY_SPACE;
   }
   if (p->dtype != FA_F32 && p->dtype != FA_F16 && p->dtype != FA_BF16) {
-    fa__err_set(err, "dtype %s: the cpu backend computes in f32 and takes f32, f16 or bf16 tensors; "
-                     "the ref backend takes f64", fa_dtype_name(p->dtype));
+    fa__err_set(err,
+                "dtype %s: the cpu backend computes in f32 and takes f32, f16 or bf16 tensors; "
+                "the ref backend takes f64",
+                fa_dtype_name(p->dtype));
     return FA_ERR_DTYPE;
   }
   if (p->lse.data && p->lse.dtype != FA_F32) {
-    fa__err_set(err, "lse dtype %s: the cpu backend computes in f32 and writes/reads an f32 lse; "
-                     "the ref backend takes f64", fa_dtype_name(p->lse.dtype));
+    fa__err_set(err,
+                "lse dtype %s: the cpu backend computes in f32 and writes/reads an f32 lse; "
+                "the ref backend takes f64",
+                fa_dtype_name(p->lse.dtype));
     return FA_ERR_DTYPE;
   }
   if (p->D > FA_CPU_MAX_HEAD_DIM || p->Dv > FA_CPU_MAX_HEAD_DIM || p->Lq > INT32_MAX || p->Lk > INT32_MAX) {
@@ -54,7 +58,11 @@ static fa_status cpu_run(const fa__problem *p, fa__err *err) {
   return p->pass == FA__FORWARD ? fa__cpu_forward(p, kt, err) : fa__cpu_backward(p, kt, err);
 }
 
-static fa_status cpu_forward(const fa__problem *p, fa__err *err) { return cpu_run(p, err); }
-static fa_status cpu_backward(const fa__problem *p, fa__err *err) { return cpu_run(p, err); }
+static fa_status cpu_forward(const fa__problem *p, fa__err *err) {
+  return cpu_run(p, err);
+}
+static fa_status cpu_backward(const fa__problem *p, fa__err *err) {
+  return cpu_run(p, err);
+}
 
 const fa__backend fa__backend_cpu = {FA_BACKEND_CPU, "cpu", cpu_available, cpu_supports, cpu_forward, cpu_backward};

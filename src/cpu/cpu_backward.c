@@ -175,8 +175,8 @@ static void compute_di(const fa__problem *p, const fa__cpu_kernels *kt, float *d
     const fa__cpu_mat om = fa__cpu_mat_of(&p->o, sq.bidx, h, sq.q_row0);
     const fa__cpu_mat dm = fa__cpu_mat_of(&p->dout, sq.bidx, h, sq.q_row0);
     float *out = di + bh * p->Lq, *lout = lse + bh * p->Lq;
-    const float *lin = (const float *)p->lse.data + sq.bidx * p->lse.stride[0] + h * p->lse.stride[1] +
-                       sq.q_row0 * p->lse.stride[2];
+    const float *lin =
+        (const float *)p->lse.data + sq.bidx * p->lse.stride[0] + h * p->lse.stride[1] + sq.q_row0 * p->lse.stride[2];
     for (int64_t i = 0; i < sq.lq; ++i) {
       lout[i] = lin[i * p->lse.stride[2]];
       fa__cpu_load_row(kt, ro, &om, i, (int)p->Dv, 1.0f);
@@ -318,8 +318,10 @@ fa_status fa__cpu_backward(const fa__problem *p, const fa__cpu_kernels *kt, fa__
         int64_t lo = 0, hi = B - 1;
         while (lo < hi) {
           const int64_t mid = (lo + hi + 1) / 2;
-          if (c.kprefix[mid] <= it) lo = mid;
-          else hi = mid - 1;
+          if (c.kprefix[mid] <= it)
+            lo = mid;
+          else
+            hi = mid - 1;
         }
         const int64_t local = it - c.kprefix[lo];
         bwd_item(&c, &ts, lo, local / c.nk[lo], local % c.nk[lo]);

@@ -17,13 +17,13 @@
 #include "rules/layout.h"
 
 typedef struct fa__cpu_bwd_bufs {
-  float *s;      /* br x bcp: scores, then P */
-  float *dp;     /* br x bcp: dP, then dS */
-  float *pd;     /* br x bcp: P with dropout applied (NULL without dropout: use s) */
-  float *capped; /* br x bcp: softcap(scale q.k) (NULL without softcap) */
-  uint8_t *keep; /* br x bcp (dropout) */
+  float *s;                       /* br x bcp: scores, then P */
+  float *dp;                      /* br x bcp: dP, then dS */
+  float *pd;                      /* br x bcp: P with dropout applied (NULL without dropout: use s) */
+  float *capped;                  /* br x bcp: softcap(scale q.k) (NULL without softcap) */
+  uint8_t *keep;                  /* br x bcp (dropout) */
   float *lse, *di, *off, *off_lo; /* br */
-  float *qbuf, *obuf; /* br x D, br x Dv: Q and dO converted to f32 (f16/bf16 only) */
+  float *qbuf, *obuf;             /* br x D, br x Dv: Q and dO converted to f32 (f16/bf16 only) */
 } fa__cpu_bwd_bufs;
 
 /* Scratch floats (and keep bytes) that fa__cpu_bwd_bufs needs for tiles of

@@ -23,8 +23,8 @@ typedef struct db_ctx {
   const fa__cpu_kernels *kt;
   const float *di, *lse, *lse_lo;
   int bq, bk, bkp;
-  int sum[4];      /* summed: b, h, i, j */
-  int64_t n[4];    /* items along b, h, Q tiles, K tiles (1 where summed) */
+  int sum[4];       /* summed: b, h, i, j */
+  int64_t n[4];     /* items along b, h, Q tiles, K tiles (1 where summed) */
   int acc_r, acc_c; /* accumulator rows (bq or 1) and columns (bk or 1) */
 } db_ctx;
 

@@ -17,8 +17,8 @@
 #include "cpu_parallel.h"
 #include "cpu_passes.h"
 #include "cpu_plan.h"
-#include "cpu_scratch.h"
 #include "cpu_score.h"
+#include "cpu_scratch.h"
 #include "rules/layout.h"
 
 typedef struct fwd_ctx {
@@ -91,8 +91,8 @@ static void fwd_tile(const fwd_ctx *c, fwd_scratch *s, int64_t b, int64_t h, int
     for (int ii = 0; ii < br; ++ii) {
       const fa_tensor *x = &p->bias;
       const float v = fa__cpu_get((const char *)x->data + (ptrdiff_t)(b * x->stride[0] + h * x->stride[1] +
-                                                                       (i0 + ii) * x->stride[2] + jlo * x->stride[3]) *
-                                                               (ptrdiff_t)fa_dtype_size(x->dtype),
+                                                                      (i0 + ii) * x->stride[2] + jlo * x->stride[3]) *
+                                                              (ptrdiff_t)fa_dtype_size(x->dtype),
                                   x->dtype);
       s->ref[ii] = isfinite(v) ? v : 0.0f;
     }
@@ -223,8 +223,10 @@ fa_status fa__cpu_forward(const fa__problem *p, const fa__cpu_kernels *kt, fa__e
         int64_t lo = 0, hi = p->B - 1; /* the sequence holding item it */
         while (lo < hi) {
           const int64_t mid = (lo + hi + 1) / 2;
-          if (c.prefix[mid] <= it) lo = mid;
-          else hi = mid - 1;
+          if (c.prefix[mid] <= it)
+            lo = mid;
+          else
+            hi = mid - 1;
         }
         const int64_t local = it - c.prefix[lo], h = local / c.nq[lo], rr = local % c.nq[lo];
         fwd_tile(&c, &ts, lo, h, c.heavy_last ? c.nq[lo] - 1 - rr : rr);

@@ -16,6 +16,8 @@
 void fa__cpu_gemm(const fa__cpu_kernels *kt, int m, int n, int kc, const float *a, ptrdiff_t rsa, ptrdiff_t csa,
                   const float *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate);
 
-static inline int fa__cpu_pad(int n) { return (n + FA_CPU_PANEL - 1) / FA_CPU_PANEL * FA_CPU_PANEL; }
+static inline int fa__cpu_pad(int n) {
+  return (n + FA_CPU_PANEL - 1) / FA_CPU_PANEL * FA_CPU_PANEL;
+}
 
 #endif

@@ -36,16 +36,13 @@ float fa__cpu_get(const void *p, fa_dtype t) {
       memcpy(&h, p, 2);
       return fa__bf16_to_f32(h);
     }
-    default:
-      return 0.0f;
+    default: return 0.0f;
   }
 }
 
 void fa__cpu_put(void *p, fa_dtype t, float v) {
   switch (t) {
-    case FA_F32:
-      memcpy(p, &v, 4);
-      break;
+    case FA_F32: memcpy(p, &v, 4); break;
     case FA_F64: {
       const double d = v;
       memcpy(p, &d, 8);
@@ -61,8 +58,7 @@ void fa__cpu_put(void *p, fa_dtype t, float v) {
       memcpy(p, &h, 2);
       break;
     }
-    default:
-      break;
+    default: break;
   }
 }
 
@@ -100,8 +96,8 @@ void fa__cpu_pack_t(const fa__cpu_kernels *kt, float *dst, ptrdiff_t ld, int rpa
     for (int c = 0; c < cols; ++c) memset(dst + c * ld + rows, 0, (size_t)(rpad - rows) * sizeof(float));
 }
 
-void fa__cpu_pack_rows(const fa__cpu_kernels *kt, float *dst, ptrdiff_t ld, int cpad, const fa__cpu_mat *x,
-                       int rows, int cols, float scale) {
+void fa__cpu_pack_rows(const fa__cpu_kernels *kt, float *dst, ptrdiff_t ld, int cpad, const fa__cpu_mat *x, int rows,
+                       int cols, float scale) {
   for (int r = 0; r < rows; ++r) {
     fa__cpu_load_row(kt, dst + r * ld, x, r, cols, scale);
     if (cpad > cols) memset(dst + r * ld + cols, 0, (size_t)(cpad - cols) * sizeof(float));

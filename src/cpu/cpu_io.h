@@ -43,8 +43,8 @@ void fa__cpu_pack_t(const fa__cpu_kernels *kt, float *dst, ptrdiff_t ld, int rpa
 
 /* Packs rows x cols of x row by row: dst[r*ld + c] = scale * x(r, c);
  * c in [cols, cpad) is zero. */
-void fa__cpu_pack_rows(const fa__cpu_kernels *kt, float *dst, ptrdiff_t ld, int cpad, const fa__cpu_mat *x,
-                       int rows, int cols, float scale);
+void fa__cpu_pack_rows(const fa__cpu_kernels *kt, float *dst, ptrdiff_t ld, int cpad, const fa__cpu_mat *x, int rows,
+                       int cols, float scale);
 
 /* The broadcast operand of the micro-kernel for rows x cols of x: the
  * tensor itself when it is f32 (any strides), else a converted copy in buf

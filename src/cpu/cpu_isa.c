@@ -10,16 +10,12 @@
 int fa__cpu_isa_have(fa_cpu_isa isa) {
   switch (isa) {
     case FA_ISA_AUTO:
-    case FA_ISA_GENERIC:
-      return 1;
+    case FA_ISA_GENERIC: return 1;
 #ifdef FA_CPU_X86
-    case FA_ISA_AVX2:
-      return fa__cpuinfo_get()->has_avx2_fma;
-    case FA_ISA_AVX512:
-      return fa__cpuinfo_get()->has_avx512f;
+    case FA_ISA_AVX2: return fa__cpuinfo_get()->has_avx2_fma;
+    case FA_ISA_AVX512: return fa__cpuinfo_get()->has_avx512f;
 #endif
-    default:
-      return 0;
+    default: return 0;
   }
 }
 
@@ -56,7 +52,8 @@ fa_status fa__cpu_isa_resolve(fa_cpu_isa requested, fa_cpu_isa *out, char *why, 
         return FA_ERR_UNSUPPORTED;
       }
       if (!fa__cpu_isa_have(isa)) {
-        if (why) snprintf(why, why_size, "FLASHATTN_ISA=%s asks for ISA %s, but %s", env, fa_cpu_isa_name(isa), lacks(isa));
+        if (why)
+          snprintf(why, why_size, "FLASHATTN_ISA=%s asks for ISA %s, but %s", env, fa_cpu_isa_name(isa), lacks(isa));
         return FA_ERR_UNSUPPORTED;
       }
     } else {

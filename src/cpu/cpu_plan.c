@@ -4,8 +4,12 @@
 #include "cpu_gemm.h"
 #include "cpu_isa.h"
 
-static int round_down(int x, int m) { return x / m * m; }
-static int clampi(int x, int lo, int hi) { return x < lo ? lo : x > hi ? hi : x; }
+static int round_down(int x, int m) {
+  return x / m * m;
+}
+static int clampi(int x, int lo, int hi) {
+  return x < lo ? lo : x > hi ? hi : x;
+}
 
 /* The query tile is the vector dimension of the forward's products: a
  * whole number of micro-tile widths (3 vectors: 48 floats with AVX-512,

@@ -135,8 +135,10 @@ fa_status fa__cpu_rowstats(const fa__problem *p, const fa__cpu_kernels *kt, int 
       int64_t lo = 0, hi = p->B - 1;
       while (lo < hi) {
         const int64_t mid = (lo + hi + 1) / 2;
-        if (c.prefix[mid] <= it) lo = mid;
-        else hi = mid - 1;
+        if (c.prefix[mid] <= it)
+          lo = mid;
+        else
+          hi = mid - 1;
       }
       const int64_t local = it - c.prefix[lo];
       rs_tile(&c, &ts, lo, local / c.nq[lo], local % c.nq[lo]);

@@ -13,7 +13,8 @@ int fa__cpu_score_elementwise(const fa__problem *p) {
 /* Element (b, h, i, j) of a [B, Hq, Lq, Lk] operand (stride 0 broadcasts). */
 static const void *bhij(const fa_tensor *x, int64_t b, int64_t h, int64_t i, int64_t j) {
   const ptrdiff_t es = (ptrdiff_t)fa_dtype_size(x->dtype);
-  return (const char *)x->data + (ptrdiff_t)(b * x->stride[0] + h * x->stride[1] + i * x->stride[2] + j * x->stride[3]) * es;
+  return (const char *)x->data +
+         (ptrdiff_t)(b * x->stride[0] + h * x->stride[1] + i * x->stride[2] + j * x->stride[3]) * es;
 }
 
 void fa__cpu_score_tile(const fa__cpu_kernels *kt, const fa__cpu_tile *t, float *s, ptrdiff_t si, ptrdiff_t sj,

@@ -19,9 +19,13 @@ static inline void *fa__cpu_take(fa__cpu_arena *a, size_t bytes) {
   return a->base ? a->base + at : NULL;
 }
 
-static inline float *fa__cpu_take_f(fa__cpu_arena *a, size_t n) { return (float *)fa__cpu_take(a, n * sizeof(float)); }
+static inline float *fa__cpu_take_f(fa__cpu_arena *a, size_t n) {
+  return (float *)fa__cpu_take(a, n * sizeof(float));
+}
 
 /* Bytes of one slab, rounded to whole cache lines. */
-static inline size_t fa__cpu_arena_size(const fa__cpu_arena *a) { return (a->used + 63) & ~(size_t)63; }
+static inline size_t fa__cpu_arena_size(const fa__cpu_arena *a) {
+  return (a->used + 63) & ~(size_t)63;
+}
 
 #endif

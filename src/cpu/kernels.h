@@ -30,8 +30,8 @@
  * or written; no alignment is required (64-byte aligned panels are faster).
  * Rounding: each C element is a sum over k in increasing order of k, with
  * or without fused multiply-adds; the same arguments give the same bits. */
-typedef void (*fa__cpu_gemm_fn)(int mr, int nv, int kc, const float *a, ptrdiff_t rsa, ptrdiff_t csa,
-                                const float *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate);
+typedef void (*fa__cpu_gemm_fn)(int mr, int nv, int kc, const float *a, ptrdiff_t rsa, ptrdiff_t csa, const float *b,
+                                ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate);
 
 /* One online-softmax step on a score tile stored transposed: s[j*lds + i]
  * is the score of query row i against key j, j < bc (>= 1), i < np (a

@@ -3,6 +3,7 @@
  * broadcast: 12 FMAs per k for 3 loads and 4 broadcasts. Compiled with
  * -mavx2 -mfma (-mf16c for the f16 converter, which the table installs only
  * when the CPU has F16C); only called when the CPU has AVX2 and FMA. */
+#include <cpuid.h>
 #include <math.h>
 
 #include "kernels.h"
@@ -18,8 +19,8 @@ enum { K2_VL = 8, K2_MR = 4, K2_NV = 3 };
 #define K2_ACC(m, v) c##m##v
 #define K2_FOR_ALL(X) X(0, 0) X(0, 1) X(0, 2) X(1, 0) X(1, 1) X(1, 2) X(2, 0) X(2, 1) X(2, 2) X(3, 0) X(3, 1) X(3, 2)
 
-FA_INLINE void mk256(const int MR_, const int NV_, int kc, const float *a, ptrdiff_t rsa, ptrdiff_t csa,
-                     const float *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate) {
+FA_INLINE void mk256(const int MR_, const int NV_, int kc, const float *a, ptrdiff_t rsa, ptrdiff_t csa, const float *b,
+                     ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate) {
 #define K2_DECL(m, v) __m256 K2_ACC(m, v) = _mm256_setzero_ps();
   K2_FOR_ALL(K2_DECL)
 #undef K2_DECL
@@ -36,16 +37,17 @@ FA_INLINE void mk256(const int MR_, const int NV_, int kc, const float *a, ptrdi
     const __m256 b1 = NV_ > 1 ? _mm256_loadu_ps(b + K2_VL) : b0;
     const __m256 b2 = NV_ > 2 ? _mm256_loadu_ps(b + 2 * K2_VL) : b0;
     __m256 am;
-#define K2_ROW(m)                                                        \
-  if (m < MR_) {                                                         \
-    am = _mm256_broadcast_ss(a##m + ko);                                 \
-    K2_ACC(m, 0) = _mm256_fmadd_ps(am, b0, K2_ACC(m, 0));                \
-    if (NV_ > 1) K2_ACC(m, 1) = _mm256_fmadd_ps(am, b1, K2_ACC(m, 1));   \
-    if (NV_ > 2) K2_ACC(m, 2) = _mm256_fmadd_ps(am, b2, K2_ACC(m, 2));   \
+#define K2_ROW(m)                                                      \
+  if (m < MR_) {                                                       \
+    am = _mm256_broadcast_ss(a##m + ko);                               \
+    K2_ACC(m, 0) = _mm256_fmadd_ps(am, b0, K2_ACC(m, 0));              \
+    if (NV_ > 1) K2_ACC(m, 1) = _mm256_fmadd_ps(am, b1, K2_ACC(m, 1)); \
+    if (NV_ > 2) K2_ACC(m, 2) = _mm256_fmadd_ps(am, b2, K2_ACC(m, 2)); \
   }
-    K2_ROW(0) K2_ROW(1) K2_ROW(2) K2_ROW(3)
+    K2_ROW(0)
+    K2_ROW(1) K2_ROW(2) K2_ROW(3)
 #undef K2_ROW
-    ko += csa;
+        ko += csa;
     b += ldb;
   }
 #define K2_STORE(m, v) \
@@ -57,10 +59,10 @@ FA_INLINE void mk256(const int MR_, const int NV_, int kc, const float *a, ptrdi
 typedef void (*mk_fn)(int kc, const float *a, ptrdiff_t rsa, ptrdiff_t csa, const float *b, ptrdiff_t ldb, float *c,
                       ptrdiff_t ldc, int accumulate);
 
-#define MK(MR_, NV_)                                                                                          \
-  static void mk256_##MR_##_##NV_(int kc, const float *a, ptrdiff_t rsa, ptrdiff_t csa, const float *b,      \
-                                  ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate) {                  \
-    mk256(MR_, NV_, kc, a, rsa, csa, b, ldb, c, ldc, accumulate);                                           \
+#define MK(MR_, NV_)                                                                                                   \
+  static void mk256_##MR_##_##NV_(int kc, const float *a, ptrdiff_t rsa, ptrdiff_t csa, const float *b, ptrdiff_t ldb, \
+                                  float *c, ptrdiff_t ldc, int accumulate) {                                           \
+    mk256(MR_, NV_, kc, a, rsa, csa, b, ldb, c, ldc, accumulate);                                                      \
   }
 #define MK_ROW(MR_) MK(MR_, 1) MK(MR_, 2) MK(MR_, 3)
 MK_ROW(1)
@@ -70,7 +72,8 @@ MK_ROW(4)
 #undef MK_ROW
 #undef MK
 
-#define MK_ENTRY(MR_) {mk256_##MR_##_1, mk256_##MR_##_2, mk256_##MR_##_3}
+#define MK_ENTRY(MR_) \
+  { mk256_##MR_##_1, mk256_##MR_##_2, mk256_##MR_##_3 }
 static const mk_fn mk256_table[K2_MR][K2_NV] = {MK_ENTRY(1), MK_ENTRY(2), MK_ENTRY(3), MK_ENTRY(4)};
 #undef MK_ENTRY
 
@@ -120,7 +123,8 @@ static int softmax_avx2(float *s, ptrdiff_t lds, int bc, int np, float *m, float
 static void scale_cols_avx2(float *c, ptrdiff_t ldc, int rows, int np, const float *f) {
   for (int i = 0; i < np; i += K2_VL) {
     const __m256 fi = _mm256_loadu_ps(f + i);
-    for (int r = 0; r < rows; ++r) _mm256_storeu_ps(c + r * ldc + i, _mm256_mul_ps(_mm256_loadu_ps(c + r * ldc + i), fi));
+    for (int r = 0; r < rows; ++r)
+      _mm256_storeu_ps(c + r * ldc + i, _mm256_mul_ps(_mm256_loadu_ps(c + r * ldc + i), fi));
   }
 }
 
@@ -205,5 +209,6 @@ void fa__cpu_kernels_avx2(fa__cpu_kernels *kt) {
   kt->exp = exp_avx2;
   kt->softcap = softcap_avx2;
   kt->bf16_to_f32 = bf16_avx2;
-  if (__builtin_cpu_supports("f16c")) kt->f16_to_f32 = f16_f16c;
+  unsigned a, b, c, d; /* F16C: CPUID.1:ECX bit 29 (every AVX2 CPU we know has it, but ask) */
+  if (__get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1u)) kt->f16_to_f32 = f16_f16c;
 }

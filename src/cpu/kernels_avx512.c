@@ -14,14 +14,13 @@ enum { K5_VL = 16, K5_MR = 8, K5_NV = 3 };
 
 /* The micro-tile with compile-time MR_ x NV_: after inlining, t[][] lives
  * in registers and every loop over m and v is unrolled. */
-FA_INLINE void mk512(const int MR_, const int NV_, int kc, const float *a, ptrdiff_t rsa, ptrdiff_t csa,
-                     const float *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate) {
+FA_INLINE void mk512(const int MR_, const int NV_, int kc, const float *a, ptrdiff_t rsa, ptrdiff_t csa, const float *b,
+                     ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate) {
   __m512 t[K5_MR][K5_NV];
   const float *ap[K5_MR];
   for (int m = 0; m < MR_; ++m) {
     ap[m] = a + m * rsa;
-    for (int v = 0; v < NV_; ++v)
-      t[m][v] = accumulate ? _mm512_loadu_ps(c + m * ldc + v * K5_VL) : _mm512_setzero_ps();
+    for (int v = 0; v < NV_; ++v) t[m][v] = accumulate ? _mm512_loadu_ps(c + m * ldc + v * K5_VL) : _mm512_setzero_ps();
   }
   ptrdiff_t ko = 0;
   for (int k = 0; k < kc; ++k) {
@@ -41,10 +40,10 @@ FA_INLINE void mk512(const int MR_, const int NV_, int kc, const float *a, ptrdi
 typedef void (*mk_fn)(int kc, const float *a, ptrdiff_t rsa, ptrdiff_t csa, const float *b, ptrdiff_t ldb, float *c,
                       ptrdiff_t ldc, int accumulate);
 
-#define MK(MR_, NV_)                                                                                          \
-  static void mk512_##MR_##_##NV_(int kc, const float *a, ptrdiff_t rsa, ptrdiff_t csa, const float *b,      \
-                                  ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate) {                  \
-    mk512(MR_, NV_, kc, a, rsa, csa, b, ldb, c, ldc, accumulate);                                           \
+#define MK(MR_, NV_)                                                                                                   \
+  static void mk512_##MR_##_##NV_(int kc, const float *a, ptrdiff_t rsa, ptrdiff_t csa, const float *b, ptrdiff_t ldb, \
+                                  float *c, ptrdiff_t ldc, int accumulate) {                                           \
+    mk512(MR_, NV_, kc, a, rsa, csa, b, ldb, c, ldc, accumulate);                                                      \
   }
 #define MK_ROW(MR_) MK(MR_, 1) MK(MR_, 2) MK(MR_, 3)
 MK_ROW(1)
@@ -58,7 +57,8 @@ MK_ROW(8)
 #undef MK_ROW
 #undef MK
 
-#define MK_ENTRY(MR_) {mk512_##MR_##_1, mk512_##MR_##_2, mk512_##MR_##_3}
+#define MK_ENTRY(MR_) \
+  { mk512_##MR_##_1, mk512_##MR_##_2, mk512_##MR_##_3 }
 static const mk_fn mk512_table[K5_MR][K5_NV] = {MK_ENTRY(1), MK_ENTRY(2), MK_ENTRY(3), MK_ENTRY(4),
                                                 MK_ENTRY(5), MK_ENTRY(6), MK_ENTRY(7), MK_ENTRY(8)};
 #undef MK_ENTRY
@@ -109,7 +109,8 @@ static int softmax_avx512(float *s, ptrdiff_t lds, int bc, int np, float *m, flo
 static void scale_cols_avx512(float *c, ptrdiff_t ldc, int rows, int np, const float *f) {
   for (int i = 0; i < np; i += K5_VL) {
     const __m512 fi = _mm512_loadu_ps(f + i);
-    for (int r = 0; r < rows; ++r) _mm512_storeu_ps(c + r * ldc + i, _mm512_mul_ps(_mm512_loadu_ps(c + r * ldc + i), fi));
+    for (int r = 0; r < rows; ++r)
+      _mm512_storeu_ps(c + r * ldc + i, _mm512_mul_ps(_mm512_loadu_ps(c + r * ldc + i), fi));
   }
 }
 
@@ -152,7 +153,8 @@ static void softcap_avx512(float *s, int n, float cap) {
     _mm512_storeu_ps(s + t, _mm512_mul_ps(c, fa__cpu_tanh512(_mm512_mul_ps(_mm512_loadu_ps(s + t), inv))));
   if (t < n) {
     const __mmask16 k = (__mmask16)((1u << (n - t)) - 1u);
-    _mm512_mask_storeu_ps(s + t, k, _mm512_mul_ps(c, fa__cpu_tanh512(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + t), inv))));
+    _mm512_mask_storeu_ps(s + t, k,
+                          _mm512_mul_ps(c, fa__cpu_tanh512(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + t), inv))));
   }
 }
 

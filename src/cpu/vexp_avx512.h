@@ -14,9 +14,8 @@
 static inline __m512 fa__cpu_exp512(__m512 x) {
   x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);
   x = _mm512_min_ps(_mm512_set1_ps(88.7228394f), x);
-  const __m512 n =
-      _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT |
-                                                                                     _MM_FROUND_NO_EXC);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
   r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
   __m512 p = _mm512_set1_ps(1.9875691500E-4f);
@@ -37,8 +36,8 @@ static inline __m512 fa__cpu_tanh512(__m512 y) {
   const __m512 sign = _mm512_castsi512_ps(_mm512_set1_epi32((int)0x80000000u));
   const __m512 ay = _mm512_castsi512_ps(_mm512_andnot_si512(_mm512_castps_si512(sign), _mm512_castps_si512(y)));
   const __m512 e = fa__cpu_exp512(_mm512_add_ps(ay, ay));
-  const __m512 big = _mm512_sub_ps(_mm512_set1_ps(1.0f),
-                                   _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, _mm512_set1_ps(1.0f))));
+  const __m512 big =
+      _mm512_sub_ps(_mm512_set1_ps(1.0f), _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, _mm512_set1_ps(1.0f))));
   const __m512 y2 = _mm512_mul_ps(y, y);
   __m512 q = _mm512_set1_ps(-17.0f / 315.0f);
   q = _mm512_fmadd_ps(q, y2, _mm512_set1_ps(2.0f / 15.0f));
