@@ -129,6 +129,9 @@ const tcase tc_cases[] = {
 
     /* ---- tile sizes asked of the tiled backends ---- */
     {"blocks_3x5", SMALL, .Lq = 33, .Lk = 17, .D = 16, .Dv = 16, .causal = 1, .block_q = 3, .block_k = 5},
+    {"blocks_1x1", .B = 1, .Hq = 2, .Hkv = 1, .Lq = 7, .Lk = 9, .D = 8, .Dv = 8, .mask = 1, .block_q = 1, .block_k = 1},
+    {"blocks_larger_than_L", SMALL, .Lq = 17, .Lk = 7, .D = 16, .Dv = 16, .causal = 1, .align = FA_ALIGN_BOTTOM_RIGHT,
+     .block_q = 256, .block_k = 512},
     {"blocks_16x32_L130", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 130, .Lk = 130, .D = 32, .Dv = 32, .causal = 1,
      .use_window = 1, .wl = 40, .wr = -1, .block_q = 16, .block_k = 32, .dtypes = TD_F32},
 
@@ -159,6 +162,17 @@ const tcase tc_cases[] = {
      .dropout_p = 0.25,
      .seed = 7,
      .offset = 3},
+    {"everything_L130", .B = 1,
+     .Hq = 4,           .Hkv = 1,
+     .Lq = 130,         .Lk = 130,
+     .D = 32,           .Dv = 16,
+     .causal = 1,       .use_window = 1,
+     .wl = 70,          .wr = -1,
+     .mask = 1,         .mask_bcast = BC_H,
+     .bias = 1,         .bias_bcast = BC_B,
+     .dbias = 1,        .alibi = 1,
+     .softcap = 8.0,    .dropout_p = 0.1,
+     .seed = 77,        .dtypes = TD_F32 | TD_BF16},
     {"everything_varlen_padded_view", .B = 3, .Hq = 4, .Hkv = 1, .D = 8, .Dv = 16, .cu_q = cu_q3, .cu_k = cu_k3,
      .layout = TL_PADDED, .causal = 1, .mask = 1, .mask_dead_rows = 1, .bias = 1, .bias_bcast = BC_Q, .dbias = 1,
      .alibi = 1, .softcap = 6.0, .dropout_p = 0.15, .seed = 5},
