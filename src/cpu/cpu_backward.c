@@ -118,21 +118,27 @@ static void bwd_item(const bwd_ctx *c, bwd_scratch *s, int64_t b, int64_t hk, in
   const fa__cpu_mat km = fa__cpu_mat_of(&p->k, sq.bidx, hk, sq.k_row0 + j0);
   const fa__cpu_mat vm = fa__cpu_mat_of(&p->v, sq.bidx, hk, sq.k_row0 + j0);
   int first = 1;
-  int64_t ilo, ihi;
+  /* Candidate query tiles from the band (widened by one tile); ktiles_of
+   * decides, the same rule the tickets were set up with. */
+  int64_t ilo, ihi, rlo = 0, rhi = 0;
   fa__band_rows(&bd, j0, j0 + bc, &ilo, &ihi);
   if (ilo < ihi) {
-    fa__cpu_pack_t(kt, s->kts, bcp, bcp, &km, bc, D, scale, s->row);
-    fa__cpu_pack_t(kt, s->vt, bcp, bcp, &vm, bc, Dv, 1.0f, s->row);
-    fa__cpu_pack_rows(kt, s->ks, Dp, Dp, &km, bc, D, scale);
+    rlo = ilo / c->bq > 0 ? ilo / c->bq - 1 : 0;
+    rhi = (ihi - 1) / c->bq + 2 < c->nq[b] ? (ihi - 1) / c->bq + 2 : c->nq[b];
   }
-  for (int64_t h = hk * p->group; ilo < ihi && h < (hk + 1) * p->group; ++h) {
+  for (int64_t h = hk * p->group; h < (hk + 1) * p->group; ++h) {
     const float *di_seq = c->di + (b * p->Hq + h) * p->Lq, *lse_seq = c->lse + (b * p->Hq + h) * p->Lq,
                 *lse_lo_seq = c->lse_lo ? c->lse_lo + (b * p->Hq + h) * p->Lq : NULL;
     atomic_int *tickets = c->tickets + c->qprefix[b] + h * c->nq[b];
-    for (int64_t r = 0; r < c->nq[b]; ++r) {
+    for (int64_t r = rlo; r < rhi; ++r) {
       int64_t t0, t1;
       ktiles_of(&bd, r, c->bq, c->bk, &t0, &t1);
       if (t < t0 || t >= t1) continue;
+      if (first) {
+        fa__cpu_pack_t(kt, s->kts, bcp, bcp, &km, bc, D, scale, s->row);
+        fa__cpu_pack_t(kt, s->vt, bcp, bcp, &vm, bc, Dv, 1.0f, s->row);
+        fa__cpu_pack_rows(kt, s->ks, Dp, Dp, &km, bc, D, scale);
+      }
       const int64_t i0 = r * c->bq;
       const int br = (int)(sq.lq - i0 < c->bq ? sq.lq - i0 : c->bq);
       fa__cpu_tile tile = {p, &bd, b, h, i0, j0, br, bc, NULL, NULL};
