@@ -12,29 +12,53 @@ enum { K5_VL = 16, K5_MR = 8, K5_NV = 3 };
 
 #define FA_INLINE static inline __attribute__((always_inline))
 
-/* The micro-tile with compile-time MR_ x NV_: after inlining, t[][] lives
- * in registers and every loop over m and v is unrolled. */
+/* The micro-tile with compile-time MR_ x NV_. Named accumulators rather
+ * than an array, so that no compiler is tempted to keep them in memory
+ * (GCC does exactly that with an array in the AVX2 kernel); the guards
+ * fold away for each instantiation. */
+#define K5_ACC(m, v) c##m##v
+#define K5_FOR_ALL(X)                                                                                             \
+  X(0, 0)                                                                                                         \
+  X(0, 1) X(0, 2) X(1, 0) X(1, 1) X(1, 2) X(2, 0) X(2, 1) X(2, 2) X(3, 0) X(3, 1) X(3, 2) X(4, 0) X(4, 1) X(4, 2) \
+      X(5, 0) X(5, 1) X(5, 2) X(6, 0) X(6, 1) X(6, 2) X(7, 0) X(7, 1) X(7, 2)
+
 FA_INLINE void mk512(const int MR_, const int NV_, int kc, const float *a, ptrdiff_t rsa, ptrdiff_t csa, const float *b,
                      ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate) {
-  __m512 t[K5_MR][K5_NV];
-  const float *ap[K5_MR];
-  for (int m = 0; m < MR_; ++m) {
-    ap[m] = a + m * rsa;
-    for (int v = 0; v < NV_; ++v) t[m][v] = accumulate ? _mm512_loadu_ps(c + m * ldc + v * K5_VL) : _mm512_setzero_ps();
+#define K5_DECL(m, v) __m512 K5_ACC(m, v) = _mm512_setzero_ps();
+  K5_FOR_ALL(K5_DECL)
+#undef K5_DECL
+  if (accumulate) {
+#define K5_LOAD(m, v) \
+  if (m < MR_ && v < NV_) K5_ACC(m, v) = _mm512_loadu_ps(c + m * ldc + v * K5_VL);
+    K5_FOR_ALL(K5_LOAD)
+#undef K5_LOAD
   }
+  const float *a0 = a, *a1 = a + rsa, *a2 = a + 2 * rsa, *a3 = a + 3 * rsa, *a4 = a + 4 * rsa, *a5 = a + 5 * rsa,
+              *a6 = a + 6 * rsa, *a7 = a + 7 * rsa;
   ptrdiff_t ko = 0;
   for (int k = 0; k < kc; ++k) {
-    __m512 bv[K5_NV];
-    for (int v = 0; v < NV_; ++v) bv[v] = _mm512_loadu_ps(b + v * K5_VL);
-    for (int m = 0; m < MR_; ++m) {
-      const __m512 am = _mm512_set1_ps(ap[m][ko]);
-      for (int v = 0; v < NV_; ++v) t[m][v] = _mm512_fmadd_ps(am, bv[v], t[m][v]);
-    }
-    ko += csa;
+    const __m512 b0 = _mm512_loadu_ps(b);
+    const __m512 b1 = NV_ > 1 ? _mm512_loadu_ps(b + K5_VL) : b0;
+    const __m512 b2 = NV_ > 2 ? _mm512_loadu_ps(b + 2 * K5_VL) : b0;
+    __m512 am;
+#define K5_ROW(m)                                                      \
+  if (m < MR_) {                                                       \
+    am = _mm512_set1_ps(a##m[ko]);                                     \
+    K5_ACC(m, 0) = _mm512_fmadd_ps(am, b0, K5_ACC(m, 0));              \
+    if (NV_ > 1) K5_ACC(m, 1) = _mm512_fmadd_ps(am, b1, K5_ACC(m, 1)); \
+    if (NV_ > 2) K5_ACC(m, 2) = _mm512_fmadd_ps(am, b2, K5_ACC(m, 2)); \
+  }
+    K5_ROW(0)
+    K5_ROW(1) K5_ROW(2) K5_ROW(3) K5_ROW(4) K5_ROW(5) K5_ROW(6) K5_ROW(7)
+#undef K5_ROW
+        ko += csa;
     b += ldb;
   }
-  for (int m = 0; m < MR_; ++m)
-    for (int v = 0; v < NV_; ++v) _mm512_storeu_ps(c + m * ldc + v * K5_VL, t[m][v]);
+#define K5_STORE(m, v) \
+  if (m < MR_ && v < NV_) _mm512_storeu_ps(c + m * ldc + v * K5_VL, K5_ACC(m, v));
+  K5_FOR_ALL(K5_STORE)
+#undef K5_STORE
+  (void)a1, (void)a2, (void)a3, (void)a4, (void)a5, (void)a6, (void)a7;
 }
 
 typedef void (*mk_fn)(int kc, const float *a, ptrdiff_t rsa, ptrdiff_t csa, const float *b, ptrdiff_t ldb, float *c,
