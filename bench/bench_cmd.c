@@ -44,6 +44,8 @@ static void help(void) {
       "thread count, as `flashattn info --peak` does). When one set of inputs fits in\n"
       "the caches, calls rotate through several sets so that none starts warm.\n"
       "\n"
+      "default problem: B=1 Hq=Hkv=8 L=2048 D=64 f32, not causal (sweep: one head).\n"
+      "\n"
       "  --backend LIST   of cpu, eager, ref, cuda (default cpu,eager). eager: the\n"
       "                   textbook baseline in f32 that materializes S and P in memory\n"
       "  --pass LIST      of fwd, bwd, fwdbwd, or all (default all; sweep: fwd,bwd)\n"
@@ -112,6 +114,17 @@ static void add_pass(bench_opts *o, const char *name) {
     cli_usage_error("--pass: '%s' is not fwd, bwd, fwdbwd or all", name);
   }
   o->passes_given = 1;
+}
+
+/* Did the user choose the head counts? (The sweep's default differs.) */
+static int heads_given(int argc, char **argv) {
+  static const char *names[] = {"--heads", "--h", "--hq", "--hkv"};
+  for (int i = 1; i < argc; ++i)
+    for (int k = 0; k < 4; ++k) {
+      const size_t n = strlen(names[k]);
+      if (strncmp(argv[i], names[k], n) == 0 && (argv[i][n] == '\0' || argv[i][n] == '=')) return 1;
+    }
+  return 0;
 }
 
 static double default_mem_limit(void) {
@@ -189,6 +202,7 @@ static void parse(bench_opts *o, int argc, char **argv) {
       cli_unknown(&a);
     }
   }
+  if (o->sweep && !heads_given(argc, argv)) o->spec.Hq = o->spec.Hkv = 1; /* L = 16384 must fit a laptop */
   cli_spec_finish(&o->spec);
   if (o->ntargets == 0) {
     add_target(o, "cpu");
@@ -238,7 +252,8 @@ static void run_one(const bench_opts *o, const cli_spec *s, fa_bench_row *rows, 
 static void write_files(const bench_opts *o, const char *csv, const char *json, const fa_bench_row *rows, int n,
                         const fa_peak *peak) {
   if (csv && fa_bench_write_csv(csv, rows, n) != 0) cli_fail("cannot write %s", csv);
-  if (json && fa_bench_write_json(json, rows, n, peak, o->cfg.peak_gflops) != 0) cli_fail("cannot write %s", json);
+  if (json && fa_bench_write_json(json, rows, n, peak, o->cfg.peak_gflops, o->cfg.mem_limit) != 0)
+    cli_fail("cannot write %s", json);
   if (csv) printf("wrote %s\n", csv);
   if (json) printf("wrote %s\n", json);
 }

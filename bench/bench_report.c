@@ -100,7 +100,8 @@ static void json_num(FILE *f, const char *key, double v, int last) {
     fprintf(f, "\"%s\": null%s", key, last ? "" : ", ");
 }
 
-int fa_bench_write_json(const char *path, const fa_bench_row *rows, int n, const fa_peak *peak, double peak_gflops) {
+int fa_bench_write_json(const char *path, const fa_bench_row *rows, int n, const fa_peak *peak, double peak_gflops,
+                        double mem_limit) {
   FILE *f = fopen(path, "w");
   if (!f) return -1;
   const fa__cpuinfo *ci = fa__cpuinfo_get();
@@ -120,7 +121,7 @@ int fa_bench_write_json(const char *path, const fa_bench_row *rows, int n, const
   }
   if (peak && peak->have_bw) fprintf(f, ", \"triad_gbs\": %.6g", peak->triad_gbs);
   if (peak_gflops > 0) fprintf(f, ", \"peak_gflops_given\": %.6g", peak_gflops);
-  fprintf(f, ", \"extra_memory_method\": ");
+  fprintf(f, ", \"eager_mem_limit\": %.0f, \"extra_memory_method\": ", mem_limit);
   json_str(f, fa_memwatch_method());
   fprintf(f, "},\n  \"results\": [\n");
   for (int i = 0; i < n; ++i) {

@@ -17,6 +17,7 @@ void fa_bench_print_header(FILE *f);
 void fa_bench_print_row(FILE *f, const fa_bench_row *row);
 /* 0 on success; -1 with errno set when the file cannot be written. */
 int fa_bench_write_csv(const char *path, const fa_bench_row *rows, int n);
-int fa_bench_write_json(const char *path, const fa_bench_row *rows, int n, const fa_peak *peak, double peak_gflops);
+int fa_bench_write_json(const char *path, const fa_bench_row *rows, int n, const fa_peak *peak, double peak_gflops,
+                        double mem_limit);
 
 #endif

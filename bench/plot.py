@@ -47,9 +47,11 @@ def main():
     if not series:
         sys.exit(f"plot.py: no '{args.pass_}' results in {args.json}")
     dims = sorted({d for d, _, _ in series})
+    floor_mib = 1.0 / 16  # RSS is page-granular and small scratch reuses resident pages
     fig, axes = plt.subplots(2, len(dims), figsize=(6 * len(dims), 8), squeeze=False, sharex=True)
     for col, D in enumerate(dims):
         top, bottom = axes[0][col], axes[1][col]
+        peaks = set()
         for (d, backend, causal), pts in sorted(series.items()):
             if d != D:
                 continue
@@ -60,27 +62,33 @@ def main():
             if ok:
                 top.plot([L for L, _ in ok], [r["gflops"] for _, r in ok], label=label, **style)
                 mem = [(L, r["extra_bytes"]) for L, r in ok if r.get("extra_bytes") is not None]
-                bottom.plot([L for L, _ in mem], [max(m, 1) / 2**20 for _, m in mem], label=label, **style)
+                bottom.plot([L for L, _ in mem], [max(m / 2**20, floor_mib) for _, m in mem], **style)
+                peaks.update((r["isa"], r["threads"], r["peak_gflops"]) for _, r in ok if r.get("peak_gflops"))
             skipped = [L for L, r in pts if r["status"] == "skipped"]
-            if skipped and ok:
-                bottom.plot(skipped, [bottom.get_ylim()[1]] * len(skipped), linestyle="none", marker="x",
-                            color=style["color"], label=f"{label}: skipped (over --mem-limit)")
+            if skipped:
+                limit_mib = machine.get("eager_mem_limit", 2**30) / 2**20
+                bottom.plot(skipped, [limit_mib] * len(skipped), linestyle="none", marker="x", ms=9,
+                            color=style["color"])
+        for isa, threads, pk in sorted(peaks)[:1]:
+            top.axhline(pk, color="black", linestyle=":", linewidth=1)
+            top.annotate(f"measured FP32 peak ({isa}, {threads} thread{'s' if threads > 1 else ''})", (0.01, pk),
+                         xycoords=("axes fraction", "data"), va="bottom", fontsize=8)
         top.set_title(f"D = {D}, {args.pass_}")
         top.set_ylabel("GFLOP/s (standard count)")
         top.set_xscale("log", base=2)
+        top.set_ylim(bottom=0)
         top.grid(True, which="both", alpha=0.3)
-        top.legend(fontsize=8)
+        top.legend(fontsize=8, loc="lower right")
         bottom.set_ylabel("peak extra memory of the call (MiB)")
-        bottom.set_xlabel("sequence length L")
+        bottom.set_xlabel("sequence length L  (x: eager skipped, S and P over --mem-limit)")
         bottom.set_xscale("log", base=2)
         bottom.set_yscale("log")
+        bottom.set_ylim(bottom=floor_mib / 2)
+        bottom.axhline(floor_mib, color="gray", linewidth=0.5)
+        bottom.annotate("64 KiB and below (page-granular measure)", (0.01, floor_mib), xycoords=("axes fraction", "data"),
+                        va="bottom", fontsize=7, color="gray")
         bottom.grid(True, which="both", alpha=0.3)
-        bottom.legend(fontsize=8)
-    peak = machine.get("peak_gflops", {})
-    best = max((v["all"] for v in peak.values()), default=None)
-    title = f"flashattn bench --sweep on {machine.get('cpu', 'this machine')}"
-    if best:
-        title += f" (measured FP32 peak {best:.0f} GFLOP/s, {machine.get('peak_threads', '?')} threads)"
+    title = f"flashattn bench --sweep on {machine.get('cpu', 'this machine')}: one head, f32"
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(args.png, dpi=110)
