@@ -91,7 +91,12 @@ def main():
     ap.add_argument("--causal", default="0,1")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--tag", default="")
+    ap.add_argument("--variants", default="0",
+                    help="FLASHATTN_CUDA_VARIANT values to time (tile-configuration A/B); first is 'fa'")
+    ap.add_argument("--once", action="store_true",
+                    help="run flashattn's forward, backward and deterministic backward once per shape (for ncu)")
     args = ap.parse_args()
+    variants = [int(x) for x in args.variants.split(",")]
 
     fl = FlashAttn(args.lib)
     dev = torch.cuda.get_device_name()
@@ -116,13 +121,22 @@ def main():
                 res = {}
                 # flashattn
                 opt = fl.options(causal)
-                f_fwd = fl.forward(q, k, v, o, lse, opt)
-                res[("fa", "fwd")] = median_ms(f_fwd, args.reps)
-                f_bwd = fl.backward(q, k, v, o, do, lse, dq, dk, dv, opt)
-                res[("fa", "bwd")] = median_ms(f_bwd, args.reps)
                 opt_det = fl.options(causal, deterministic=True)
+                f_fwd = fl.forward(q, k, v, o, lse, opt)
+                f_bwd = fl.backward(q, k, v, o, do, lse, dq, dk, dv, opt)
                 f_bwd_det = fl.backward(q, k, v, o, do, lse, dq, dk, dv, opt_det)
-                res[("fa-det", "bwd")] = median_ms(f_bwd_det, args.reps)
+                if args.once:
+                    os.environ["FLASHATTN_CUDA_VARIANT"] = str(variants[0])
+                    f_fwd(), f_bwd(), f_bwd_det()
+                    torch.cuda.synchronize()
+                    continue
+                for vi, var in enumerate(variants):
+                    os.environ["FLASHATTN_CUDA_VARIANT"] = str(var)
+                    name = "fa" if vi == 0 else f"fa-v{var}"
+                    res[(name, "fwd")] = median_ms(f_fwd, args.reps)
+                    res[(name, "bwd")] = median_ms(f_bwd, args.reps)
+                    res[(name + "-det" if vi else "fa-det", "bwd")] = median_ms(f_bwd_det, args.reps)
+                os.environ["FLASHATTN_CUDA_VARIANT"] = str(variants[0])
                 f_fwd()
                 f_bwd()
                 torch.cuda.synchronize()
@@ -149,9 +163,11 @@ def main():
                     tf = {n: flops / (res[(n, ps)] * 1e-3) / 1e12 for (n, p) in res if p == ps}
                     ratio = lambda a, b: tf[a] / tf[b] if a in tf and b in tf else float("nan")  # noqa: E731
                     fmt = lambda n: f"{tf[n]:7.1f}" if n in tf else f"{'-':>7}"  # noqa: E731
+                    extra = " ".join(f"{n} {tf[n]:.1f}" for n in sorted(tf) if n.startswith("fa-v"))
                     print(f"{D:>4} {H:>3} {B:>3} {L:>6} {int(causal):>6} {ps:>4} | {tf['fa']:9.1f} "
                           f"{fmt('fa-det')} {fmt('FLASH')} {fmt('cuDNN')} | {ratio('fa', 'FLASH'):6.2f} "
-                          f"{ratio('fa', 'cuDNN'):6.2f} {ratio('fa-det', 'FLASH'):6.2f} | {check if ps == 'fwd' else ''}")
+                          f"{ratio('fa', 'cuDNN'):6.2f} {ratio('fa-det', 'FLASH'):6.2f} | "
+                          f"{check if ps == 'fwd' else ''} {extra}")
                     for n in tf:
                         rows.append(dict(date=date, device=dev, dtype="bf16", D=D, H=H, B=B, L=L, causal=int(causal),
                                          pass_=ps, impl=n, ms_median=round(res[(n, ps)], 4),
@@ -160,6 +176,8 @@ def main():
                 sys.stdout.flush()
                 del q, k, v, do, o, lse, dq, dk, dv
                 torch.cuda.empty_cache()
+    if not rows:
+        return
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"anchors{args.tag}.csv")
     with open(path, "w", newline="") as fcsv:

@@ -7,6 +7,7 @@
 #   scripts/gpu/run.sh smoke   build + check + suite + one anchor shape
 #   scripts/gpu/run.sh full    everything (default)
 #   scripts/gpu/run.sh bench   build + anchors only
+#   scripts/gpu/run.sh perf    build + check + tile-variant A/B timing + ncu
 #
 # Carry .gpu-deps (CMocka headers and library copied from the dev machine:
 # the GPU image has no CMocka and no network).
@@ -30,7 +31,7 @@ stage "build"
 CM=$ROOT/.gpu-deps/cmocka
 export LD_LIBRARY_PATH=$CM/lib:${LD_LIBRARY_PATH:-}
 TESTS=ON
-[ "$MODE" = bench ] && TESTS=OFF
+[ "$MODE" = bench ] || [ "$MODE" = perf ] && TESTS=OFF
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
 cfg() {
@@ -57,7 +58,7 @@ if [ "$MODE" != bench ]; then
   say "check_cuda exit $?"
   grep -E "FAIL|cuda (forward|backward)|ref (forward|backward)|check_cuda:" "$OUT/check.log" | head -40 | tee -a "$SUMMARY"
 
-  if [ -f "$BUILD/CTestTestfile.cmake" ] || [ -d "$BUILD/tests" ]; then
+  if [ "$TESTS" = ON ] && [ -d "$BUILD/tests" ]; then
     stage "ctest"
     (cd "$BUILD" && timeout 600 ctest -j"$JOBS" --output-on-failure >"$OUT/ctest.log" 2>&1)
     say "ctest exit $?"
@@ -86,7 +87,19 @@ fi
 
 stage "anchors"
 export PYTHONUNBUFFERED=1
-if [ "$MODE" = smoke ]; then
+if [ "$MODE" = perf ]; then
+  timeout 300 python3 bench/gpu/anchors.py --lib "$BUILD/libflashattn.so" --out "$OUT" --d 64,128 --l 2048,8192 \
+    --reps 10 --variants 0,1 2>&1 | tee "$OUT/anchors.txt"
+  stage "ncu (D=128, L=4096, non-causal; forward, backward, deterministic backward)"
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  timeout 240 "$NCU" --clock-control none --kernel-name regex:"fwd_kernel|bwd_dkdv|bwd_dq" \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+    python3 bench/gpu/anchors.py --lib "$BUILD/libflashattn.so" --d 128 --l 4096 --causal 0 --once \
+    >"$OUT/ncu.txt" 2>&1
+  say "ncu exit $?"
+  grep -E "fwd_kernel|bwd_dkdv|bwd_dq|Duration|Registers Per|Achieved Occupancy|Compute \(SM\) Throughput|Memory Throughput|Stall|Issue Slot|Shared.*Bank|Warp Cycles Per Issued" "$OUT/ncu.txt" | head -80
+elif [ "$MODE" = smoke ]; then
   timeout 300 python3 bench/gpu/anchors.py --lib "$BUILD/libflashattn.so" --out "$OUT" --d 64,128 --l 4096 --reps 10 \
     2>&1 | tee "$OUT/anchors.txt"
 else

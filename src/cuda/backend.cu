@@ -7,6 +7,7 @@
 //                 backward with a head dim over 128): SIMT, f32 arithmetic.
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "launch.cuh"
@@ -220,6 +221,8 @@ void params_init(fa__cuda_params *pp, const fa__problem *p) {
   pp->threshold = p->dropout_threshold;
   pp->dscale = pp->has_dropout ? static_cast<float>(p->dropout_scale) : 1.f;
   pp->has_extras = p->mask.data || p->bias.data || p->alibi_slopes || p->softcap > 0 || pp->has_dropout;
+  const char *v = getenv("FLASHATTN_CUDA_VARIANT");
+  pp->variant = v ? atoi(v) : 0;
 }
 
 bool fast_ok(const fa__problem *p) {

@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_kernel(const fa__cuda_pa
   T *sQ = sV + kBN * kD;               // [2][kBM][kD]
   T *sdO = sQ + 2 * kBM * kD;          // [2][kBM][kD]
   T *sdS = sdO + 2 * kBM * kD;         // [kBN][kBM]: dS^T, for the fused dQ
-  float *sL = reinterpret_cast<float *>(sdS + kBN * kBM); // [2][kBM] lse2
+  float *sL = reinterpret_cast<float *>(sdS + kBN * kBM); // [2][kBM] lse (raw; rows past lq: 0)
   float *sDs = sL + 2 * kBM;                              // [2][kBM] dsum
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -82,14 +82,14 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_kernel(const fa__cuda_pa
     const T *gdo = static_cast<const T *>(p.dout) + seq.bidx * p.dos.b + h * p.dos.h + row * p.dos.r;
     load_tile<kBM, kD, kThreads>(sQ + stage * kBM * kD, gq, p.qs.r, valid, p.D, p.q, tid);
     load_tile<kBM, kD, kThreads>(sdO + stage * kBM * kD, gdo, p.dos.r, valid, p.Dv, p.dout, tid);
+    // LSE and dsum ride the same cp.async group: a plain load here would
+    // stall the issuing warps for a full memory round trip every tile.
     for (int x = tid; x < kBM; x += kThreads) {
-      float l2 = INFINITY, ds = 0.f;
-      if (x < valid) {
-        l2 = bwd_lse2(p.lse[seq.bidx * p.lses.b + h * p.lses.h + (row + x) * p.lses.r]);
-        ds = p.dsum[(seq.bidx * p.Hq + h) * p.Lq_rows + row + x];
-      }
-      sL[stage * kBM + x] = l2;
-      sDs[stage * kBM + x] = ds;
+      const bool ok = x < valid;
+      const float *ls = ok ? p.lse + seq.bidx * p.lses.b + h * p.lses.h + (row + x) * p.lses.r : p.lse;
+      const float *ds = ok ? p.dsum + (seq.bidx * p.Hq + h) * p.Lq_rows + row + x : p.dsum;
+      cp_async4(smem_addr(sL + stage * kBM + x), ls, ok ? 4 : 0);
+      cp_async4(smem_addr(sDs + stage * kBM + x), ds, ok ? 4 : 0);
     }
   };
   if (total > 0) load_q(0, 0);
@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_kernel(const fa__cuda_pa
           const float x = score_full(p, c, st[mb][e], i, j, &capped);
           float pr = 0.f, ds = 0.f;
           if (x != -INFINITY) {
-            pr = exp2f(x - l_s[il]);
+            pr = exp2f(x - bwd_lse2(l_s[il]));
             float dp = dpt[mb][e];
             if (p.has_dropout) {
               const bool keep = keep_one(p, c, i, j);
@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_kernel(const fa__cuda_pa
         for (int e = 0; e < 4; ++e) {
           const int il = mb * 8 + 2 * t + (e & 1);
           const bool vis = full || fa__band_visible(&bd, m0 + il, j_base + (e >> 1) * 8);
-          const float pr = vis ? exp2f(st[mb][e] * p.scale_log2 - l_s[il]) : 0.f;
+          const float pr = vis ? exp2f(st[mb][e] * p.scale_log2 - bwd_lse2(l_s[il])) : 0.f;
           st[mb][e] = pr;
           dpt[mb][e] = pr * (dpt[mb][e] - ds_s[il]);
         }

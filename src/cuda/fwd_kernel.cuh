@@ -17,17 +17,20 @@
 
 namespace fa_cuda {
 
-template <int kD, int kWarps, int kBN>
+template <int kD, int kWarps, int kMT, int kBN>
 struct fwd_cfg {
-  static constexpr int kBM = 16 * kWarps;
+  static constexpr int kBM = 16 * kMT * kWarps;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr size_t smem_bytes = sizeof(uint16_t) * (size_t)(kBM * kD + 4 * kBN * kD);
 };
 
-template <typename E, int kD, int kWarps, int kBN, bool kQRegs, bool kFull>
+// kMT: 16-row m-tiles per warp. Two let every K/V fragment a warp loads from
+// shared memory feed two mma (half the shared-memory traffic per flop), at
+// the price of twice the accumulator registers.
+template <typename E, int kD, int kWarps, int kMT, int kBN, bool kQRegs, bool kFull>
 __global__ void __launch_bounds__(32 * kWarps) fwd_kernel(const fa__cuda_params p) {
   using T = typename E::storage;
-  using cfg = fwd_cfg<kD, kWarps, kBN>;
+  using cfg = fwd_cfg<kD, kWarps, kMT, kBN>;
   constexpr int kBM = cfg::kBM, kThreads = cfg::kThreads;
   constexpr int kNB = kBN / 8; // 8-key column blocks of S
   constexpr int kDB = kD / 8;  // 8-wide column blocks of O
@@ -66,12 +69,20 @@ __global__ void __launch_bounds__(32 * kWarps) fwd_kernel(const fa__cuda_params 
   if (n_tiles > 0) load_kv(0, 0);
   cp_async_commit();
 
-  float o[kDB][4];
+  float o[kMT][kDB][4];
 #pragma unroll
-  for (int db = 0; db < kDB; ++db) o[db][0] = o[db][1] = o[db][2] = o[db][3] = 0.f;
-  float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.f, 0.f};
-  uint32_t qf[kQRegs ? kD / 16 : 1][4];
-  const int wrow = warp * 16; // first row of this warp inside the block
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int db = 0; db < kDB; ++db) o[mt][db][0] = o[mt][db][1] = o[mt][db][2] = o[mt][db][3] = 0.f;
+  float row_m[kMT][2], row_l[kMT][2];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+    row_m[mt][0] = row_m[mt][1] = -INFINITY;
+    row_l[mt][0] = row_l[mt][1] = 0.f;
+  }
+  constexpr int kQF = kQRegs ? kMT * (kD / 16) : 1;
+  uint32_t qf[kQF][4];
+  const int wrow = warp * 16 * kMT; // first row of this warp inside the block
 
   for (int it = 0; it < n_tiles; ++it) {
     const int stage = it & 1;
@@ -83,136 +94,165 @@ __global__ void __launch_bounds__(32 * kWarps) fwd_kernel(const fa__cuda_params 
     const T *v_s = sV + stage * kBN * kD;
     if (kQRegs && it == 0) {
 #pragma unroll
-      for (int kk = 0; kk < kD / 16; ++kk) lds_a<kD>(qf[kQRegs ? kk : 0], sQ, wrow, kk * 16, lane);
+      for (int x = 0; x < kQF; ++x) lds_a<kD>(qf[x], sQ, wrow + (x % kMT) * 16, (x / kMT) * 16, lane);
     }
 
     // S = Q K^T
-    float s[kNB][4];
+    float s[kMT][kNB][4];
 #pragma unroll
-    for (int nb = 0; nb < kNB; ++nb) s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.f;
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int nb = 0; nb < kNB; ++nb) s[mt][nb][0] = s[mt][nb][1] = s[mt][nb][2] = s[mt][nb][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-      uint32_t a[4];
-      if (kQRegs) {
+      uint32_t a[kMT][4];
 #pragma unroll
-        for (int x = 0; x < 4; ++x) a[x] = qf[kQRegs ? kk : 0][x];
-      } else {
-        lds_a<kD>(a, sQ, wrow, kk * 16, lane);
+      for (int mt = 0; mt < kMT; ++mt) {
+        if (kQRegs) {
+#pragma unroll
+          for (int x = 0; x < 4; ++x) a[mt][x] = qf[kQRegs ? kk * kMT + mt : 0][x];
+        } else {
+          lds_a<kD>(a[mt], sQ, wrow + mt * 16, kk * 16, lane);
+        }
       }
 #pragma unroll
       for (int nb2 = 0; nb2 < kNB / 2; ++nb2) {
         uint32_t bf[4];
         lds_b_nk<kD>(bf, k_s, nb2 * 16, kk * 16, lane);
-        E::mma(s[2 * nb2], a, bf[0], bf[1]);
-        E::mma(s[2 * nb2 + 1], a, bf[2], bf[3]);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          E::mma(s[mt][2 * nb2], a[mt], bf[0], bf[1]);
+          E::mma(s[mt][2 * nb2 + 1], a[mt], bf[2], bf[3]);
+        }
       }
     }
 
     // scores in log2 units, -inf where not visible
     const int64_t n0 = static_cast<int64_t>(nb_lo + it) * kBN;
-    const int64_t i_base = m0 + wrow + g;
     if (kFull) {
 #pragma unroll
-      for (int nb = 0; nb < kNB; ++nb)
+      for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float capped;
-          s[nb][e] = score_full(p, c, s[nb][e], i_base + (e >> 1) * 8, n0 + nb * 8 + 2 * t + (e & 1), &capped);
-        }
-    } else if (fa__band_tile_full(&c.bd, m0 + wrow, m0 + wrow + 16, n0, n0 + kBN)) {
+        for (int nb = 0; nb < kNB; ++nb)
 #pragma unroll
-      for (int nb = 0; nb < kNB; ++nb)
+          for (int e = 0; e < 4; ++e) {
+            float capped;
+            s[mt][nb][e] = score_full(p, c, s[mt][nb][e], m0 + wrow + mt * 16 + g + (e >> 1) * 8,
+                                      n0 + nb * 8 + 2 * t + (e & 1), &capped);
+          }
+    } else if (fa__band_tile_full(&c.bd, m0 + wrow, m0 + wrow + 16 * kMT, n0, n0 + kBN)) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[nb][e] *= p.scale_log2;
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mt][nb][e] *= p.scale_log2;
     } else {
 #pragma unroll
-      for (int nb = 0; nb < kNB; ++nb)
+      for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const bool vis = fa__band_visible(&c.bd, i_base + (e >> 1) * 8, n0 + nb * 8 + 2 * t + (e & 1));
-          s[nb][e] = vis ? s[nb][e] * p.scale_log2 : -INFINITY;
-        }
+        for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const bool vis = fa__band_visible(&c.bd, m0 + wrow + mt * 16 + g + (e >> 1) * 8,
+                                              n0 + nb * 8 + 2 * t + (e & 1));
+            s[mt][nb][e] = vis ? s[mt][nb][e] * p.scale_log2 : -INFINITY;
+          }
     }
 
-    // online softmax: rows g (e = 0, 1) and g + 8 (e = 2, 3) of the warp
+    // online softmax: per m-tile, rows g (e = 0, 1) and g + 8 (e = 2, 3)
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
+    for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-      for (int nb = 0; nb < kNB; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * r], s[nb][2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float mnew = fmaxf(row_m[r], mx);
-      const float muse = mnew == -INFINITY ? 0.f : mnew; // nothing seen yet: no -inf - -inf
-      const float alpha = exp2f(row_m[r] - muse);
-      row_m[r] = mnew;
-      float sum = 0.f;
+      for (int r = 0; r < 2; ++r) {
+        float mx = -INFINITY;
 #pragma unroll
-      for (int nb = 0; nb < kNB; ++nb) {
-        s[nb][2 * r] = exp2f(s[nb][2 * r] - muse);
-        s[nb][2 * r + 1] = exp2f(s[nb][2 * r + 1] - muse);
-        sum += s[nb][2 * r] + s[nb][2 * r + 1];
+        for (int nb = 0; nb < kNB; ++nb) mx = fmaxf(mx, fmaxf(s[mt][nb][2 * r], s[mt][nb][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float mnew = fmaxf(row_m[mt][r], mx);
+        const float muse = mnew == -INFINITY ? 0.f : mnew; // nothing seen yet: no -inf - -inf
+        const float alpha = exp2f(row_m[mt][r] - muse);
+        row_m[mt][r] = mnew;
+        float sum = 0.f;
+#pragma unroll
+        for (int nb = 0; nb < kNB; ++nb) {
+          s[mt][nb][2 * r] = exp2f(s[mt][nb][2 * r] - muse);
+          s[mt][nb][2 * r + 1] = exp2f(s[mt][nb][2 * r + 1] - muse);
+          sum += s[mt][nb][2 * r] + s[mt][nb][2 * r + 1];
+        }
+        row_l[mt][r] = row_l[mt][r] * alpha + sum; // per-lane partial; the quad sums at the end
+#pragma unroll
+        for (int db = 0; db < kDB; ++db) {
+          o[mt][db][2 * r] *= alpha;
+          o[mt][db][2 * r + 1] *= alpha;
+        }
       }
-      row_l[r] = row_l[r] * alpha + sum; // per-lane partial; the quad sums at the end
-#pragma unroll
-      for (int db = 0; db < kDB; ++db) {
-        o[db][2 * r] *= alpha;
-        o[db][2 * r + 1] *= alpha;
-      }
-    }
     if (kFull && p.has_dropout) { // after l: the softmax is that of the undropped P
 #pragma unroll
-      for (int nb = 0; nb < kNB; ++nb)
+      for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          bool k0, k1;
-          keep_pair(p, c, i_base + r * 8, n0 + nb * 8 + 2 * t, &k0, &k1);
-          if (!k0) s[nb][2 * r] = 0.f;
-          if (!k1) s[nb][2 * r + 1] = 0.f;
-        }
+        for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            bool k0, k1;
+            keep_pair(p, c, m0 + wrow + mt * 16 + g + r * 8, n0 + nb * 8 + 2 * t, &k0, &k1);
+            if (!k0) s[mt][nb][2 * r] = 0.f;
+            if (!k1) s[mt][nb][2 * r + 1] = 0.f;
+          }
     }
 
     // O += P V
 #pragma unroll
     for (int kk = 0; kk < kBN / 16; ++kk) {
-      uint32_t a[4];
-      a[0] = E::pack(s[2 * kk][0], s[2 * kk][1]);
-      a[1] = E::pack(s[2 * kk][2], s[2 * kk][3]);
-      a[2] = E::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      a[3] = E::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      uint32_t a[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        a[mt][0] = E::pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        a[mt][1] = E::pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        a[mt][2] = E::pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        a[mt][3] = E::pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int db2 = 0; db2 < kDB / 2; ++db2) {
         uint32_t bf[4];
         lds_b_kn<kD>(bf, v_s, kk * 16, db2 * 16, lane);
-        E::mma(o[2 * db2], a, bf[0], bf[1]);
-        E::mma(o[2 * db2 + 1], a, bf[2], bf[3]);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          E::mma(o[mt][2 * db2], a[mt], bf[0], bf[1]);
+          E::mma(o[mt][2 * db2 + 1], a[mt], bf[2], bf[3]);
+        }
       }
     }
     __syncthreads(); // this stage is overwritten by the prefetch two tiles on
   }
   cp_async_wait<0>();
 
-  // epilogue: O = acc / l (0 for a row that saw nothing), LSE = m ln2 + ln l
+  // epilogue: O = acc / l (0 for a row that saw nothing), LSE = m ln2 + ln l.
+  // A NaN l (NaN scores) stays NaN in both, as IEEE propagation asks.
   T *go = static_cast<T *>(p.o) + c.seq.bidx * p.os.b + h * p.os.h + c.seq.q_row0 * p.os.r;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = row_l[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const float inv = l > 0.f ? p.dscale / l : 0.f;
-    const int64_t i = m0 + wrow + g + r * 8;
-    if (i < rows) {
+  for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-      for (int db = 0; db < kDB; ++db) {
-        const int d = db * 8 + 2 * t;
-        if (d < p.Dv)
-          *reinterpret_cast<uint32_t *>(go + i * p.os.r + d) = E::pack(o[db][2 * r] * inv, o[db][2 * r + 1] * inv);
+    for (int r = 0; r < 2; ++r) {
+      float l = row_l[mt][r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = l == 0.f ? 0.f : p.dscale / l;
+      const int64_t i = m0 + wrow + mt * 16 + g + r * 8;
+      if (i < rows) {
+#pragma unroll
+        for (int db = 0; db < kDB; ++db) {
+          const int d = db * 8 + 2 * t;
+          if (d < p.Dv)
+            *reinterpret_cast<uint32_t *>(go + i * p.os.r + d) =
+                E::pack(o[mt][db][2 * r] * inv, o[mt][db][2 * r + 1] * inv);
+        }
+        if (p.lse && t == 0)
+          p.lse[c.seq.bidx * p.lses.b + h * p.lses.h + (c.seq.q_row0 + i) * p.lses.r] =
+              l == 0.f ? -INFINITY : row_m[mt][r] * kLn2 + logf(l);
       }
-      if (p.lse && t == 0)
-        p.lse[c.seq.bidx * p.lses.b + h * p.lses.h + (c.seq.q_row0 + i) * p.lses.r] =
-            l > 0.f ? row_m[r] * kLn2 + logf(l) : -INFINITY;
     }
-  }
 }
 
 } // namespace fa_cuda

@@ -107,14 +107,14 @@ __global__ void __launch_bounds__(kGThreads) generic_fwd_kernel(const fa__cuda_p
   for (int r = 0; r < 4; ++r) {
     const int64_t i = m0 + warp * 4 + r;
     if (i >= rows) continue;
-    const float inv = l[r] > 0.f ? p.dscale / l[r] : 0.f;
+    const float inv = l[r] == 0.f ? 0.f : p.dscale / l[r]; // NaN scores: NaN stays NaN
 #pragma unroll
     for (int k = 0; k < kGDPerLane; ++k) {
       const int d = lane + 32 * k;
       if (d < Dv) store_any(p.o, ob + i * p.os.r + d, p.dtype, acc[r][k] * inv);
     }
     if (p.lse && lane == 0) {
-      const float lse = l[r] > 0.f ? m[r] * kLn2 + logf(l[r]) : -INFINITY;
+      const float lse = l[r] == 0.f ? -INFINITY : m[r] * kLn2 + logf(l[r]);
       p.lse[c.seq.bidx * p.lses.b + h * p.lses.h + (c.seq.q_row0 + i) * p.lses.r] = lse;
     }
   }

@@ -9,10 +9,10 @@
 
 namespace fa_cuda {
 
-template <typename E, int kD, int kWarps, int kBN, bool kQRegs, bool kFull>
+template <typename E, int kD, int kWarps, int kMT, int kBN, bool kQRegs, bool kFull>
 fa_status launch_fwd_cfg(const fa__cuda_params &p, cudaStream_t s, fa__err *err) {
-  using cfg = fwd_cfg<kD, kWarps, kBN>;
-  auto kernel = fwd_kernel<E, kD, kWarps, kBN, kQRegs, kFull>;
+  using cfg = fwd_cfg<kD, kWarps, kMT, kBN>;
+  auto kernel = fwd_kernel<E, kD, kWarps, kMT, kBN, kQRegs, kFull>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "forward: shared memory limit");
   const dim3 grid(static_cast<unsigned>(p.B * p.Hq), static_cast<unsigned>((p.Lq + cfg::kBM - 1) / cfg::kBM));
   kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p);
@@ -20,16 +20,20 @@ fa_status launch_fwd_cfg(const fa__cuda_params &p, cudaStream_t s, fa__err *err)
   return FA_OK;
 }
 
-// Tile shapes per head-dim bucket (16 query rows per warp throughout):
-//   64:  8 warps x 64 keys, Q fragments in registers   (48 KiB smem)
-//   128: 8 warps x 64 keys, Q fragments in registers   (96 KiB)
-//   256: 4 warps x 32 keys, Q re-read from shared mem  (96 KiB; registers hold O)
+// Tile shapes per head-dim bucket (warps x m-tiles of 16 rows x keys per tile):
+//   64, 128: 4 warps x 2 m-tiles (128 rows) x 64 keys, as FlashAttention-2 on
+//            sm80/sm90 (48 / 96 KiB of shared memory, two blocks per SM)
+//   256:     4 warps x 1 m-tile x 32 keys (96 KiB; the registers hold O)
+// variant 1 (FLASHATTN_CUDA_VARIANT=1, for A/B timing): 8 warps x 1 m-tile,
+// Q fragments kept in registers.
 template <typename E, bool kFull>
 fa_status launch_fwd_full(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err) {
+  if (p.variant == 1 && kd == 64) return launch_fwd_cfg<E, 64, 8, 1, 64, true, kFull>(p, s, err);
+  if (p.variant == 1 && kd == 128) return launch_fwd_cfg<E, 128, 8, 1, 64, true, kFull>(p, s, err);
   switch (kd) {
-    case 64: return launch_fwd_cfg<E, 64, 8, 64, true, kFull>(p, s, err);
-    case 128: return launch_fwd_cfg<E, 128, 8, 64, true, kFull>(p, s, err);
-    case 256: return launch_fwd_cfg<E, 256, 4, 32, false, kFull>(p, s, err);
+    case 64: return launch_fwd_cfg<E, 64, 4, 2, 64, false, kFull>(p, s, err);
+    case 128: return launch_fwd_cfg<E, 128, 4, 2, 32, false, kFull>(p, s, err);
+    case 256: return launch_fwd_cfg<E, 256, 4, 1, 32, false, kFull>(p, s, err);
     default: fa__err_set(err, "cuda: no forward kernel for head-dim bucket %d", kd); return FA_ERR_INTERNAL;
   }
 }

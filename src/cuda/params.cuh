@@ -55,6 +55,7 @@ struct fa__cuda_params {
   float dscale;
 
   int has_extras; // mask, bias, alibi, softcap or dropout: the per-element path
+  int variant;    // tile-configuration variant (FLASHATTN_CUDA_VARIANT), for A/B timing
 };
 
 
