@@ -60,6 +60,8 @@ static void help(void) {
       "tolerance: an element passes when |x - ref| <= atol + rtol*|ref|.\n"
       "  f32: atol=rtol=1e-4   f16: atol 5e-3, rtol 1e-2   bf16: 3e-2   f64: 1e-9\n"
       "The 'worst/tol' column is max |x - ref| / (atol + rtol*|ref|): <= 1 passes.\n"
+      "The closing 'N passed, N failed, N skipped' counts each backend's forward and\n"
+      "backward separately; a backend that cannot take the problem is skipped, never passed.\n"
       "\n"
       "examples:\n"
       "  flashattn check\n"
