@@ -58,7 +58,7 @@ void fa__ref_head_compute(const fa__problem *p, int64_t b, int64_t h, fa__ref_he
       const double bias = p->bias.data ? fa__ref_load(&p->bias, b, h, i, j) : 0.0;
       srow[j] =
           fa__score_d(dot, p->scale, p->softcap, p->alibi_slopes != NULL, slope, fa__band_diag(&hd->band, i), j, bias);
-      if (srow[j] > mx) mx = srow[j];
+      if (srow[j] > mx || isnan(srow[j])) mx = srow[j]; /* a NaN score makes the row NaN, as IEEE would */
     }
     /* P = softmax(S); a row with nothing visible is all zeros, lse = -inf.
      * A visible score of -inf (e.g. from a -inf bias) counts as masked; NaN
