@@ -11,11 +11,16 @@ static int clampi(int x, int lo, int hi) {
   return x < lo ? lo : x > hi ? hi : x;
 }
 
-/* The query tile is the vector dimension of the forward's products: a
- * whole number of micro-tile widths (3 vectors: 48 floats with AVX-512,
- * 2 x 24 with AVX2). Key tiles: the K/V rows of one step plus the score
- * tile share half of L2 with the Q panel and accumulator, and the score
- * tile (bk x bq) stays within L1 so that the softmax pass reads it warm. */
+/* Forward. The query tile is the vector dimension of both products: a
+ * whole number of micro-tile widths (48 = 3 AVX-512 vectors = 2 AVX2
+ * micro-tiles; 32 for the portable kernels). Its Q^T panel (D x bq) is
+ * what the S product re-reads for every K row, so it must stay in L1
+ * (24 KiB at D = 128). K and V rows are broadcast once per query tile and
+ * need no residency; the score tile (bk x bq) is written once and read
+ * three times (max, exp, P.V), and with the K/V rows in flight it should
+ * stay in L2: bk = a quarter of L2 / (D + Dv + bq) floats. Measured on a
+ * 1 MiB-L2 Zen 4: flat within noise from bk = 128 to 512 at D = 128, 5%
+ * slower at 48, 12% at 32. */
 fa__cpu_blocks fa__cpu_blocks_forward(const fa__cpu_kernels *kt, int64_t D, int64_t Dv, int block_q, int block_k) {
   const fa__cpuinfo *ci = fa__cpuinfo_get();
   fa__cpu_blocks b;
@@ -23,24 +28,31 @@ fa__cpu_blocks fa__cpu_blocks_forward(const fa__cpu_kernels *kt, int64_t D, int6
   if (block_k > 0) {
     b.bk = block_k;
   } else {
-    const int bq = fa__cpu_pad(b.bq);
-    const long l1 = (long)ci->l1d_bytes / 4, l2 = (long)ci->l2_bytes / 4; /* in floats */
-    const long by_l1 = l1 / 2 / bq;
-    const long by_l2 = (l2 / 2 - (long)bq * (D + Dv)) / (D + Dv + bq);
-    long bk = by_l1 < by_l2 ? by_l1 : by_l2;
-    b.bk = clampi(round_down((int)(bk > 4096 ? 4096 : bk), 16), 16, 512);
+    const long l2 = (long)ci->l2_bytes / 4; /* floats */
+    const long bk = l2 / 4 / (long)(D + Dv + fa__cpu_pad(b.bq));
+    b.bk = clampi(round_down((int)(bk > 4096 ? 4096 : bk), 16), 32, 512);
   }
   return b;
 }
 
-/* Backward: the vector dimension is the key tile (panels of K^T, V^T and
- * the score tiles run along keys), so bk is a whole number of micro-tile
- * widths; the query tile is a multiple of the micro-tile height. */
+/* Backward. The vector dimension is the key tile (the K^T, V^T panels and
+ * the P, dS tiles run along keys), so bk is a whole number of micro-tile
+ * widths (48); the five K/V-side panels of an item (scale K^T, V^T, scale
+ * K, dK^T, dV^T: bk x (3D + 2Dv) floats) stay in a quarter of L2 while the
+ * query tiles stream past. The query tile is a multiple of the micro-tile
+ * height; 64 measured best (32..128 within 4%). */
 fa__cpu_blocks fa__cpu_blocks_backward(const fa__cpu_kernels *kt, int64_t D, int64_t Dv, int block_q, int block_k) {
-  (void)D, (void)Dv;
+  const fa__cpuinfo *ci = fa__cpuinfo_get();
   fa__cpu_blocks b;
   b.bq = block_q > 0 ? block_q : 64;
-  b.bk = block_k > 0 ? block_k : kt->isa == FA_ISA_GENERIC ? 64 : 96;
+  if (block_k > 0) {
+    b.bk = block_k;
+  } else {
+    const int unit = kt->isa == FA_ISA_GENERIC ? 32 : 48;
+    const long l2 = (long)ci->l2_bytes / 4;
+    const long bk = l2 / 4 / (long)(3 * D + 2 * Dv);
+    b.bk = clampi(round_down((int)(bk > 4096 ? 4096 : bk), unit), unit, 4 * unit);
+  }
   return b;
 }
 
