@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dq_kernel(const fa__cuda_para
             const float sx = score_full(p, c, s[nb][2 * r + x], i, j + x, &capped);
             float ds = 0.f;
             if (sx != -INFINITY) {
-              const float pr = exp2f(sx - lse2[r]);
+              const float pr = fast_exp2(sx - lse2[r]);
               float dpv = dp[nb][2 * r + x];
               if (p.has_dropout) dpv = keep[x] ? dpv * p.dscale : 0.f;
               ds = pr * (dpv - dsum[r]) * fa__softcap_grad_f(capped, p.softcap);
@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dq_kernel(const fa__cuda_para
         for (int e = 0; e < 4; ++e) {
           const int r = e >> 1;
           const bool vis = full || fa__band_visible(&c.bd, i_base + r * 8, n0 + nb * 8 + 2 * t + (e & 1));
-          const float pr = vis ? exp2f(s[nb][e] * p.scale_log2 - lse2[r]) : 0.f;
+          const float pr = vis ? fast_exp2(s[nb][e] * p.scale_log2 - lse2[r]) : 0.f;
           s[nb][e] = pr * (dp[nb][e] - dsum[r]);
         }
     }

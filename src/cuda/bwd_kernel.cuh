@@ -122,28 +122,21 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_kernel(const fa__cuda_pa
     for (int mb = 0; mb < kMB; ++mb)
 #pragma unroll
       for (int e = 0; e < 4; ++e) st[mb][e] = dpt[mb][e] = 0.f;
+    // (two independent mma chains per step: more in flight per warp)
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-      uint32_t a[4];
-      lds_a<kD>(a, sK, wkey, kk * 16, lane);
+      uint32_t ak[4], av[4];
+      lds_a<kD>(ak, sK, wkey, kk * 16, lane);
+      lds_a<kD>(av, sV, wkey, kk * 16, lane);
 #pragma unroll
       for (int mb2 = 0; mb2 < kMB / 2; ++mb2) {
-        uint32_t bf[4];
-        lds_b_nk<kD>(bf, q_s, mb2 * 16, kk * 16, lane);
-        E::mma(st[2 * mb2], a, bf[0], bf[1]);
-        E::mma(st[2 * mb2 + 1], a, bf[2], bf[3]);
-      }
-    }
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      uint32_t a[4];
-      lds_a<kD>(a, sV, wkey, kk * 16, lane);
-#pragma unroll
-      for (int mb2 = 0; mb2 < kMB / 2; ++mb2) {
-        uint32_t bf[4];
-        lds_b_nk<kD>(bf, do_s, mb2 * 16, kk * 16, lane);
-        E::mma(dpt[2 * mb2], a, bf[0], bf[1]);
-        E::mma(dpt[2 * mb2 + 1], a, bf[2], bf[3]);
+        uint32_t bq[4], bo[4];
+        lds_b_nk<kD>(bq, q_s, mb2 * 16, kk * 16, lane);
+        lds_b_nk<kD>(bo, do_s, mb2 * 16, kk * 16, lane);
+        E::mma(st[2 * mb2], ak, bq[0], bq[1]);
+        E::mma(dpt[2 * mb2], av, bo[0], bo[1]);
+        E::mma(st[2 * mb2 + 1], ak, bq[2], bq[3]);
+        E::mma(dpt[2 * mb2 + 1], av, bo[2], bo[3]);
       }
     }
 
@@ -161,7 +154,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_kernel(const fa__cuda_pa
           const float x = score_full(p, c, st[mb][e], i, j, &capped);
           float pr = 0.f, ds = 0.f;
           if (x != -INFINITY) {
-            pr = exp2f(x - bwd_lse2(l_s[il]));
+            pr = fast_exp2(x - bwd_lse2(l_s[il]));
             float dp = dpt[mb][e];
             if (p.has_dropout) {
               const bool keep = keep_one(p, c, i, j);
@@ -184,7 +177,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_kernel(const fa__cuda_pa
         for (int e = 0; e < 4; ++e) {
           const int il = mb * 8 + 2 * t + (e & 1);
           const bool vis = full || fa__band_visible(&bd, m0 + il, j_base + (e >> 1) * 8);
-          const float pr = vis ? exp2f(st[mb][e] * p.scale_log2 - bwd_lse2(l_s[il])) : 0.f;
+          const float pr = vis ? fast_exp2(st[mb][e] * p.scale_log2 - bwd_lse2(l_s[il])) : 0.f;
           st[mb][e] = pr;
           dpt[mb][e] = pr * (dpt[mb][e] - ds_s[il]);
         }
@@ -248,10 +241,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_kernel(const fa__cuda_pa
 #pragma unroll
           for (int x = 0; x < kDc / 8; ++x) {
             const int d = dc0 + x * 8 + 2 * t;
-            if (d < p.D) {
-              atomicAdd(acc + il * p.D + d, dq[x][2 * r]);
-              atomicAdd(acc + il * p.D + d + 1, dq[x][2 * r + 1]);
-            }
+            if (d < p.D) red_add2(acc + il * p.D + d, dq[x][2 * r], dq[x][2 * r + 1]);
           }
         }
       }

@@ -161,6 +161,7 @@ __global__ void __launch_bounds__(32 * kWarps) fwd_kernel(const fa__cuda_params 
     }
 
     // online softmax: per m-tile, rows g (e = 0, 1) and g + 8 (e = 2, 3)
+    float alpha[kMT][2];
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -172,22 +173,34 @@ __global__ void __launch_bounds__(32 * kWarps) fwd_kernel(const fa__cuda_params 
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float mnew = fmaxf(row_m[mt][r], mx);
         const float muse = mnew == -INFINITY ? 0.f : mnew; // nothing seen yet: no -inf - -inf
-        const float alpha = exp2f(row_m[mt][r] - muse);
+        alpha[mt][r] = fast_exp2(row_m[mt][r] - muse);
         row_m[mt][r] = mnew;
         float sum = 0.f;
 #pragma unroll
         for (int nb = 0; nb < kNB; ++nb) {
-          s[mt][nb][2 * r] = exp2f(s[mt][nb][2 * r] - muse);
-          s[mt][nb][2 * r + 1] = exp2f(s[mt][nb][2 * r + 1] - muse);
+          s[mt][nb][2 * r] = fast_exp2(s[mt][nb][2 * r] - muse);
+          s[mt][nb][2 * r + 1] = fast_exp2(s[mt][nb][2 * r + 1] - muse);
           sum += s[mt][nb][2 * r] + s[mt][nb][2 * r + 1];
         }
-        row_l[mt][r] = row_l[mt][r] * alpha + sum; // per-lane partial; the quad sums at the end
+        row_l[mt][r] = row_l[mt][r] * alpha[mt][r] + sum; // per-lane partial; the quad sums at the end
+      }
+    // Rescaling O costs as many multiplies as O has registers; once the row
+    // maxima settle (most tiles of a long row) every alpha is exactly 1 and
+    // the whole warp skips it, bit for bit the same result.
+    bool moved = false;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) moved |= alpha[mt][0] != 1.f || alpha[mt][1] != 1.f;
+    if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int db = 0; db < kDB; ++db) {
-          o[mt][db][2 * r] *= alpha;
-          o[mt][db][2 * r + 1] *= alpha;
+          o[mt][db][0] *= alpha[mt][0];
+          o[mt][db][1] *= alpha[mt][0];
+          o[mt][db][2] *= alpha[mt][1];
+          o[mt][db][3] *= alpha[mt][1];
         }
-      }
+    }
     if (kFull && p.has_dropout) { // after l: the softmax is that of the undropped P
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)

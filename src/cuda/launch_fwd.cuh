@@ -24,12 +24,10 @@ fa_status launch_fwd_cfg(const fa__cuda_params &p, cudaStream_t s, fa__err *err)
 //   64, 128: 4 warps x 2 m-tiles (128 rows) x 64 keys, as FlashAttention-2 on
 //            sm80/sm90 (48 / 96 KiB of shared memory, two blocks per SM)
 //   256:     4 warps x 1 m-tile x 32 keys (96 KiB; the registers hold O)
-// variant 1 (FLASHATTN_CUDA_VARIANT=1, for A/B timing): 8 warps x 1 m-tile,
-// Q fragments kept in registers.
+// Measured on an H200 (bf16, 2026-11-29): 8 warps x 1 m-tile with Q in
+// registers was 4-20% slower for 64 and 128 (bench/results).
 template <typename E, bool kFull>
 fa_status launch_fwd_full(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err) {
-  if (p.variant == 1 && kd == 64) return launch_fwd_cfg<E, 64, 8, 1, 64, true, kFull>(p, s, err);
-  if (p.variant == 1 && kd == 128) return launch_fwd_cfg<E, 128, 8, 1, 64, true, kFull>(p, s, err);
   switch (kd) {
     case 64: return launch_fwd_cfg<E, 64, 4, 2, 64, false, kFull>(p, s, err);
     case 128: return launch_fwd_cfg<E, 128, 4, 2, 32, false, kFull>(p, s, err);

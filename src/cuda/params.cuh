@@ -55,7 +55,8 @@ struct fa__cuda_params {
   float dscale;
 
   int has_extras; // mask, bias, alibi, softcap or dropout: the per-element path
-  int variant;    // tile-configuration variant (FLASHATTN_CUDA_VARIANT), for A/B timing
+  int variant;    // FLASHATTN_CUDA_VARIANT: selects alternative tile configurations, when a
+                  // launch file compiles some, for A/B timing in one process (anchors.py --variants)
 };
 
 
