@@ -191,6 +191,10 @@ static void compute_di(const fa__problem *p, const fa__cpu_kernels *kt, float *d
       for (int64_t e = 0; e < p->Dv; ++e) acc += (double)ro[e] * rd[e];
       out[i] = (float)acc;
     }
+    for (int64_t i = sq.lq; i < p->Lq; ++i) { /* past the sequence: defined, never read by a tile */
+      out[i] = 0.0f;
+      lout[i] = -INFINITY;
+    }
   }
   (void)nt;
 }
