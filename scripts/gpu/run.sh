@@ -13,6 +13,7 @@
 # the GPU image has no CMocka and no network).
 set -u
 MODE=${1:-full}
+VARIANTS=${VARIANTS:-0} # FLASHATTN_CUDA_VARIANT values to check and time (A/B of tile configurations)
 OUT=${OUT:-/tmp/fa-out}
 mkdir -p "$OUT"
 ROOT=$(pwd)
@@ -57,13 +58,24 @@ if [ "$MODE" != bench ]; then
   timeout 300 "$BUILD/check_cuda" >"$OUT/check.log" 2>&1
   say "check_cuda exit $?"
   grep -E "FAIL|cuda (forward|backward)|ref (forward|backward)|check_cuda:" "$OUT/check.log" | head -40 | tee -a "$SUMMARY"
+  for v in $VARIANTS; do
+    [ "$v" = 0 ] && continue
+    FLASHATTN_CUDA_VARIANT=$v timeout 300 "$BUILD/check_cuda" >"$BUILD/check_v$v.log" 2>&1
+    say "check_cuda (FLASHATTN_CUDA_VARIANT=$v) exit $?: $(tail -1 "$BUILD/check_v$v.log")"
+    grep FAIL "$BUILD/check_v$v.log" | head -20 | tee -a "$SUMMARY"
+    { echo "== FLASHATTN_CUDA_VARIANT=$v"; cat "$BUILD/check_v$v.log"; } >>"$OUT/check.log"
+  done
 
   if [ "$TESTS" = ON ] && [ -d "$BUILD/tests" ]; then
     stage "ctest"
     (cd "$BUILD" && timeout 600 ctest -j"$JOBS" --output-on-failure >"$OUT/ctest.log" 2>&1)
     say "ctest exit $?"
     grep -E "tests passed|Skipped|Failed|\*\*\*" "$OUT/ctest.log" | head -30 | tee -a "$SUMMARY"
-    say "cuda suite cases: $(grep -c 'OK \]' "$OUT/ctest.log") OK lines in the log"
+    # the cuda program on its own: its cases must run, not skip
+    SUITE=$BUILD/suite_cuda.log
+    "$BUILD/tests/test_backend_cuda" >"$SUITE" 2>&1
+    say "test_backend_cuda exit $?: $(grep -c '\[       OK \]' "$SUITE") OK, $(grep -c '\[  SKIPPED \]' "$SUITE") skipped, $(grep -c '\[  FAILED  \]' "$SUITE") failed"
+    { echo "== test_backend_cuda on its own"; cat "$SUITE"; } >>"$OUT/ctest.log"
   fi
 fi
 
@@ -81,6 +93,14 @@ if [ "$MODE" = full ] || [ "$MODE" = smoke ]; then
   for c in $SUBSET_RACE; do
     timeout 300 compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 9 "$BUILD/check_cuda" "$c" >>"$SAN" 2>&1
     say "racecheck $c: exit $?"
+  done
+  for v in $VARIANTS; do
+    [ "$v" = 0 ] && continue
+    for tool in memcheck racecheck; do
+      FLASHATTN_CUDA_VARIANT=$v timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/check_cuda" \
+        bf16_d128_seqlens >>"$SAN" 2>&1
+      say "$tool bf16_d128_seqlens (variant $v): exit $?"
+    done
   done
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|Race" "$SAN" | sort | uniq -c | head -20 | tee -a "$SUMMARY"
 fi
@@ -103,6 +123,7 @@ elif [ "$MODE" = smoke ]; then
   timeout 300 python3 bench/gpu/anchors.py --lib "$BUILD/libflashattn.so" --out "$OUT" --d 64,128 --l 4096 --reps 10 \
     2>&1 | tee "$OUT/anchors.txt"
 else
-  timeout 540 python3 bench/gpu/anchors.py --lib "$BUILD/libflashattn.so" --out "$OUT" 2>&1 | tee "$OUT/anchors.txt"
+  timeout 540 python3 bench/gpu/anchors.py --lib "$BUILD/libflashattn.so" --out "$OUT" \
+    --variants "$(echo $VARIANTS | tr ' ' ',')" 2>&1 | tee "$OUT/anchors.txt"
 fi
 stage "done"
