@@ -32,21 +32,21 @@ fa_status launch_bwd_cfg(const fa__cuda_params &p, int deterministic, cudaStream
   return FA_OK;
 }
 
-// Tile shapes per head-dim bucket: dK/dV kernel with 16 keys per warp.
-//   64:  8 warps (128 keys) x 64-query tiles;  dq kernel 4 warps x 64 keys
-//   128: 8 warps (128 keys) x 32-query tiles;  dq kernel 4 warps x 64 keys
-// Measured on an H200 (bf16, 2026-11-29): 4-warp dK/dV blocks (64 keys, two
-// blocks per SM) were 0-13% slower than these (bench/results).
-// variant 1 (FLASHATTN_CUDA_VARIANT=1, A/B timing): query tiles twice as tall
-// (128 for 64, 64 for 128): half the barriers and fixed costs per flop, at
-// the price of ~100 bytes of register spills.
+// Tile shapes per head-dim bucket: dK/dV kernel with 16 keys per warp,
+// 8 warps (128 keys) per block; the dQ kernel (deterministic mode) with
+// 4 warps x 64 keys.
+//   64:  128-query tiles      128: 64-query tiles
+// These tall query tiles halve the barriers and fixed costs per flop against
+// 64 / 32 (FLASHATTN_CUDA_VARIANT=1), at the price of ~100 bytes of register
+// spills, and measured 2-10% faster on an H200 (bf16, 2026-11-29,
+// bench/results/2026-11-29-h200-anchors-variants.txt).
 template <typename E, bool kFull>
 fa_status launch_bwd_full(const fa__cuda_params &p, int kd, int det, cudaStream_t s, fa__err *err) {
-  if (p.variant == 1 && kd == 64) return launch_bwd_cfg<E, 64, 8, 128, 4, 64, kFull>(p, det, s, err);
-  if (p.variant == 1 && kd == 128) return launch_bwd_cfg<E, 128, 8, 64, 4, 64, kFull>(p, det, s, err);
+  if (p.variant == 1 && kd == 64) return launch_bwd_cfg<E, 64, 8, 64, 4, 64, kFull>(p, det, s, err);
+  if (p.variant == 1 && kd == 128) return launch_bwd_cfg<E, 128, 8, 32, 4, 64, kFull>(p, det, s, err);
   switch (kd) {
-    case 64: return launch_bwd_cfg<E, 64, 8, 64, 4, 64, kFull>(p, det, s, err);
-    case 128: return launch_bwd_cfg<E, 128, 8, 32, 4, 64, kFull>(p, det, s, err);
+    case 64: return launch_bwd_cfg<E, 64, 8, 128, 4, 64, kFull>(p, det, s, err);
+    case 128: return launch_bwd_cfg<E, 128, 8, 64, 4, 64, kFull>(p, det, s, err);
     default: fa__err_set(err, "cuda: no backward kernel for head-dim bucket %d", kd); return FA_ERR_INTERNAL;
   }
 }
