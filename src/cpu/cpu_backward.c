@@ -216,6 +216,13 @@ static void zero_rows(const fa_tensor *x, const fa__problem *p, int kv, const fl
 
 fa_status fa__cpu_backward(const fa__problem *p, const fa__cpu_kernels *kt, fa__err *err) {
   fa__cpu_blocks blk = fa__cpu_blocks_backward(kt, p->D, p->Dv, p->block_q, p->block_k);
+  if (p->block_k <= 0) {
+    /* Small problems: a few large K/V tiles would leave threads idle, so the
+     * tile shrinks (in 16-row steps) until there are 16 items. This looks at
+     * the problem only, never at the thread count: the deterministic
+     * backward keeps its bits on any number of threads. */
+    while (blk.bk > 48 && p->B * p->Hkv * ((p->Lk + blk.bk - 1) / blk.bk) < 16) blk.bk -= 16;
+  }
   if (blk.bq > p->Lq) blk.bq = (int)p->Lq;
   if (blk.bk > p->Lk) blk.bk = (int)p->Lk;
   bwd_ctx c;

@@ -45,7 +45,8 @@ FA_INLINE void mk256(const int MR_, const int NV_, int kc, const float *a, ptrdi
     if (NV_ > 2) K2_ACC(m, 2) = _mm256_fmadd_ps(am, b2, K2_ACC(m, 2)); \
   }
     K2_ROW(0)
-    K2_ROW(1) K2_ROW(2) K2_ROW(3)
+    K2_ROW(1)
+    K2_ROW(2) K2_ROW(3)
 #undef K2_ROW
         ko += csa;
     b += ldb;
