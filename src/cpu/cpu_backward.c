@@ -13,8 +13,13 @@
  * in increasing order (cpu_parallel.h), so the item a ticket waits for is
  * always running or done: no deadlock.
  *
- * Extra memory: Di (B*Hq*Lq floats), the tickets, the dQ accumulator when
- * dq is not f32, and per-thread tiles: linear in L. */
+ * Before the items: Di = rowsum(dO * O) and a copy of LSE per row (and,
+ * when they are too coarse, the row-statistics pass of cpu_passes.h);
+ * after them: dq converted from the accumulator, and the dBias pass.
+ *
+ * Extra memory: 2-3 x B*Hq*Lq floats (Di, LSE, its correction), the
+ * tickets, the dQ accumulator when dq is not f32, and per-thread tiles:
+ * linear in L. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
