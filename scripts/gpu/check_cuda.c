@@ -20,13 +20,13 @@
 
 #include "flashattn.h"
 
-#define CK(x)                                                                       \
-  do {                                                                              \
-    cudaError_t e_ = (x);                                                           \
-    if (e_ != cudaSuccess) {                                                        \
+#define CK(x)                                                                            \
+  do {                                                                                   \
+    cudaError_t e_ = (x);                                                                \
+    if (e_ != cudaSuccess) {                                                             \
       fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(2);                                                                      \
-    }                                                                               \
+      exit(2);                                                                           \
+    }                                                                                    \
   } while (0)
 
 /* ---- numbers ------------------------------------------------------------ */
@@ -90,7 +90,9 @@ typedef struct buf {
 } buf;
 #define DPTR(t) ((void *)((char *)(t)->d + (t)->shift))
 
-static size_t dsize(fa_dtype t) { return t == FA_F32 ? 4 : t == FA_F64 ? 8 : t == FA_BOOL ? 1 : 2; }
+static size_t dsize(fa_dtype t) {
+  return t == FA_F32 ? 4 : t == FA_F64 ? 8 : t == FA_BOOL ? 1 : 2;
+}
 
 /* [B, H, L, D] logical; blhd: stored as [B, L, H, D] */
 static buf mk(fa_dtype dt, int64_t B, int64_t H, int64_t L, int64_t D, int blhd) {
@@ -134,7 +136,9 @@ static void randn(buf *t, float mag) {
 }
 
 /* poison the device copy so unwritten outputs show as NaN */
-static void poison(buf *t) { CK(cudaMemset(DPTR(t), 0xff, (size_t)t->n * dsize(t->dt))); }
+static void poison(buf *t) {
+  CK(cudaMemset(DPTR(t), 0xff, (size_t)t->n * dsize(t->dt)));
+}
 
 static void download(buf *t) {
   void *tmp = malloc((size_t)t->n * dsize(t->dt));
@@ -170,7 +174,6 @@ static fa_tensor host_t(const buf *t) {
   x.memory = FA_MEMORY_HOST;
   return x;
 }
-
 
 /* ---- comparisons --------------------------------------------------------- */
 
@@ -457,14 +460,13 @@ static void run_case(const ccase *c) {
         dv_ref = mk(FA_F32, Bt, c->Hkv, Lk, c->Dv, 0);
     fa_tensor hdo = host_t(&dout), hdq = host_t(&dq_ref), hdk = host_t(&dk_ref), hdv = host_t(&dv_ref);
     fa_tensor hdb = host_t(&dbias_ref);
-    st = fa_backward(ctx, FA_BACKEND_REF, &hq, &hk, &hv, &ho, &hdo, &hl, &oh, &hdq, &hdk, &hdv,
-                     c->dbias ? &hdb : NULL);
+    st = fa_backward(ctx, FA_BACKEND_REF, &hq, &hk, &hv, &ho, &hdo, &hl, &oh, &hdq, &hdk, &hdv, c->dbias ? &hdb : NULL);
     if (st != FA_OK) {
       printf("  %-34s ref backward: %s\n", c->name, fa_context_last_error(ctx));
       g_fail = 1;
     } else {
       fa_tensor tdo = devt(&dout), tdq = devt(&dq), tdk = devt(&dk), tdv = devt(&dv), tdb = devt(&dbias);
-      float *first = NULL; /* deterministic run 1: dq, dk, dv concatenated */
+      float *first = NULL;                   /* deterministic run 1: dq, dk, dv concatenated */
       for (int mode = 0; mode < 3; ++mode) { /* 0: default, 1 and 2: deterministic */
         od.deterministic = mode > 0;
         poison(&dq);
@@ -479,8 +481,8 @@ static void run_case(const ccase *c) {
           g_fail = 1;
           break;
         }
-        if (c->varlen && (!untouched_rows(&dq, rows_q) || !untouched_rows(&dk, cuk[B]) ||
-                          !untouched_rows(&dv, cuk[B]))) {
+        if (c->varlen &&
+            (!untouched_rows(&dq, rows_q) || !untouched_rows(&dk, cuk[B]) || !untouched_rows(&dv, cuk[B]))) {
           printf("  %-34s gradient rows past the last sequence were written  FAIL\n", c->name);
           g_fail = 1;
         }

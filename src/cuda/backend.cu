@@ -61,7 +61,7 @@ struct scratch {
     if (async) {
       (void)cudaFreeAsync(ptr, stream);
     } else {
-      (void)cudaStreamSynchronize(stream); // kernels may still read it
+      (void)cudaStreamSynchronize(stream);  // kernels may still read it
       (void)cudaFree(ptr);
     }
   }
@@ -75,7 +75,9 @@ fa__cuda_strides strides_of(const fa_tensor &t) {
   return s;
 }
 
-bool is_half(fa_dtype t) { return t == FA_F16 || t == FA_BF16; }
+bool is_half(fa_dtype t) {
+  return t == FA_F16 || t == FA_BF16;
+}
 
 // cp.async moves 16 bytes: the fast path needs every row of q, k, v, o, ...
 // to start on a 16-byte boundary.
@@ -87,9 +89,11 @@ bool rows_aligned(const fa_tensor &t) {
   return true;
 }
 
-int bucket_of(int64_t d) { return d <= 64 ? 64 : d <= 128 ? 128 : 256; }
+int bucket_of(int64_t d) {
+  return d <= 64 ? 64 : d <= 128 ? 128 : 256;
+}
 
-constexpr int64_t kMaxRows = 65535LL * 16; // grid.y limit times the smallest row tile
+constexpr int64_t kMaxRows = 65535LL * 16;  // grid.y limit times the smallest row tile
 
 fa_status cuda_available(fa__err *err) {
   int count = 0;
@@ -293,7 +297,7 @@ fa_status cuda_backward(const fa__problem *p, fa__err *err) {
   return FA_OK;
 }
 
-} // namespace
+}  // namespace
 
-extern "C" const fa__backend fa__backend_cuda = {FA_BACKEND_CUDA, "cuda", cuda_available, cuda_supports,
-                                                 cuda_forward, cuda_backward};
+extern "C" const fa__backend fa__backend_cuda = {FA_BACKEND_CUDA, "cuda",       cuda_available,
+                                                 cuda_supports,   cuda_forward, cuda_backward};

@@ -28,10 +28,10 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dq_kernel(const fa__cuda_para
   constexpr int kNB = kBN / 8, kDB = kD / 8;
 
   extern __shared__ __align__(128) unsigned char smem[];
-  T *sQ = reinterpret_cast<T *>(smem); // [kBM][kD]
-  T *sdO = sQ + kBM * kD;              // [kBM][kD]
-  T *sK = sdO + kBM * kD;              // [2][kBN][kD]
-  T *sV = sK + 2 * kBN * kD;           // [2][kBN][kD]
+  T *sQ = reinterpret_cast<T *>(smem);  // [kBM][kD]
+  T *sdO = sQ + kBM * kD;               // [kBM][kD]
+  T *sK = sdO + kBM * kD;               // [2][kBN][kD]
+  T *sV = sK + 2 * kBN * kD;            // [2][kBN][kD]
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int64_t bh = blockIdx.x, b = bh / p.Hq, h = bh % p.Hq, kvh = h / p.group;
@@ -181,6 +181,6 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dq_kernel(const fa__cuda_para
   }
 }
 
-} // namespace fa_cuda
+}  // namespace fa_cuda
 
 #endif

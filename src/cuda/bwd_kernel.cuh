@@ -30,27 +30,29 @@ struct bwd_cfg {
 
 // lse in log2 units; a row that saw nothing (-inf) becomes +inf so that
 // exp2(x - lse2) is 0 there, never NaN.
-__device__ __forceinline__ float bwd_lse2(float lse) { return lse == -INFINITY ? INFINITY : lse * kLog2e; }
+__device__ __forceinline__ float bwd_lse2(float lse) {
+  return lse == -INFINITY ? INFINITY : lse * kLog2e;
+}
 
 template <typename E, int kD, int kWarps, int kBM, bool kFull>
 __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_kernel(const fa__cuda_params p, const int fuse_dq) {
   using T = typename E::storage;
   using cfg = bwd_cfg<kD, kWarps, kBM>;
   constexpr int kBN = cfg::kBN, kThreads = cfg::kThreads;
-  constexpr int kMB = kBM / 8; // 8-query column blocks of S^T
+  constexpr int kMB = kBM / 8;  // 8-query column blocks of S^T
   constexpr int kDB = kD / 8;
   // fused dQ tile: kBM/16 row tiles x kDS column splits, one per warp
   constexpr int kMT = kBM / 16, kDS = kWarps / kMT, kDc = kD / kDS;
   static_assert(kMT * kDS == kWarps && kDc % 16 == 0, "dQ warp tiling");
 
   extern __shared__ __align__(128) unsigned char smem[];
-  T *sK = reinterpret_cast<T *>(smem); // [kBN][kD]
-  T *sV = sK + kBN * kD;               // [kBN][kD]
-  T *sQ = sV + kBN * kD;               // [2][kBM][kD]
-  T *sdO = sQ + 2 * kBM * kD;          // [2][kBM][kD]
-  T *sdS = sdO + 2 * kBM * kD;         // [kBN][kBM]: dS^T, for the fused dQ
-  float *sL = reinterpret_cast<float *>(sdS + kBN * kBM); // [2][kBM] lse (raw; rows past lq: 0)
-  float *sDs = sL + 2 * kBM;                              // [2][kBM] dsum
+  T *sK = reinterpret_cast<T *>(smem);                     // [kBN][kD]
+  T *sV = sK + kBN * kD;                                   // [kBN][kD]
+  T *sQ = sV + kBN * kD;                                   // [2][kBM][kD]
+  T *sdO = sQ + 2 * kBM * kD;                              // [2][kBM][kD]
+  T *sdS = sdO + 2 * kBM * kD;                             // [kBN][kBM]: dS^T, for the fused dQ
+  float *sL = reinterpret_cast<float *>(sdS + kBN * kBM);  // [2][kBM] lse (raw; rows past lq: 0)
+  float *sDs = sL + 2 * kBM;                               // [2][kBM] dsum
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int64_t bkv = blockIdx.x, b = bkv / p.Hkv, kvh = bkv % p.Hkv;
@@ -100,7 +102,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_kernel(const fa__cuda_pa
   for (int db = 0; db < kDB; ++db)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[db][e] = dv[db][e] = 0.f;
-  const int wkey = warp * 16; // this warp's keys inside the block
+  const int wkey = warp * 16;  // this warp's keys inside the block
   const int64_t j_base = n0 + wkey + g;
 
   for (int it = 0; it < total; ++it) {
@@ -122,7 +124,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_kernel(const fa__cuda_pa
     for (int mb = 0; mb < kMB; ++mb)
 #pragma unroll
       for (int e = 0; e < 4; ++e) st[mb][e] = dpt[mb][e] = 0.f;
-    // (two independent mma chains per step: more in flight per warp)
+        // (two independent mma chains per step: more in flight per warp)
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
       uint32_t ak[4], av[4];
@@ -246,7 +248,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_kernel(const fa__cuda_pa
         }
       }
     }
-    __syncthreads(); // Q/dO stage and dS^T are rewritten next
+    __syncthreads();  // Q/dO stage and dS^T are rewritten next
   }
   cp_async_wait<0>();
 
@@ -269,6 +271,6 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_kernel(const fa__cuda_pa
   }
 }
 
-} // namespace fa_cuda
+}  // namespace fa_cuda
 
 #endif

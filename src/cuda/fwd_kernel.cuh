@@ -32,14 +32,14 @@ __global__ void __launch_bounds__(32 * kWarps) fwd_kernel(const fa__cuda_params 
   using T = typename E::storage;
   using cfg = fwd_cfg<kD, kWarps, kMT, kBN>;
   constexpr int kBM = cfg::kBM, kThreads = cfg::kThreads;
-  constexpr int kNB = kBN / 8; // 8-key column blocks of S
-  constexpr int kDB = kD / 8;  // 8-wide column blocks of O
+  constexpr int kNB = kBN / 8;  // 8-key column blocks of S
+  constexpr int kDB = kD / 8;   // 8-wide column blocks of O
   static_assert(kBN % 16 == 0 && kD % 16 == 0, "tile shape");
 
   extern __shared__ __align__(128) unsigned char smem[];
-  T *sQ = reinterpret_cast<T *>(smem); // [kBM][kD]
-  T *sK = sQ + kBM * kD;               // [2][kBN][kD]
-  T *sV = sK + 2 * kBN * kD;           // [2][kBN][kD]
+  T *sQ = reinterpret_cast<T *>(smem);  // [kBM][kD]
+  T *sK = sQ + kBM * kD;                // [2][kBN][kD]
+  T *sV = sK + 2 * kBN * kD;            // [2][kBN][kD]
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int64_t bh = blockIdx.x, b = bh / p.Hq, h = bh % p.Hq, kvh = h / p.group;
@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(32 * kWarps) fwd_kernel(const fa__cuda_params 
   }
   constexpr int kQF = kQRegs ? kMT * (kD / 16) : 1;
   uint32_t qf[kQF][4];
-  const int wrow = warp * 16 * kMT; // first row of this warp inside the block
+  const int wrow = warp * 16 * kMT;  // first row of this warp inside the block
 
   for (int it = 0; it < n_tiles; ++it) {
     const int stage = it & 1;
@@ -154,8 +154,8 @@ __global__ void __launch_bounds__(32 * kWarps) fwd_kernel(const fa__cuda_params 
         for (int nb = 0; nb < kNB; ++nb)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const bool vis = fa__band_visible(&c.bd, m0 + wrow + mt * 16 + g + (e >> 1) * 8,
-                                              n0 + nb * 8 + 2 * t + (e & 1));
+            const bool vis =
+                fa__band_visible(&c.bd, m0 + wrow + mt * 16 + g + (e >> 1) * 8, n0 + nb * 8 + 2 * t + (e & 1));
             s[mt][nb][e] = vis ? s[mt][nb][e] * p.scale_log2 : -INFINITY;
           }
     }
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(32 * kWarps) fwd_kernel(const fa__cuda_params 
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float mnew = fmaxf(row_m[mt][r], mx);
-        const float muse = mnew == -INFINITY ? 0.f : mnew; // nothing seen yet: no -inf - -inf
+        const float muse = mnew == -INFINITY ? 0.f : mnew;  // nothing seen yet: no -inf - -inf
         alpha[mt][r] = fast_exp2(row_m[mt][r] - muse);
         row_m[mt][r] = mnew;
         float sum = 0.f;
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(32 * kWarps) fwd_kernel(const fa__cuda_params 
           s[mt][nb][2 * r + 1] = fast_exp2(s[mt][nb][2 * r + 1] - muse);
           sum += s[mt][nb][2 * r] + s[mt][nb][2 * r + 1];
         }
-        row_l[mt][r] = row_l[mt][r] * alpha[mt][r] + sum; // per-lane partial; the quad sums at the end
+        row_l[mt][r] = row_l[mt][r] * alpha[mt][r] + sum;  // per-lane partial; the quad sums at the end
       }
     // Rescaling O costs as many multiplies as O has registers; once the row
     // maxima settle (most tiles of a long row) every alpha is exactly 1 and
@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(32 * kWarps) fwd_kernel(const fa__cuda_params 
           o[mt][db][3] *= alpha[mt][1];
         }
     }
-    if (kFull && p.has_dropout) { // after l: the softmax is that of the undropped P
+    if (kFull && p.has_dropout) {  // after l: the softmax is that of the undropped P
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(32 * kWarps) fwd_kernel(const fa__cuda_params 
         }
       }
     }
-    __syncthreads(); // this stage is overwritten by the prefetch two tiles on
+    __syncthreads();  // this stage is overwritten by the prefetch two tiles on
   }
   cp_async_wait<0>();
 
@@ -268,6 +268,6 @@ __global__ void __launch_bounds__(32 * kWarps) fwd_kernel(const fa__cuda_params 
     }
 }
 
-} // namespace fa_cuda
+}  // namespace fa_cuda
 
 #endif

@@ -16,7 +16,7 @@ namespace fa_cuda {
 namespace {
 
 constexpr int kT = 128;
-constexpr int kMaxDPerLane = 8; // head dims up to 256
+constexpr int kMaxDPerLane = 8;  // head dims up to 256
 
 __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll
@@ -26,7 +26,9 @@ __device__ __forceinline__ float warp_sum(float x) {
 
 // lse in log2 units, with -inf (a row that saw nothing) turned into +inf so
 // that exp2(x - lse2) is 0 for it instead of NaN.
-__device__ __forceinline__ float lse2_of(float lse) { return lse == -INFINITY ? INFINITY : lse * kLog2e; }
+__device__ __forceinline__ float lse2_of(float lse) {
+  return lse == -INFINITY ? INFINITY : lse * kLog2e;
+}
 
 __global__ void __launch_bounds__(kT) dsum_kernel(const fa__cuda_params p) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -47,9 +49,9 @@ __global__ void __launch_bounds__(kT) dsum_kernel(const fa__cuda_params p) {
 
 // Everything of one visible-or-not element the gradients need.
 struct elem_grad {
-  float p_drop; // P * keep / (1 - p): the weight of dO in dV
-  float ds;     // dL/dscore (after softcap, ALiBi, bias): dBias
-  float dsd;    // dL/d(scale * dot): ds times the softcap's derivative
+  float p_drop;  // P * keep / (1 - p): the weight of dO in dV
+  float ds;      // dL/dscore (after softcap, ALiBi, bias): dBias
+  float dsd;     // dL/d(scale * dot): ds times the softcap's derivative
 };
 
 __device__ __forceinline__ elem_grad grad_of(const fa__cuda_params &p, const seq_ctx &c, float qk, float dov,
@@ -71,15 +73,15 @@ __device__ __forceinline__ elem_grad grad_of(const fa__cuda_params &p, const seq
   return g;
 }
 
-constexpr int kQRows = 16, kKeys = 32; // dq kernel tile
+constexpr int kQRows = 16, kKeys = 32;  // dq kernel tile
 
 __global__ void __launch_bounds__(kT) generic_dq_kernel(const fa__cuda_params p) {
   extern __shared__ float gsm[];
   const int D = p.D, Dv = p.Dv;
-  float *sQ = gsm;                     // [16][D]
-  float *sdO = sQ + kQRows * D;        // [16][Dv]
-  float *sK = sdO + kQRows * Dv;       // [32][D + 1]
-  float *sV = sK + kKeys * (D + 1);    // [32][Dv + 1]
+  float *sQ = gsm;                   // [16][D]
+  float *sdO = sQ + kQRows * D;      // [16][Dv]
+  float *sK = sdO + kQRows * Dv;     // [32][D + 1]
+  float *sV = sK + kKeys * (D + 1);  // [32][Dv + 1]
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int64_t bh = blockIdx.x, b = bh / p.Hq, h = bh % p.Hq, kvh = h / p.group;
@@ -160,7 +162,7 @@ __global__ void __launch_bounds__(kT) generic_dq_kernel(const fa__cuda_params p)
   }
 }
 
-constexpr int kKRows = 16, kQTile = 32; // dkdv kernel tile
+constexpr int kKRows = 16, kQTile = 32;  // dkdv kernel tile
 
 __global__ void __launch_bounds__(kT) generic_dkdv_kernel(const fa__cuda_params p) {
   extern __shared__ float gsm[];
@@ -329,8 +331,8 @@ __global__ void __launch_bounds__(kT) dq_convert_kernel(const fa__cuda_params p)
   for (int d = threadIdx.x & 31; d < p.D; d += 32) store_any(p.dq, dqb + d, p.dtype, acc[d] * p.scale);
 }
 
-} // namespace
-} // namespace fa_cuda
+}  // namespace
+}  // namespace fa_cuda
 
 using namespace fa_cuda;
 

@@ -12,17 +12,17 @@ namespace fa_cuda {
 namespace {
 
 constexpr int kGThreads = 128;
-constexpr int kGRows = 16; // query rows per block, 4 per warp
-constexpr int kGKeys = 32; // keys per tile = lanes
+constexpr int kGRows = 16;  // query rows per block, 4 per warp
+constexpr int kGKeys = 32;  // keys per tile = lanes
 constexpr int kGMaxD = 256;
 constexpr int kGDPerLane = kGMaxD / 32;
 
 __global__ void __launch_bounds__(kGThreads) generic_fwd_kernel(const fa__cuda_params p) {
   extern __shared__ float gsm[];
   const int D = p.D, Dv = p.Dv;
-  float *sQ = gsm;                 // [kGRows][D]
-  float *sK = sQ + kGRows * D;     // [kGKeys][D + 1]: lane-per-key reads stay conflict-free
-  float *sV = sK + kGKeys * (D + 1); // [kGKeys][Dv]
+  float *sQ = gsm;                    // [kGRows][D]
+  float *sK = sQ + kGRows * D;        // [kGKeys][D + 1]: lane-per-key reads stay conflict-free
+  float *sV = sK + kGKeys * (D + 1);  // [kGKeys][Dv]
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int64_t bh = blockIdx.x, b = bh / p.Hq, h = bh % p.Hq, kvh = h / p.group;
@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(kGThreads) generic_fwd_kernel(const fa__cuda_p
   int64_t j0, j1;
   fa__band_cols(&c.bd, m0, m0 + kGRows, &j0, &j1);
   for (int64_t n0 = j0 - (j0 % kGKeys); n0 < j1; n0 += kGKeys) {
-    __syncthreads(); // previous tile fully consumed (and sQ written, first time)
+    __syncthreads();  // previous tile fully consumed (and sQ written, first time)
     for (int e = tid; e < kGKeys * D; e += kGThreads) {
       const int r = e / D, d = e % D;
       const int64_t j = n0 + r;
@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(kGThreads) generic_fwd_kernel(const fa__cuda_p
   for (int r = 0; r < 4; ++r) {
     const int64_t i = m0 + warp * 4 + r;
     if (i >= rows) continue;
-    const float inv = l[r] == 0.f ? 0.f : p.dscale / l[r]; // NaN scores: NaN stays NaN
+    const float inv = l[r] == 0.f ? 0.f : p.dscale / l[r];  // NaN scores: NaN stays NaN
 #pragma unroll
     for (int k = 0; k < kGDPerLane; ++k) {
       const int d = lane + 32 * k;
@@ -120,8 +120,8 @@ __global__ void __launch_bounds__(kGThreads) generic_fwd_kernel(const fa__cuda_p
   }
 }
 
-} // namespace
-} // namespace fa_cuda
+}  // namespace
+}  // namespace fa_cuda
 
 fa_status fa__cuda_generic_fwd(const fa__cuda_params &p, cudaStream_t s, fa__err *err) {
   using namespace fa_cuda;

@@ -14,9 +14,9 @@ inline fa_status fa__cuda_fail(cudaError_t e, const char *what, fa__err *err) {
   return FA_ERR_DEVICE;
 }
 
-#define FA_CUDA_TRY(expr, what)                          \
-  do {                                                   \
-    const cudaError_t e_ = (expr);                       \
+#define FA_CUDA_TRY(expr, what)                                 \
+  do {                                                          \
+    const cudaError_t e_ = (expr);                              \
     if (e_ != cudaSuccess) return fa__cuda_fail(e_, what, err); \
   } while (0)
 
@@ -49,10 +49,8 @@ fa_status fa__cuda_fast_fwd_bf16(const fa__cuda_params &p, int kd, cudaStream_t 
 fa_status fa__cuda_fast_fwd_f16(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err);
 // deterministic: dQ by its own kernel (no atomics); else fused with f32
 // atomics into p.dq_acc, which must be zero, then converted.
-fa_status fa__cuda_fast_bwd_bf16(const fa__cuda_params &p, int kd, int deterministic, cudaStream_t s,
-                                 fa__err *err);
-fa_status fa__cuda_fast_bwd_f16(const fa__cuda_params &p, int kd, int deterministic, cudaStream_t s,
-                                fa__err *err);
+fa_status fa__cuda_fast_bwd_bf16(const fa__cuda_params &p, int kd, int deterministic, cudaStream_t s, fa__err *err);
+fa_status fa__cuda_fast_bwd_f16(const fa__cuda_params &p, int kd, int deterministic, cudaStream_t s, fa__err *err);
 // dq_acc * scale -> dq (dtype), rows of each sequence only.
 fa_status fa__cuda_dq_convert(const fa__cuda_params &p, cudaStream_t s, fa__err *err);
 

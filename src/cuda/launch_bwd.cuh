@@ -56,6 +56,6 @@ fa_status launch_bwd(const fa__cuda_params &p, int kd, int det, cudaStream_t s, 
   return p.has_extras ? launch_bwd_full<E, true>(p, kd, det, s, err) : launch_bwd_full<E, false>(p, kd, det, s, err);
 }
 
-} // namespace fa_cuda
+}  // namespace fa_cuda
 
 #endif

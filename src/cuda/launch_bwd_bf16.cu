@@ -1,7 +1,6 @@
 // bf16 backward kernels.
 #include "launch_bwd.cuh"
 
-fa_status fa__cuda_fast_bwd_bf16(const fa__cuda_params &p, int kd, int deterministic, cudaStream_t s,
-                                 fa__err *err) {
+fa_status fa__cuda_fast_bwd_bf16(const fa__cuda_params &p, int kd, int deterministic, cudaStream_t s, fa__err *err) {
   return fa_cuda::launch_bwd<fa_cuda::bf16_t>(p, kd, deterministic, s, err);
 }

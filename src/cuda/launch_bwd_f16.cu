@@ -1,7 +1,6 @@
 // f16 backward kernels.
 #include "launch_bwd.cuh"
 
-fa_status fa__cuda_fast_bwd_f16(const fa__cuda_params &p, int kd, int deterministic, cudaStream_t s,
-                                fa__err *err) {
+fa_status fa__cuda_fast_bwd_f16(const fa__cuda_params &p, int kd, int deterministic, cudaStream_t s, fa__err *err) {
   return fa_cuda::launch_bwd<fa_cuda::f16_t>(p, kd, deterministic, s, err);
 }

@@ -41,6 +41,6 @@ fa_status launch_fwd(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *
   return p.has_extras ? launch_fwd_full<E, true>(p, kd, s, err) : launch_fwd_full<E, false>(p, kd, s, err);
 }
 
-} // namespace fa_cuda
+}  // namespace fa_cuda
 
 #endif

@@ -84,7 +84,9 @@ __device__ __forceinline__ void red_add2(float *dst, float a, float b) {
 #endif
 }
 
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
@@ -159,6 +161,6 @@ __device__ __forceinline__ void lds_b_kn(uint32_t b[4], const T *s, int k0, int 
   ldmatrix_x4_trans(b, smem_addr(s + swz<kCols>(k0 + (lane & 7) + (((lane >> 3) & 1) << 3), n0 + ((lane >> 4) << 3))));
 }
 
-} // namespace fa_cuda
+}  // namespace fa_cuda
 
 #endif

@@ -17,32 +17,32 @@ struct fa__cuda_params {
   // forward inputs / outputs
   const void *q, *k, *v;
   void *o;
-  float *lse; // forward: output (may be NULL); backward: input
+  float *lse;  // forward: output (may be NULL); backward: input
   fa__cuda_strides qs, ks, vs, os, lses;
 
   // backward
   const void *dout;
   void *dq, *dk, *dv;
   fa__cuda_strides dos, dqs, dks, dvs;
-  float *dq_acc; // [Bt, Hq, Lq_rows, D] f32, fused backward only
-  float *dsum;   // [Bt, Hq, Lq_rows] f32: rowsum(dO * O) (the D of the paper)
+  float *dq_acc;  // [Bt, Hq, Lq_rows, D] f32, fused backward only
+  float *dsum;    // [Bt, Hq, Lq_rows] f32: rowsum(dO * O) (the D of the paper)
 
   // boolean mask and additive bias, [B, Hq, Lq, Lk] logical, stride 0 broadcasts
   const uint8_t *mask;
   int64_t mask_s[4];
   const void *bias;
-  int bias_dtype; // fa_dtype
+  int bias_dtype;  // fa_dtype
   int64_t bias_s[4];
-  const float *alibi; // [Hq] or NULL
+  const float *alibi;  // [Hq] or NULL
 
   // lengths (device memory) or NULL
   const int32_t *seqlens_q, *seqlens_k, *cu_q, *cu_k;
 
   int64_t B, Hq, Hkv, group;
-  int64_t Lq, Lk;           // padded lengths (or longest sequence when packed)
-  int64_t Lq_rows, Lk_rows; // dim 2 of q and k as stored
+  int64_t Lq, Lk;            // padded lengths (or longest sequence when packed)
+  int64_t Lq_rows, Lk_rows;  // dim 2 of q and k as stored
   int D, Dv;
-  int dtype; // fa_dtype of q, k, v, o, ...
+  int dtype;  // fa_dtype of q, k, v, o, ...
   int varlen;
 
   float scale, scale_log2, softcap;
@@ -54,10 +54,9 @@ struct fa__cuda_params {
   uint32_t offset, threshold;
   float dscale;
 
-  int has_extras; // mask, bias, alibi, softcap or dropout: the per-element path
-  int variant;    // FLASHATTN_CUDA_VARIANT: selects alternative tile configurations, when a
-                  // launch file compiles some, for A/B timing in one process (anchors.py --variants)
+  int has_extras;  // mask, bias, alibi, softcap or dropout: the per-element path
+  int variant;     // FLASHATTN_CUDA_VARIANT: selects alternative tile configurations, when a
+                   // launch file compiles some, for A/B timing in one process (anchors.py --variants)
 };
-
 
 #endif

@@ -45,8 +45,8 @@ __device__ __forceinline__ void store_any(void *p, int64_t idx, int dtype, float
 struct seq_ctx {
   fa__seq seq;
   fa__band bd;
-  int64_t b, h, bh; // bh = b * Hq + h: the dropout counter word
-  float slope;      // ALiBi slope of head h (0 if none)
+  int64_t b, h, bh;  // bh = b * Hq + h: the dropout counter word
+  float slope;       // ALiBi slope of head h (0 if none)
 };
 
 __device__ __forceinline__ seq_ctx make_seq_ctx(const fa__cuda_params &p, int64_t b, int64_t h) {
@@ -63,24 +63,23 @@ __device__ __forceinline__ seq_ctx make_seq_ctx(const fa__cuda_params &p, int64_
 // Score of element (i, j) of the context's sequence after the dot product:
 // returns it in log2 units (times log2 e), or -inf when (i, j) is not
 // visible. *capped gets scale * dot after the softcap (its gradient needs it).
-__device__ __forceinline__ float score_full(const fa__cuda_params &p, const seq_ctx &c, float dot, int64_t i,
-                                            int64_t j, float *capped) {
+__device__ __forceinline__ float score_full(const fa__cuda_params &p, const seq_ctx &c, float dot, int64_t i, int64_t j,
+                                            float *capped) {
   *capped = 0.f;
   if (!fa__band_visible(&c.bd, i, j)) return -INFINITY;
-  if (p.mask && !p.mask[c.b * p.mask_s[0] + c.h * p.mask_s[1] + i * p.mask_s[2] + j * p.mask_s[3]])
-    return -INFINITY;
+  if (p.mask && !p.mask[c.b * p.mask_s[0] + c.h * p.mask_s[1] + i * p.mask_s[2] + j * p.mask_s[3]]) return -INFINITY;
   float s = fa__softcap_f(dot * p.scale, p.softcap);
   *capped = s;
   if (p.alibi) s += fa__alibi_f(c.slope, fa__band_diag(&c.bd, i), j);
-  if (p.bias) s += load_any(p.bias, c.b * p.bias_s[0] + c.h * p.bias_s[1] + i * p.bias_s[2] + j * p.bias_s[3],
-                            p.bias_dtype);
+  if (p.bias)
+    s += load_any(p.bias, c.b * p.bias_s[0] + c.h * p.bias_s[1] + i * p.bias_s[2] + j * p.bias_s[3], p.bias_dtype);
   return s * kLog2e;
 }
 
 // Keep bits of columns j and j + 1 (j even) of row i: one Philox call
 // serves four columns, and j, j + 1 always share it.
-__device__ __forceinline__ void keep_pair(const fa__cuda_params &p, const seq_ctx &c, int64_t i, int64_t j,
-                                          bool *k0, bool *k1) {
+__device__ __forceinline__ void keep_pair(const fa__cuda_params &p, const seq_ctx &c, int64_t i, int64_t j, bool *k0,
+                                          bool *k1) {
   const fa__u32x4 r = fa__dropout_words(p.seed, p.offset, c.bh, i, j);
   const bool hi = (j & 2) != 0;
   *k0 = (hi ? r.v[2] : r.v[0]) < p.threshold;
@@ -94,6 +93,6 @@ __device__ __forceinline__ bool keep_one(const fa__cuda_params &p, const seq_ctx
   return x < p.threshold;
 }
 
-} // namespace fa_cuda
+}  // namespace fa_cuda
 
 #endif
