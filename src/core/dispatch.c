@@ -81,6 +81,18 @@ static fa_status run(fa_context *ctx, fa_backend backend, const fa__call *call) 
     }
   }
 
+  if (chosen == FA_BACKEND_CPU) { /* the debug line of BLIS's probe: what the cpu backend will use */
+    fa_cpu_plan plan;
+    char threads[24] = "OpenMP's default";
+    if (p.threads > 0) snprintf(threads, sizeof threads, "%d", p.threads);
+    if (fa_cpu_plan_get(p.isa, p.D, p.Dv, p.block_q, p.block_k, &plan) == FA_OK) {
+      char line[160];
+      snprintf(line, sizeof line, "cpu: isa %s, forward tiles %d x %d (%zu bytes hot per tile step), threads: %s\n",
+               fa_cpu_isa_name(plan.isa), plan.block_q, plan.block_k, plan.working_set_bytes, threads);
+      report_add(ctx, "%s%s", line, "");
+    }
+  }
+
   const fa__backend *be = fa__backend_get(chosen);
   st = p.pass == FA__FORWARD ? be->forward(&p, &err) : be->backward(&p, &err);
   if (st != FA_OK) return fa__fail(ctx, st, err.msg);
