@@ -88,7 +88,10 @@ def main():
         bottom.annotate("64 KiB and below (page-granular measure)", (0.01, floor_mib), xycoords=("axes fraction", "data"),
                         va="bottom", fontsize=7, color="gray")
         bottom.grid(True, which="both", alpha=0.3)
-    title = f"flashattn bench --sweep on {machine.get('cpu', 'this machine')}: one head, f32"
+    threads = sorted({r["threads"] for pts in series.values() for _, r in pts if r.get("threads")})
+    heads = sorted({r["Hq"] for pts in series.values() for _, r in pts})
+    title = (f"flashattn bench --sweep on {machine.get('cpu', 'this machine')}: "
+             f"{'/'.join(map(str, heads))} head(s), f32, {'/'.join(map(str, threads))} thread(s)")
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(args.png, dpi=110)
