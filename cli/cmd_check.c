@@ -197,6 +197,16 @@ static int is_refusal(fa_status st) {
   return st == FA_ERR_UNSUPPORTED || st == FA_ERR_DTYPE || st == FA_ERR_NO_BACKEND || st == FA_ERR_MEMORY_SPACE;
 }
 
+/* The dispatch report, one indented line per backend it mentions. */
+static void print_report(const char *label, const fa_context *ctx) {
+  const char *r = fa_context_dispatch_report(ctx);
+  while (*r) {
+    const size_t n = strcspn(r, "\n");
+    printf("  %-16s dispatch: %.*s\n", label, (int)n, r);
+    r += n + (r[n] == '\n');
+  }
+}
+
 static void print_skip(const char *label, const char *pass, const char *why) {
   printf("  %-16s %-6s skipped: %s\n", label, pass, why);
 }
@@ -246,7 +256,7 @@ static void run_target(const check_opts *o, const target *t, const cli_instance 
 
   int fwd_ok = 0, bwd_ok = 0, fwd_ran = 0, bwd_ran = 0;
   fa_status st = fa_forward(ctx, t->backend, &run->q, &run->k, &run->v, &run->opt, &run->o, &run->lse);
-  if (o->verbose) printf("  %-16s dispatch: %s", t->label, fa_context_dispatch_report(ctx));
+  if (o->verbose) print_report(t->label, ctx);
   if (st != FA_OK) {
     if (is_refusal(st)) {
       print_skip(t->label, "fwd", fa_context_last_error(ctx));
@@ -277,7 +287,7 @@ static void run_target(const check_opts *o, const target *t, const cli_instance 
       cli_fail("%s", why);
     st = fa_backward(ctx, t->backend, &run->q, &run->k, &run->v, &run->o, &run->dout, &run->lse, &run->opt, &run->dq,
                      &run->dk, &run->dv, run->dbias.data ? &run->dbias : NULL);
-    if (o->verbose) printf("  %-16s dispatch: %s", t->label, fa_context_dispatch_report(ctx));
+    if (o->verbose) print_report(t->label, ctx);
     if (st != FA_OK) {
       if (is_refusal(st)) {
         print_skip(t->label, "bwd", fa_context_last_error(ctx));
