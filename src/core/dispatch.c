@@ -86,9 +86,13 @@ static fa_status run(fa_context *ctx, fa_backend backend, const fa__call *call) 
     char threads[24] = "OpenMP's default";
     if (p.threads > 0) snprintf(threads, sizeof threads, "%d", p.threads);
     if (fa_cpu_plan_get(p.isa, p.D, p.Dv, p.block_q, p.block_k, &plan) == FA_OK) {
-      char line[160];
-      snprintf(line, sizeof line, "cpu: isa %s, forward tiles %d x %d (%zu bytes hot per tile step), threads: %s\n",
-               fa_cpu_isa_name(plan.isa), plan.block_q, plan.block_k, plan.working_set_bytes, threads);
+      char line[192];
+      if (p.pass == FA__FORWARD)
+        snprintf(line, sizeof line, "cpu: isa %s, tiles %d x %d (%zu bytes hot per tile step), threads: %s\n",
+                 fa_cpu_isa_name(plan.isa), plan.block_q, plan.block_k, plan.working_set_bytes, threads);
+      else /* the backward sizes its own tiles per problem */
+        snprintf(line, sizeof line, "cpu: isa %s, threads: %s%s\n", fa_cpu_isa_name(plan.isa), threads,
+                 p.deterministic ? ", deterministic" : "");
       report_add(ctx, "%s%s", line, "");
     }
   }
