@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/element.h"
 #include "device.h"
-#include "rules/half.h"
 
 void tb_strides(const int64_t shape[4], tb_layout layout, unsigned zero_dims, int64_t stride[4]) {
   /* memory order, outermost first */
@@ -73,46 +73,11 @@ int64_t tb_numel(const tbuf *b) {
 }
 
 double tb_get(const tbuf *b, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
-  const unsigned char *p = tb_view(b) + (size_t)offset_of(b, i0, i1, i2, i3) * esize(b->t.dtype);
-  switch (b->t.dtype) {
-    case FA_F32: {
-      float f;
-      memcpy(&f, p, 4);
-      return f;
-    }
-    case FA_F64: {
-      double v;
-      memcpy(&v, p, 8);
-      return v;
-    }
-    case FA_F16:
-    case FA_BF16: {
-      uint16_t h;
-      memcpy(&h, p, 2);
-      return b->t.dtype == FA_F16 ? fa__f16_to_f32(h) : fa__bf16_to_f32(h);
-    }
-    case FA_BOOL: return *p ? 1.0 : 0.0;
-  }
-  return 0.0;
+  return fa__elem_get(tb_view(b), b->t.dtype, offset_of(b, i0, i1, i2, i3));
 }
 
 void tb_set(const tbuf *b, int64_t i0, int64_t i1, int64_t i2, int64_t i3, double v) {
-  unsigned char *p = tb_view(b) + (size_t)offset_of(b, i0, i1, i2, i3) * esize(b->t.dtype);
-  switch (b->t.dtype) {
-    case FA_F32: {
-      const float f = (float)v;
-      memcpy(p, &f, 4);
-      break;
-    }
-    case FA_F64: memcpy(p, &v, 8); break;
-    case FA_F16:
-    case FA_BF16: {
-      const uint16_t h = b->t.dtype == FA_F16 ? fa__f32_to_f16((float)v) : fa__f32_to_bf16((float)v);
-      memcpy(p, &h, 2);
-      break;
-    }
-    case FA_BOOL: *p = v != 0; break;
-  }
+  fa__elem_set(tb_view(b), b->t.dtype, offset_of(b, i0, i1, i2, i3), v);
 }
 
 double tb_round(fa_dtype dt, double v) {
