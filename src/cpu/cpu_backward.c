@@ -54,7 +54,9 @@ typedef struct bwd_scratch {
   fa__cpu_bwd_bufs w;
 } bwd_scratch;
 
-static void bwd_carve(fa__cpu_arena *a, const bwd_ctx *c, bwd_scratch *s) {
+static void bwd_carve(fa__cpu_arena *a, const void *ctx, void *scratch) {
+  const bwd_ctx *c = ctx;
+  bwd_scratch *s = scratch;
   const size_t bkp = (size_t)c->bkp, D = (size_t)c->D, Dv = (size_t)c->Dv;
   s->kts = fa__cpu_take_f(a, D * bkp);
   s->vt = fa__cpu_take_f(a, Dv * bkp);
@@ -108,8 +110,8 @@ static void dq_add(const bwd_ctx *c, atomic_int *ticket, int64_t t, int64_t bidx
   atomic_store_explicit(ticket, det ? (int)t + 1 : 0, memory_order_release);
 }
 
-/* One item: K/V tile t of sequence b, kv head hk. */
-static void bwd_item(const bwd_ctx *c, bwd_scratch *s, int64_t b, int64_t hk, int64_t t) {
+/* K/V tile t of sequence b, kv head hk (one work item). */
+static void bwd_tile(const bwd_ctx *c, bwd_scratch *s, int64_t b, int64_t hk, int64_t t) {
   const fa__problem *p = c->p;
   const fa__cpu_kernels *kt = c->kt;
   const int D = c->D, Dv = c->Dv, Dp = c->Dp;
@@ -170,6 +172,13 @@ static void bwd_item(const bwd_ctx *c, bwd_scratch *s, int64_t b, int64_t hk, in
     for (int e = 0; e < Dv; ++e) s->row[e] = first ? 0.0f : s->dvt[e * bcp + jj];
     fa__cpu_store_row(&dvm, jj, s->row, Dv);
   }
+}
+
+/* Item it: K/V tile t of kv head hk of the sequence holding it. */
+static void bwd_item(const void *ctx, void *scratch, int64_t it) {
+  const bwd_ctx *c = ctx;
+  const int64_t b = fa__cpu_seq_of(c->kprefix, c->p->B, it), local = it - c->kprefix[b];
+  bwd_tile(c, scratch, b, local / c->nk[b], local % c->nk[b]);
 }
 
 /* Di = rowsum(dO * O) and LSE for every row of every sequence, in the
@@ -251,7 +260,6 @@ fa_status fa__cpu_backward(const fa__problem *p, const fa__cpu_kernels *kt, fa__
   float *dqacc = dq_f32 ? NULL : (float *)calloc(n_dq ? n_dq : 1, sizeof(float));
   atomic_int *tickets = NULL;
   fa_status st = FA_OK;
-  char *slabs = NULL;
   if (!book || !di || !zeros || (!dq_f32 && !dqacc)) goto oom;
 
   int64_t *kprefix = book, *nk = book + B + 1, *qprefix = book + 2 * B + 1, *nq = book + 3 * B + 2;
@@ -318,38 +326,8 @@ fa_status fa__cpu_backward(const fa__problem *p, const fa__cpu_kernels *kt, fa__
     c.lse_lo = lse_lo;
   }
 
-  if (items > 0) {
-    const int nti = fa__cpu_threads(p, items);
-    fa__cpu_arena measure = {NULL, 0};
-    bwd_scratch s;
-    bwd_carve(&measure, &c, &s);
-    const size_t slab = fa__cpu_arena_size(&measure);
-    slabs = (char *)aligned_alloc(64, slab * (size_t)nti);
-    if (!slabs) goto oom;
-    atomic_llong next = 0;
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nti)
-#endif
-    {
-      fa__cpu_arena a = {slabs + slab * (size_t)fa__cpu_thread_id(), 0};
-      bwd_scratch ts;
-      bwd_carve(&a, &c, &ts);
-      for (;;) {
-        const int64_t it = atomic_fetch_add(&next, 1);
-        if (it >= items) break;
-        int64_t lo = 0, hi = B - 1;
-        while (lo < hi) {
-          const int64_t mid = (lo + hi + 1) / 2;
-          if (c.kprefix[mid] <= it)
-            lo = mid;
-          else
-            hi = mid - 1;
-        }
-        const int64_t local = it - c.kprefix[lo];
-        bwd_item(&c, &ts, lo, local / c.nk[lo], local % c.nk[lo]);
-      }
-    }
-  }
+  st = fa__cpu_for_items(p, items, &c, sizeof(bwd_scratch), bwd_carve, bwd_item, err, "cpu backward");
+  if (st != FA_OK) goto done;
 
   if (!dq_f32) { /* convert the accumulator: every row of every sequence (and padding) */
     for (int64_t b = 0; b < B; ++b) {
@@ -367,10 +345,9 @@ fa_status fa__cpu_backward(const fa__problem *p, const fa__cpu_kernels *kt, fa__
   goto done;
 
 oom:
-  fa__err_set(err, "cpu backward: out of memory for its buffers (Di, dQ accumulator, tickets or scratch)");
+  fa__err_set(err, "cpu backward: out of memory for its buffers (Di, dQ accumulator or tickets)");
   st = FA_ERR_OUT_OF_MEMORY;
 done:
-  free(slabs);
   free(tickets);
   free(dqacc);
   free(zeros);

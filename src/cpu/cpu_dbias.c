@@ -34,7 +34,9 @@ typedef struct db_scratch {
   fa__cpu_bwd_bufs w;
 } db_scratch;
 
-static void db_carve(fa__cpu_arena *a, const db_ctx *c, db_scratch *s) {
+static void db_carve(fa__cpu_arena *a, const void *ctx, void *scratch) {
+  const db_ctx *c = ctx;
+  db_scratch *s = scratch;
   const size_t bkp = (size_t)c->bkp;
   s->kts = fa__cpu_take_f(a, (size_t)c->p->D * bkp);
   s->vt = fa__cpu_take_f(a, (size_t)c->p->Dv * bkp);
@@ -84,7 +86,9 @@ static void db_tile(const db_ctx *c, db_scratch *s, int64_t b, int64_t h, int64_
   }
 }
 
-static void db_item(const db_ctx *c, db_scratch *s, int64_t item) {
+static void db_item(const void *ctx, void *scratch, int64_t item) {
+  const db_ctx *c = ctx;
+  db_scratch *s = scratch;
   const fa__problem *p = c->p;
   int64_t idx[4];
   for (int d = 3; d >= 0; --d) {
@@ -137,30 +141,5 @@ fa_status fa__cpu_dbias(const fa__problem *p, const fa__cpu_kernels *kt, const f
   c.acc_c = c.sum[3] ? 1 : c.bk;
   const int64_t items = c.n[0] * c.n[1] * c.n[2] * c.n[3];
 
-  const int nt = fa__cpu_threads(p, items);
-  fa__cpu_arena measure = {NULL, 0};
-  db_scratch s;
-  db_carve(&measure, &c, &s);
-  const size_t slab = fa__cpu_arena_size(&measure);
-  char *slabs = (char *)aligned_alloc(64, slab * (size_t)nt);
-  if (!slabs) {
-    fa__err_set(err, "cpu backward: cannot allocate %zu bytes of scratch for dbias", slab * (size_t)nt);
-    return FA_ERR_OUT_OF_MEMORY;
-  }
-  atomic_llong next = 0;
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nt)
-#endif
-  {
-    fa__cpu_arena a = {slabs + slab * (size_t)fa__cpu_thread_id(), 0};
-    db_scratch ts;
-    db_carve(&a, &c, &ts);
-    for (;;) {
-      const int64_t it = atomic_fetch_add(&next, 1);
-      if (it >= items) break;
-      db_item(&c, &ts, it);
-    }
-  }
-  free(slabs);
-  return FA_OK;
+  return fa__cpu_for_items(p, items, &c, sizeof(db_scratch), db_carve, db_item, err, "cpu backward (dbias)");
 }

@@ -41,7 +41,9 @@ typedef struct fwd_scratch {
   uint8_t *keep;       /* dropout keep-mask of a tile (np x bk) */
 } fwd_scratch;
 
-static void fwd_carve(fa__cpu_arena *a, const fwd_ctx *c, fwd_scratch *s) {
+static void fwd_carve(fa__cpu_arena *a, const void *ctx, void *scratch) {
+  const fwd_ctx *c = ctx;
+  fwd_scratch *s = scratch;
   const size_t np = (size_t)c->np, bk = (size_t)c->bk;
   const int conv = c->p->dtype != FA_F32;
   s->qt = fa__cpu_take_f(a, (size_t)c->D * np);
@@ -145,6 +147,15 @@ static void fwd_tile(const fwd_ctx *c, fwd_scratch *s, int64_t b, int64_t h, int
   }
 }
 
+/* Item it: query tile rr of head h of the sequence holding it, the
+ * heaviest tiles first when later ones see more keys. */
+static void fwd_item(const void *ctx, void *scratch, int64_t it) {
+  const fwd_ctx *c = ctx;
+  const int64_t b = fa__cpu_seq_of(c->prefix, c->p->B, it), local = it - c->prefix[b];
+  const int64_t h = local / c->nq[b], rr = local % c->nq[b];
+  fwd_tile(c, scratch, b, h, c->heavy_last ? c->nq[b] - 1 - rr : rr);
+}
+
 /* Padded layout: rows past a sequence's length get O = 0, LSE = -inf. */
 static void fwd_padding(const fa__problem *p, float *zeros) {
   if (p->varlen) return;
@@ -197,43 +208,7 @@ fa_status fa__cpu_forward(const fa__problem *p, const fa__cpu_kernels *kt, fa__e
   fwd_padding(p, zeros);
   free(zeros);
 
-  if (items > 0) {
-    const int nt = fa__cpu_threads(p, items);
-    fa__cpu_arena measure = {NULL, 0};
-    fwd_scratch s;
-    fwd_carve(&measure, &c, &s);
-    const size_t slab = fa__cpu_arena_size(&measure);
-    char *slabs = (char *)aligned_alloc(64, slab * (size_t)nt);
-    if (!slabs) {
-      free(prefix);
-      fa__err_set(err, "cpu forward: cannot allocate %zu bytes of scratch for %d threads", slab * (size_t)nt, nt);
-      return FA_ERR_OUT_OF_MEMORY;
-    }
-    atomic_llong next = 0;
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nt)
-#endif
-    {
-      fa__cpu_arena a = {slabs + slab * (size_t)fa__cpu_thread_id(), 0};
-      fwd_scratch ts;
-      fwd_carve(&a, &c, &ts);
-      for (;;) {
-        const int64_t it = atomic_fetch_add(&next, 1);
-        if (it >= items) break;
-        int64_t lo = 0, hi = p->B - 1; /* the sequence holding item it */
-        while (lo < hi) {
-          const int64_t mid = (lo + hi + 1) / 2;
-          if (c.prefix[mid] <= it)
-            lo = mid;
-          else
-            hi = mid - 1;
-        }
-        const int64_t local = it - c.prefix[lo], h = local / c.nq[lo], rr = local % c.nq[lo];
-        fwd_tile(&c, &ts, lo, h, c.heavy_last ? c.nq[lo] - 1 - rr : rr);
-      }
-    }
-    free(slabs);
-  }
+  const fa_status st = fa__cpu_for_items(p, items, &c, sizeof(fwd_scratch), fwd_carve, fwd_item, err, "cpu forward");
   free(prefix);
-  return FA_OK;
+  return st;
 }

@@ -9,7 +9,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "core/problem.h"
+#include "core/backend.h"
+#include "cpu_scratch.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -46,5 +47,36 @@ static inline void fa__cpu_relax(unsigned *spins) {
     sched_yield();
   }
 }
+
+/* The sequence holding item it, where prefix[b] counts the items before
+ * sequence b (prefix[0] = 0, non-decreasing, it < prefix[B]): the last b
+ * with prefix[b] <= it, so empty sequences are skipped. */
+static inline int64_t fa__cpu_seq_of(const int64_t *prefix, int64_t B, int64_t it) {
+  int64_t lo = 0, hi = B - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (prefix[mid] <= it)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+/* A pass's per-thread scratch: carve takes its buffers from the arena and
+ * records them in the pass's scratch struct; with a measuring arena (base
+ * NULL) it only counts, and the pointers it records are NULL. */
+typedef void (*fa__cpu_carve_fn)(fa__cpu_arena *a, const void *ctx, void *scratch);
+/* One work item, run with the calling thread's carved scratch. */
+typedef void (*fa__cpu_item_fn)(const void *ctx, void *scratch, int64_t it);
+
+/* Runs item(ctx, scratch, it) for it = 0 .. items-1 on fa__cpu_threads(p,
+ * items) threads. The slabs are measured with carve and allocated once,
+ * before the threads start; each thread carves its own slab into a scratch
+ * struct of scratch_size bytes, then takes items from the shared counter
+ * until none are left. FA_ERR_OUT_OF_MEMORY, with what naming the pass in
+ * the message, if the scratch cannot be allocated (no item runs then). */
+fa_status fa__cpu_for_items(const fa__problem *p, int64_t items, const void *ctx, size_t scratch_size,
+                            fa__cpu_carve_fn carve, fa__cpu_item_fn item, fa__err *err, const char *what);
 
 #endif

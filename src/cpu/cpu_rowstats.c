@@ -32,8 +32,10 @@ typedef struct rs_scratch {
   fa__cpu_bwd_bufs w;
 } rs_scratch;
 
-static void rs_carve(fa__cpu_arena *a, const rs_ctx *c, rs_scratch *s) {
+static void rs_carve(fa__cpu_arena *a, const void *ctx, void *scratch) {
+  const rs_ctx *c = ctx;
   const fa__problem *p = c->p;
+  rs_scratch *s = scratch;
   s->kts = fa__cpu_take_f(a, (size_t)p->D * (size_t)c->bkp);
   s->vt = fa__cpu_take_f(a, (size_t)p->Dv * (size_t)c->bkp);
   s->row = fa__cpu_take_f(a, (size_t)(p->D > p->Dv ? p->D : p->Dv));
@@ -80,6 +82,13 @@ static void rs_tile(const rs_ctx *c, rs_scratch *s, int64_t b, int64_t h, int64_
   }
 }
 
+/* Item it: query tile r of head h of the sequence holding it. */
+static void rs_item(const void *ctx, void *scratch, int64_t it) {
+  const rs_ctx *c = ctx;
+  const int64_t b = fa__cpu_seq_of(c->prefix, c->p->B, it), local = it - c->prefix[b];
+  rs_tile(c, scratch, b, local / c->nq[b], local % c->nq[b]);
+}
+
 fa_status fa__cpu_rowstats(const fa__problem *p, const fa__cpu_kernels *kt, int bq, int bk, const float *lse,
                            float *lse_lo, float *di, fa__err *err) {
   rs_ctx c;
@@ -105,46 +114,8 @@ fa_status fa__cpu_rowstats(const fa__problem *p, const fa__cpu_kernels *kt, int 
   }
   c.prefix = prefix;
   c.nq = nq;
-  const int64_t items = prefix[p->B];
-  if (items == 0) {
-    free(book);
-    return FA_OK;
-  }
-  const int nt = fa__cpu_threads(p, items);
-  fa__cpu_arena measure = {NULL, 0};
-  rs_scratch s;
-  rs_carve(&measure, &c, &s);
-  const size_t slab = fa__cpu_arena_size(&measure);
-  char *slabs = (char *)aligned_alloc(64, slab * (size_t)nt);
-  if (!slabs) {
-    free(book);
-    fa__err_set(err, "cpu backward: cannot allocate %zu bytes of scratch for the row statistics", slab * (size_t)nt);
-    return FA_ERR_OUT_OF_MEMORY;
-  }
-  atomic_llong next = 0;
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nt)
-#endif
-  {
-    fa__cpu_arena a = {slabs + slab * (size_t)fa__cpu_thread_id(), 0};
-    rs_scratch ts;
-    rs_carve(&a, &c, &ts);
-    for (;;) {
-      const int64_t it = atomic_fetch_add(&next, 1);
-      if (it >= items) break;
-      int64_t lo = 0, hi = p->B - 1;
-      while (lo < hi) {
-        const int64_t mid = (lo + hi + 1) / 2;
-        if (c.prefix[mid] <= it)
-          lo = mid;
-        else
-          hi = mid - 1;
-      }
-      const int64_t local = it - c.prefix[lo];
-      rs_tile(&c, &ts, lo, local / c.nq[lo], local % c.nq[lo]);
-    }
-  }
-  free(slabs);
+  const fa_status st = fa__cpu_for_items(p, prefix[p->B], &c, sizeof(rs_scratch), rs_carve, rs_item, err,
+                                         "cpu backward (row statistics)");
   free(book);
-  return FA_OK;
+  return st;
 }
