@@ -11,6 +11,12 @@
 #
 # Carry .gpu-deps (CMocka headers and library copied from the dev machine:
 # the GPU image has no CMocka and no network).
+# Make it once on the dev machine (Debian, libcmocka-dev installed), in the
+# repository root, then call the device tool's run with carry [".gpu-deps"]:
+#   echo /.gpu-deps/ >> .git/info/exclude
+#   mkdir -p .gpu-deps/cmocka/include .gpu-deps/cmocka/lib
+#   cp /usr/include/cmocka*.h .gpu-deps/cmocka/include/
+#   cp -P /usr/lib/x86_64-linux-gnu/libcmocka.so* .gpu-deps/cmocka/lib/
 set -u
 MODE=${1:-full}
 VARIANTS=${VARIANTS:-0} # FLASHATTN_CUDA_VARIANT values to check and time (A/B of tile configurations)
