@@ -1,6 +1,8 @@
 /* The forward pass: for each query tile, K/V tiles stream past while the
  * score tile lives in L1 and is thrown away after the online-softmax
- * update; O and LSE are written once per query tile.
+ * update; O and LSE are written once per query tile. When a head's K/V
+ * outgrow L3, a few query tiles of the head take each K/V chunk in turn
+ * (fwd_item, fa__cpu_forward_group) so that it is fetched once for all.
  *
  * The products run "transposed" so that the tile that stays (Q) is the
  * packed panel and the tiles that stream (K, V) are read in place:
@@ -21,24 +23,41 @@
 #include "cpu_scratch.h"
 #include "rules/layout.h"
 
+/* At most this many query tiles share one walk over K/V (fwd_item). */
+#define FWD_GROUP_MAX 16
+
 typedef struct fwd_ctx {
   const fa__problem *p;
   const fa__cpu_kernels *kt;
   int bq, bk, np; /* np: bq padded to the panel width */
+  int group;      /* query tiles of one head per item (fa__cpu_forward_group) */
+  int64_t chunk;  /* keys of one K/V chunk the group's tiles take in turn */
   int D, Dv;
   int elementwise;       /* softcap, ALiBi, bias or mask on every tile */
   int heavy_last;        /* later query tiles see more keys (causal-like) */
   const int64_t *prefix; /* items before sequence b */
   const int64_t *nq;     /* query tiles of sequence b */
+  const int64_t *ng;     /* items (groups of query tiles) per head of sequence b */
 } fwd_ctx;
 
+/* What one query tile carries from key tile to key tile. */
+typedef struct fwd_qtile {
+  float *qt, *ot;   /* Q^T panel (D x np), O^T (Dv x np) */
+  float *m, *l, *f; /* row statistics and rescale factors (np) */
+  float *ref;       /* per-row reference score (with a bias; np) */
+  int64_t i0, jlo, jhi, jnext;
+  int br, np, first;
+  fa__cpu_tile tile;
+} fwd_qtile;
+
 typedef struct fwd_scratch {
-  float *qt, *st, *ot; /* Q^T panel (D x np), S^T/P^T (bk x np), O^T (Dv x np) */
-  float *m, *l, *f;    /* row statistics and rescale factors (np) */
-  float *ref;          /* per-row reference score (with a bias; np) */
-  float *kbuf, *vbuf;  /* K, V tiles converted to f32 (f16/bf16 inputs) */
-  float *row;          /* one row of max(D, Dv) */
-  uint8_t *keep;       /* dropout keep-mask of a tile (np x bk) */
+  fwd_qtile q[FWD_GROUP_MAX];
+  float *st;          /* S^T/P^T (bk x np), shared by the group's tiles */
+  float *kbuf, *vbuf; /* K, V tiles converted to f32 (f16/bf16 inputs) */
+  float *row;         /* one row of max(D, Dv) */
+  uint8_t *keep;      /* dropout keep-mask of a tile (np x bk) */
+  fa__seq sq;         /* the item's sequence and band */
+  fa__band bd;
 } fwd_scratch;
 
 static void fwd_carve(fa__cpu_arena *a, const void *ctx, void *scratch) {
@@ -46,13 +65,16 @@ static void fwd_carve(fa__cpu_arena *a, const void *ctx, void *scratch) {
   fwd_scratch *s = scratch;
   const size_t np = (size_t)c->np, bk = (size_t)c->bk;
   const int conv = c->p->dtype != FA_F32;
-  s->qt = fa__cpu_take_f(a, (size_t)c->D * np);
+  for (int g = 0; g < c->group; ++g) s->q[g].qt = fa__cpu_take_f(a, (size_t)c->D * np);
   s->st = fa__cpu_take_f(a, bk * np);
-  s->ot = fa__cpu_take_f(a, (size_t)c->Dv * np);
-  s->m = fa__cpu_take_f(a, np);
-  s->l = fa__cpu_take_f(a, np);
-  s->f = fa__cpu_take_f(a, np);
-  s->ref = fa__cpu_take_f(a, np);
+  for (int g = 0; g < c->group; ++g) {
+    fwd_qtile *t = &s->q[g];
+    t->ot = fa__cpu_take_f(a, (size_t)c->Dv * np);
+    t->m = fa__cpu_take_f(a, np);
+    t->l = fa__cpu_take_f(a, np);
+    t->f = fa__cpu_take_f(a, np);
+    t->ref = fa__cpu_take_f(a, np);
+  }
   s->kbuf = conv ? fa__cpu_take_f(a, bk * (size_t)c->D) : NULL;
   s->vbuf = conv ? fa__cpu_take_f(a, bk * (size_t)c->Dv) : NULL;
   s->row = fa__cpu_take_f(a, (size_t)(c->D > c->Dv ? c->D : c->Dv));
@@ -65,95 +87,141 @@ static void write_lse(const fa__problem *p, int64_t bidx, int64_t h, int64_t row
   *x = v;
 }
 
-/* One query tile: rows i0 .. i0+br-1 of sequence b, query head h. */
-static void fwd_tile(const fwd_ctx *c, fwd_scratch *s, int64_t b, int64_t h, int64_t r) {
+/* Query tile r (rows i0 .. i0+br-1) of sequence b, query head h: packs
+ * scale Q^T, resets the statistics and finds the tile's key range. */
+static void fwd_tile_begin(const fwd_ctx *c, fwd_scratch *s, fwd_qtile *t, int64_t b, int64_t h, int64_t r) {
   const fa__problem *p = c->p;
-  const fa__cpu_kernels *kt = c->kt;
-  const int D = c->D, Dv = c->Dv;
-  const fa__seq sq = fa__seq_get(b, p->Lq, p->Lk, p->seqlens_q, p->seqlens_k, p->cu_seqlens_q, p->cu_seqlens_k);
-  const fa__band bd = fa__seq_band(&sq, p->window_left, p->window_right, p->bottom_right);
-  const int64_t i0 = r * c->bq, hk = h / p->group;
-  const int br = (int)(sq.lq - i0 < c->bq ? sq.lq - i0 : c->bq);
+  const fa__seq *sq = &s->sq;
+  const int D = c->D;
+  const int64_t i0 = r * c->bq;
+  const int br = (int)(sq->lq - i0 < c->bq ? sq->lq - i0 : c->bq);
   const int np = fa__cpu_pad(br);
+  t->i0 = i0;
+  t->br = br;
+  t->np = np;
+  t->first = 1;
 
-  const fa__cpu_mat qm = fa__cpu_mat_of(&p->q, sq.bidx, h, sq.q_row0 + i0);
-  fa__cpu_pack_t(kt, s->qt, np, np, &qm, br, D, (float)p->scale, s->row);
+  const fa__cpu_mat qm = fa__cpu_mat_of(&p->q, sq->bidx, h, sq->q_row0 + i0);
+  fa__cpu_pack_t(c->kt, t->qt, np, np, &qm, br, D, (float)p->scale, s->row);
   for (int i = 0; i < np; ++i) {
-    s->m[i] = -INFINITY;
-    s->l[i] = 0.0f;
+    t->m[i] = -INFINITY;
+    t->l[i] = 0.0f;
   }
 
-  int64_t jlo, jhi;
-  fa__band_cols(&bd, i0, i0 + br, &jlo, &jhi);
-  fa__cpu_tile tile = {p, &bd, b, h, i0, 0, br, 0, NULL, NULL};
-  if (p->bias.data && jlo < jhi) {
+  fa__band_cols(&s->bd, i0, i0 + br, &t->jlo, &t->jhi);
+  t->jnext = t->jlo;
+  const fa__cpu_tile tile = {p, &s->bd, b, h, i0, 0, br, 0, NULL, NULL};
+  t->tile = tile;
+  if (p->bias.data && t->jlo < t->jhi) {
     /* Scores are kept relative to a per-row reference (the row's first bias
      * in the band): a large bias then cancels exactly (row_off) instead of
      * rounding every score, and LSE adds the reference back. */
     for (int ii = 0; ii < br; ++ii) {
       const fa_tensor *x = &p->bias;
       const float v = fa__cpu_get((const char *)x->data + (ptrdiff_t)(b * x->stride[0] + h * x->stride[1] +
-                                                                      (i0 + ii) * x->stride[2] + jlo * x->stride[3]) *
+                                                                      (i0 + ii) * x->stride[2] + t->jlo * x->stride[3]) *
                                                               (ptrdiff_t)fa_dtype_size(x->dtype),
                                   x->dtype);
-      s->ref[ii] = isfinite(v) ? v : 0.0f;
+      t->ref[ii] = isfinite(v) ? v : 0.0f;
     }
-    tile.row_off = s->ref;
+    t->tile.row_off = t->ref;
   }
-  int first = 1;
-  for (int64_t j0 = jlo; j0 < jhi; j0 += c->bk) {
-    const int bc = (int)(jhi - j0 < c->bk ? jhi - j0 : c->bk);
-    const fa__cpu_mat km = fa__cpu_mat_of(&p->k, sq.bidx, hk, sq.k_row0 + j0);
-    const fa__cpu_aop ka = fa__cpu_operand(kt, &km, bc, D, s->kbuf);
-    fa__cpu_gemm(kt, bc, np, D, ka.a, ka.rs, ka.cs, s->qt, np, s->st, np, 0);
+}
 
-    const int full = fa__band_tile_full(&bd, i0, i0 + br, j0, j0 + bc);
-    if (c->elementwise || !full) {
-      tile.j0 = j0;
-      tile.bc = bc;
-      fa__cpu_score_tile(kt, &tile, s->st, 1, np, NULL, full);
-    }
-    const int moved = kt->softmax(s->st, np, bc, np, s->m, s->l, s->f);
-    if (s->keep) { /* l counts P before dropout; only O sees the dropped P */
-      tile.j0 = j0;
-      tile.bc = bc;
-      fa__cpu_dropout_mask(&tile, s->keep, 1, np);
-      for (int jj = 0; jj < bc; ++jj)
-        for (int ii = 0; ii < br; ++ii)
-          if (!s->keep[jj * np + ii]) s->st[jj * np + ii] = 0.0f;
-    }
-    if (!first && moved) kt->scale_cols(s->ot, np, Dv, np, s->f);
+/* The tile's next key tile (keys jnext .. jnext+bc-1): scores, online
+ * softmax, O^T update. */
+static void fwd_tile_step(const fwd_ctx *c, fwd_scratch *s, fwd_qtile *t) {
+  const fa__problem *p = c->p;
+  const fa__cpu_kernels *kt = c->kt;
+  const fa__seq *sq = &s->sq;
+  const int D = c->D, Dv = c->Dv, np = t->np, br = t->br;
+  const int64_t j0 = t->jnext, hk = t->tile.h / p->group;
+  const int bc = (int)(t->jhi - j0 < c->bk ? t->jhi - j0 : c->bk);
+  const fa__cpu_mat km = fa__cpu_mat_of(&p->k, sq->bidx, hk, sq->k_row0 + j0);
+  const fa__cpu_aop ka = fa__cpu_operand(kt, &km, bc, D, s->kbuf);
+  fa__cpu_gemm(kt, bc, np, D, ka.a, ka.rs, ka.cs, t->qt, np, s->st, np, 0);
 
-    const fa__cpu_mat vm = fa__cpu_mat_of(&p->v, sq.bidx, hk, sq.k_row0 + j0);
-    const fa__cpu_aop va = fa__cpu_operand(kt, &vm, bc, Dv, s->vbuf);
-    fa__cpu_gemm(kt, Dv, np, bc, va.a, va.cs, va.rs, s->st, np, s->ot, np, !first);
-    first = 0;
+  const int full = fa__band_tile_full(&s->bd, t->i0, t->i0 + br, j0, j0 + bc);
+  if (c->elementwise || !full) {
+    t->tile.j0 = j0;
+    t->tile.bc = bc;
+    fa__cpu_score_tile(kt, &t->tile, s->st, 1, np, NULL, full);
   }
+  const int moved = kt->softmax(s->st, np, bc, np, t->m, t->l, t->f);
+  if (s->keep) { /* l counts P before dropout; only O sees the dropped P */
+    t->tile.j0 = j0;
+    t->tile.bc = bc;
+    fa__cpu_dropout_mask(&t->tile, s->keep, 1, np);
+    for (int jj = 0; jj < bc; ++jj)
+      for (int ii = 0; ii < br; ++ii)
+        if (!s->keep[jj * np + ii]) s->st[jj * np + ii] = 0.0f;
+  }
+  if (!t->first && moved) kt->scale_cols(t->ot, np, Dv, np, t->f);
 
-  const fa__cpu_mat om = fa__cpu_mat_of(&p->o, sq.bidx, h, sq.q_row0 + i0);
+  const fa__cpu_mat vm = fa__cpu_mat_of(&p->v, sq->bidx, hk, sq->k_row0 + j0);
+  const fa__cpu_aop va = fa__cpu_operand(kt, &vm, bc, Dv, s->vbuf);
+  fa__cpu_gemm(kt, Dv, np, bc, va.a, va.cs, va.rs, s->st, np, t->ot, np, !t->first);
+  t->first = 0;
+  t->jnext = j0 + bc;
+}
+
+/* Writes the tile's O rows and LSE. */
+static void fwd_tile_end(const fwd_ctx *c, fwd_scratch *s, const fwd_qtile *t) {
+  const fa__problem *p = c->p;
+  const fa__seq *sq = &s->sq;
+  const int Dv = c->Dv, np = t->np;
+  const int64_t h = t->tile.h, i0 = t->i0;
+  const fa__cpu_mat om = fa__cpu_mat_of(&p->o, sq->bidx, h, sq->q_row0 + i0);
   const float dscale = (float)p->dropout_scale;
-  for (int ii = 0; ii < br; ++ii) {
-    const float l = first ? 0.0f : s->l[ii];
+  for (int ii = 0; ii < t->br; ++ii) {
+    const float l = t->first ? 0.0f : t->l[ii];
     if (l == 0.0f) { /* nothing visible: O = 0, LSE = -inf (DESIGN.md) */
       memset(s->row, 0, (size_t)Dv * sizeof(float));
-      write_lse(p, sq.bidx, h, sq.q_row0 + i0 + ii, -INFINITY);
+      write_lse(p, sq->bidx, h, sq->q_row0 + i0 + ii, -INFINITY);
     } else {
       const float w = dscale / l;
-      for (int e = 0; e < Dv; ++e) s->row[e] = s->ot[e * np + ii] * w;
-      const double ref = tile.row_off ? (double)s->ref[ii] : 0.0;
-      write_lse(p, sq.bidx, h, sq.q_row0 + i0 + ii, (float)(ref + (double)s->m[ii] + log((double)l)));
+      for (int e = 0; e < Dv; ++e) s->row[e] = t->ot[e * np + ii] * w;
+      const double ref = t->tile.row_off ? (double)t->ref[ii] : 0.0;
+      write_lse(p, sq->bidx, h, sq->q_row0 + i0 + ii, (float)(ref + (double)t->m[ii] + log((double)l)));
     }
     fa__cpu_store_row(&om, ii, s->row, Dv);
   }
 }
 
-/* Item it: query tile rr of head h of the sequence holding it, the
- * heaviest tiles first when later ones see more keys. */
+/* Item it: group gg of up to `group` query tiles of head h of the sequence
+ * holding it, the heaviest tiles first when later ones see more keys. With
+ * one tile this is the plain flash loop. With several, the tiles take the
+ * keys chunk by chunk in turn, so a chunk of K/V (sized for L2) is read
+ * from memory once per group instead of once per tile; every tile still
+ * sees its key tiles in the same order and boundaries as alone, so the
+ * results are bit for bit those of group = 1. */
 static void fwd_item(const void *ctx, void *scratch, int64_t it) {
   const fwd_ctx *c = ctx;
-  const int64_t b = fa__cpu_seq_of(c->prefix, c->p->B, it), local = it - c->prefix[b];
-  const int64_t h = local / c->nq[b], rr = local % c->nq[b];
-  fwd_tile(c, scratch, b, h, c->heavy_last ? c->nq[b] - 1 - rr : rr);
+  fwd_scratch *s = scratch;
+  const fa__problem *p = c->p;
+  const int64_t b = fa__cpu_seq_of(c->prefix, p->B, it), local = it - c->prefix[b];
+  const int64_t h = local / c->ng[b], gg = local % c->ng[b], nq = c->nq[b];
+  s->sq = fa__seq_get(b, p->Lq, p->Lk, p->seqlens_q, p->seqlens_k, p->cu_seqlens_q, p->cu_seqlens_k);
+  s->bd = fa__seq_band(&s->sq, p->window_left, p->window_right, p->bottom_right);
+  int n = 0;
+  for (int64_t rr = gg * c->group; rr < nq && n < c->group; ++rr, ++n)
+    fwd_tile_begin(c, s, &s->q[n], b, h, c->heavy_last ? nq - 1 - rr : rr);
+  if (n == 1) {
+    fwd_qtile *t = &s->q[0];
+    while (t->jnext < t->jhi) fwd_tile_step(c, s, t);
+  } else {
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (int g = 0; g < n; ++g) {
+      if (s->q[g].jlo < lo) lo = s->q[g].jlo;
+      if (s->q[g].jhi > hi) hi = s->q[g].jhi;
+    }
+    for (int64_t c0 = lo; c0 < hi; c0 += c->chunk)
+      for (int g = 0; g < n; ++g) {
+        fwd_qtile *t = &s->q[g];
+        while (t->jnext < t->jhi && t->jnext < c0 + c->chunk) fwd_tile_step(c, s, t);
+      }
+  }
+  for (int g = 0; g < n; ++g) fwd_tile_end(c, s, &s->q[g]);
 }
 
 /* Padded layout: rows past a sequence's length get O = 0, LSE = -inf. */
@@ -185,24 +253,33 @@ fa_status fa__cpu_forward(const fa__problem *p, const fa__cpu_kernels *kt, fa__e
   c.Dv = (int)p->Dv;
   c.elementwise = fa__cpu_score_elementwise(p);
   c.heavy_last = p->window_right >= 0;
+  fa__cpu_forward_group(blk, p->D, p->Dv, p->Lk, fa_dtype_size(p->dtype), &c.group, &c.chunk);
+  if (c.group > FWD_GROUP_MAX) c.group = FWD_GROUP_MAX;
+  { /* keep a few items per thread for the dynamic balance */
+    const int64_t tiles = c.bq > 0 ? p->B * p->Hq * ((p->Lq + c.bq - 1) / c.bq) : 0;
+    const int nt = fa__cpu_threads(p, tiles);
+    while (c.group > 1 && tiles / c.group < 4 * (int64_t)nt) c.group /= 2;
+  }
 
-  int64_t *prefix = (int64_t *)malloc((size_t)(2 * p->B + 1) * sizeof(int64_t));
+  int64_t *prefix = (int64_t *)malloc((size_t)(3 * p->B + 1) * sizeof(int64_t));
   float *zeros = (float *)calloc((size_t)p->Dv, sizeof(float));
   if (!prefix || !zeros) {
     free(prefix);
     free(zeros);
-    fa__err_set(err, "cpu forward: cannot allocate %lld bytes of bookkeeping", (long long)(2 * p->B + 1) * 8);
+    fa__err_set(err, "cpu forward: cannot allocate %lld bytes of bookkeeping", (long long)(3 * p->B + 1) * 8);
     return FA_ERR_OUT_OF_MEMORY;
   }
-  int64_t *nq = prefix + p->B + 1;
+  int64_t *nq = prefix + p->B + 1, *ng = nq + p->B;
   prefix[0] = 0;
   for (int64_t b = 0; b < p->B; ++b) {
     const fa__seq sq = fa__seq_get(b, p->Lq, p->Lk, p->seqlens_q, p->seqlens_k, p->cu_seqlens_q, p->cu_seqlens_k);
     nq[b] = (sq.lq + c.bq - 1) / c.bq;
-    prefix[b + 1] = prefix[b] + p->Hq * nq[b];
+    ng[b] = (nq[b] + c.group - 1) / c.group;
+    prefix[b + 1] = prefix[b] + p->Hq * ng[b];
   }
   c.prefix = prefix;
   c.nq = nq;
+  c.ng = ng;
   const int64_t items = prefix[p->B];
 
   fwd_padding(p, zeros);

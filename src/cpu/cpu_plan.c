@@ -16,7 +16,8 @@ static int clampi(int x, int lo, int hi) {
  * micro-tiles; 32 for the portable kernels). Its Q^T panel (D x bq) is
  * what the S product re-reads for every K row, so it must stay in L1
  * (24 KiB at D = 128). K and V rows are broadcast once per query tile and
- * need no residency; the score tile (bk x bq) is written once and read
+ * need no residency (while a head's K/V stay in L3; past that see
+ * fa__cpu_forward_group, which keeps these tiles); the score tile (bk x bq) is written once and read
  * three times (max, exp, P.V), and with the K/V rows in flight it should
  * stay in L2: bk = a quarter of L2 / (D + Dv + bq) floats. Measured on a
  * 1 MiB-L2 Zen 4: flat within noise from bk = 128 to 512 at D = 128, 5%
@@ -33,6 +34,35 @@ fa__cpu_blocks fa__cpu_blocks_forward(const fa__cpu_kernels *kt, int64_t D, int6
     b.bk = clampi(round_down((int)(bk > 4096 ? 4096 : bk), 16), 32, 512);
   }
   return b;
+}
+
+/* Forward, long keys. A query tile of bq = 48 rows does 4 * 48 * (D + Dv)/2
+ * flops per K/V element, 24 flop/byte: enough while the head's K and V stay
+ * in L3 from one query tile to the next, not when every tile has to bring
+ * them in again. Measured on the 2-core Zen 4 VM (L2 1 MiB, L3 32 MiB), one
+ * head, D = 128, non-causal: 102 GFLOP/s per core at L = 4096 (K+V 4 MiB),
+ * 77 at L = 16384 (16 MiB), both on one thread, so it is not the two cores
+ * contending (L = 8192, 8 MiB: 158 on 2 threads). A taller query tile
+ * raises the intensity but its Q^T panel leaves L1 (bq = 192: 190 GFLOP/s
+ * on 2 threads, against 167). Instead, once a head's K/V exceed an eighth
+ * of L3 (the largest size measured at full speed), `group` query tiles of
+ * one head take the keys in turn, a chunk at a time: the chunk (half of
+ * L2) comes from L3/memory once per group and from L2 for the other tiles,
+ * 8 x 24 = 192 flop/byte. Each tile keeps its own bq x bk steps in the
+ * same order, so the tiles fa_cpu_plan_get reports are still the ones the
+ * forward runs and the results are bit for bit those of group 1. Measured
+ * (L = 16384, D = 128, 2 threads): group 4: 182 GFLOP/s, 8: 197, 16: 197;
+ * chunk from bk to 20 bk within 2%. */
+void fa__cpu_forward_group(fa__cpu_blocks blk, int64_t D, int64_t Dv, int64_t Lk, size_t elem, int *group,
+                           int64_t *chunk) {
+  const fa__cpuinfo *ci = fa__cpuinfo_get();
+  const size_t l2 = ci->l2_bytes ? ci->l2_bytes : (size_t)1 << 20;
+  const size_t l3 = ci->l3_bytes ? ci->l3_bytes : 8 * l2;
+  const size_t kv = (size_t)Lk * (size_t)(D + Dv) * elem;
+  *group = kv > l3 / 8 ? 8 : 1;
+  if (blk.bk < 1) blk.bk = 1; /* no keys (Lk = 0): nothing to walk */
+  const int64_t keys = (int64_t)(l2 / 2 / ((size_t)(D + Dv) * sizeof(float))) / blk.bk * blk.bk;
+  *chunk = keys < blk.bk ? blk.bk : keys;
 }
 
 /* Backward. The vector dimension is the key tile (the K^T, V^T panels and

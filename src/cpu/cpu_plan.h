@@ -14,6 +14,11 @@ typedef struct fa__cpu_blocks {
 
 /* Forward tiles for head dims D, Dv (block_q/block_k > 0 override). */
 fa__cpu_blocks fa__cpu_blocks_forward(const fa__cpu_kernels *kt, int64_t D, int64_t Dv, int block_q, int block_k);
+/* Forward: query tiles of one head that share a walk over K/V (*group)
+ * and the keys of one shared K/V chunk (*chunk), for blocks blk, Lk keys
+ * of elem-byte elements. */
+void fa__cpu_forward_group(fa__cpu_blocks blk, int64_t D, int64_t Dv, int64_t Lk, size_t elem, int *group,
+                           int64_t *chunk);
 /* Backward tiles (the backward's panels run along K/V rows). */
 fa__cpu_blocks fa__cpu_blocks_backward(const fa__cpu_kernels *kt, int64_t D, int64_t Dv, int block_q, int block_k);
 /* Bytes one forward tile step keeps hot: Q tile, K and V tiles, score
