@@ -118,10 +118,11 @@ static void fwd_tile_begin(const fwd_ctx *c, fwd_scratch *s, fwd_qtile *t, int64
      * rounding every score, and LSE adds the reference back. */
     for (int ii = 0; ii < br; ++ii) {
       const fa_tensor *x = &p->bias;
-      const float v = fa__cpu_get((const char *)x->data + (ptrdiff_t)(b * x->stride[0] + h * x->stride[1] +
-                                                                      (i0 + ii) * x->stride[2] + t->jlo * x->stride[3]) *
-                                                              (ptrdiff_t)fa_dtype_size(x->dtype),
-                                  x->dtype);
+      const float v = fa__cpu_get(
+          (const char *)x->data +
+              (ptrdiff_t)(b * x->stride[0] + h * x->stride[1] + (i0 + ii) * x->stride[2] + t->jlo * x->stride[3]) *
+                  (ptrdiff_t)fa_dtype_size(x->dtype),
+          x->dtype);
       t->ref[ii] = isfinite(v) ? v : 0.0f;
     }
     t->tile.row_off = t->ref;
@@ -260,6 +261,8 @@ fa_status fa__cpu_forward(const fa__problem *p, const fa__cpu_kernels *kt, fa__e
     const int nt = fa__cpu_threads(p, tiles);
     while (c.group > 1 && tiles / c.group < 4 * (int64_t)nt) c.group /= 2;
   }
+  fa__cpu_forward_group_override(c.bk, &c.group, &c.chunk);
+  if (c.group > FWD_GROUP_MAX) c.group = FWD_GROUP_MAX;
 
   int64_t *prefix = (int64_t *)malloc((size_t)(3 * p->B + 1) * sizeof(int64_t));
   float *zeros = (float *)calloc((size_t)p->Dv, sizeof(float));

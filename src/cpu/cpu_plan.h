@@ -19,6 +19,9 @@ fa__cpu_blocks fa__cpu_blocks_forward(const fa__cpu_kernels *kt, int64_t D, int6
  * of elem-byte elements. */
 void fa__cpu_forward_group(fa__cpu_blocks blk, int64_t D, int64_t Dv, int64_t Lk, size_t elem, int *group,
                            int64_t *chunk);
+/* The FLASHATTN_CPU_FORWARD_GROUP=G[,C] override of group and chunk (tests,
+ * experiments); leaves them alone when the variable is not set. */
+void fa__cpu_forward_group_override(int bk, int *group, int64_t *chunk);
 /* Backward tiles (the backward's panels run along K/V rows). */
 fa__cpu_blocks fa__cpu_blocks_backward(const fa__cpu_kernels *kt, int64_t D, int64_t Dv, int block_q, int block_k);
 /* Bytes one forward tile step keeps hot: Q tile, K and V tiles, score
