@@ -84,12 +84,13 @@ static void print_plan(void) {
 }
 
 static void print_gpu(void) {
-  char why[512];
-  /* the library has no device query of its own yet: availability is what it says */
-  if (fa_backend_available(FA_BACKEND_CUDA, why, sizeof why) == FA_OK)
-    printf("gpu: the cuda backend is usable (a CUDA device is present)\n");
-  else
+  char why[512], dev[256];
+  if (fa_backend_available(FA_BACKEND_CUDA, why, sizeof why) == FA_OK) {
+    if (fa_cuda_device_describe(dev, sizeof dev) != FA_OK) snprintf(dev, sizeof dev, "a CUDA device is present");
+    printf("gpu: %s (the cuda backend is usable)\n", dev);
+  } else {
     printf("gpu: none usable: %s\n", why);
+  }
 }
 
 int fa_cli_info(int argc, char **argv) {

@@ -157,6 +157,11 @@ FA_API fa_status fa_backend_from_name(const char *name, fa_backend *out);
  * FA_OK, or FA_ERR_NO_BACKEND with the reason written to why (if non-NULL). */
 FA_API fa_status fa_backend_available(fa_backend b, char *why, size_t why_size);
 
+/* One line describing the current CUDA device (name, compute capability,
+ * multiprocessors, memory), for tools and logs. FA_ERR_NO_BACKEND with the
+ * reason in out when the build has no cuda backend or there is no device. */
+FA_API fa_status fa_cuda_device_describe(char *out, size_t out_size);
+
 /* The instruction set the cpu backend uses. */
 typedef enum fa_cpu_isa {
   FA_ISA_AUTO = 0, /* best the CPU has, unless FLASHATTN_ISA says otherwise */

@@ -246,6 +246,20 @@ typedef struct worker {
   char failure[512];
 } worker;
 
+/* The device description agrees with the cuda backend's availability. */
+static void test_cuda_device_describe(void **state) {
+  (void)state;
+  char why[512], desc[256];
+  desc[0] = '\0';
+  const int usable = fa_backend_available(FA_BACKEND_CUDA, why, sizeof why) == FA_OK;
+  const fa_status st = fa_cuda_device_describe(desc, sizeof desc);
+  assert_int_equal(st, usable ? FA_OK : FA_ERR_NO_BACKEND);
+  assert_true(strlen(desc) > 0);
+  if (usable) assert_non_null(strstr(desc, "sm_"));
+  assert_int_equal(fa_cuda_device_describe(NULL, 16), FA_ERR_NULL_POINTER);
+  assert_int_equal(fa_cuda_device_describe(desc, 0), FA_ERR_NULL_POINTER);
+}
+
 static void *work(void *arg) {
   worker *w = (worker *)arg;
   prob p;
@@ -321,7 +335,7 @@ int main(void) {
       cmocka_unit_test(test_auto_host),     cmocka_unit_test(test_auto_f64_goes_to_ref),
       cmocka_unit_test(test_forced_ref),    cmocka_unit_test(test_forced_never_falls_back),
       cmocka_unit_test(test_device_memory), cmocka_unit_test(test_cpu_plan_and_isa),
-      cmocka_unit_test(test_two_threads),
+      cmocka_unit_test(test_two_threads),   cmocka_unit_test(test_cuda_device_describe),
   };
   return cmocka_run_group_tests_name("dispatch", tests, NULL, NULL);
 }

@@ -41,3 +41,13 @@ fa_status fa_backend_available(fa_backend b, char *why, size_t why_size) {
   if (why && why_size) snprintf(why, why_size, "%s", st == FA_OK ? "" : err.msg);
   return st;
 }
+
+#ifndef FA_HAVE_CUDA
+/* Without the cuda backend there is no device to describe; with it,
+ * src/cuda/cuda_hooks.cu answers. */
+fa_status fa_cuda_device_describe(char *out, size_t out_size) {
+  if (!out || out_size == 0) return FA_ERR_NULL_POINTER;
+  snprintf(out, out_size, "the cuda backend is not compiled into this build");
+  return FA_ERR_NO_BACKEND;
+}
+#endif

@@ -1,8 +1,9 @@
-// The two questions the dispatch layer asks the CUDA runtime. Both must be
+// The questions the library asks the CUDA runtime outside the kernels. Both must be
 // harmless on a machine with no driver or no GPU (CI, laptops): every failure
 // becomes "not device memory" or FA_ERR_DEVICE, and the runtime's sticky
 // last-error is cleared so it cannot leak into a later call.
 #include <cuda_runtime.h>
+#include <stdio.h>
 
 #include "cuda_hooks.h"
 #include "launch.cuh"
@@ -28,5 +29,26 @@ extern "C" fa_status fa__cuda_copy_to_host(void *dst, const void *src, size_t by
     (void)cudaGetLastError();
     return fa__cuda_fail(e, "copying sequence lengths to the host", err);
   }
+  return FA_OK;
+}
+
+extern "C" FA_API fa_status fa_cuda_device_describe(char *out, size_t out_size) {
+  if (!out || out_size == 0) return FA_ERR_NULL_POINTER;
+  int dev = 0, count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    snprintf(out, out_size, "no CUDA device (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+    (void)cudaGetLastError();
+    return FA_ERR_NO_BACKEND;
+  }
+  cudaDeviceProp prop;
+  if ((e = cudaGetDevice(&dev)) != cudaSuccess || (e = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess) {
+    snprintf(out, out_size, "CUDA device query failed (%s)", cudaGetErrorString(e));
+    (void)cudaGetLastError();
+    return FA_ERR_DEVICE;
+  }
+  snprintf(out, out_size, "device %d of %d: %s, sm_%d%d, %d multiprocessors, %.1f GiB, L2 %d MiB", dev, count,
+           prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+           (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), prop.l2CacheSize >> 20);
   return FA_OK;
 }
