@@ -58,7 +58,7 @@ void fa__cpu_bwd_p_dp(const fa__cpu_kernels *kt, fa__cpu_tile *t, const fa__seq 
 
   if (w->pd) { /* O saw P * keep / (1-p): so do dV (through pd) and dP */
     const float ds = (float)p->dropout_scale;
-    fa__cpu_dropout_mask(t, w->keep, bcp, 1);
+    fa__cpu_dropout_mask(kt, t, w->keep, bcp, 1);
     for (int ii = 0; ii < br; ++ii) {
       float *s = w->s + ii * bcp, *pd = w->pd + ii * bcp, *dp = w->dp + ii * bcp;
       const uint8_t *k = w->keep + ii * bcp;

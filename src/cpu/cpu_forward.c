@@ -152,10 +152,12 @@ static void fwd_tile_step(const fwd_ctx *c, fwd_scratch *s, fwd_qtile *t) {
   if (s->keep) { /* l counts P before dropout; only O sees the dropped P */
     t->tile.j0 = j0;
     t->tile.bc = bc;
-    fa__cpu_dropout_mask(&t->tile, s->keep, 1, np);
-    for (int jj = 0; jj < bc; ++jj)
-      for (int ii = 0; ii < br; ++ii)
-        if (!s->keep[jj * np + ii]) s->st[jj * np + ii] = 0.0f;
+    fa__cpu_dropout_mask(kt, &t->tile, s->keep, 1, np);
+    for (int jj = 0; jj < bc; ++jj) { /* a select, not a branch: 1 - p of them are taken at random */
+      float *st = s->st + jj * np;
+      const uint8_t *k = s->keep + jj * np;
+      for (int ii = 0; ii < br; ++ii) st[ii] = k[ii] ? st[ii] : 0.0f;
+    }
   }
   if (!t->first && moved) kt->scale_cols(t->ot, np, Dv, np, t->f);
 

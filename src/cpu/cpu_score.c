@@ -3,7 +3,6 @@
 #include <math.h>
 
 #include "cpu_io.h"
-#include "rules/dropout.h"
 #include "rules/score.h"
 
 int fa__cpu_score_elementwise(const fa__problem *p) {
@@ -81,20 +80,8 @@ void fa__cpu_score_tile(const fa__cpu_kernels *kt, const fa__cpu_tile *t, float 
   }
 }
 
-void fa__cpu_dropout_mask(const fa__cpu_tile *t, uint8_t *keep, ptrdiff_t ki, ptrdiff_t kj) {
+void fa__cpu_dropout_mask(const fa__cpu_kernels *kt, const fa__cpu_tile *t, uint8_t *keep, ptrdiff_t ki, ptrdiff_t kj) {
   const fa__problem *p = t->p;
-  const int64_t bh = t->b * p->Hq + t->h;
-  const uint32_t thr = p->dropout_threshold;
-  for (int ii = 0; ii < t->br; ++ii) {
-    const int64_t i = t->i0 + ii;
-    uint8_t *row = keep + ii * ki;
-    /* one Philox call decides the 4 columns of an aligned group */
-    for (int jj = 0; jj < t->bc;) {
-      const int64_t j = t->j0 + jj;
-      const fa__u32x4 w = fa__dropout_words(p->dropout_seed, p->dropout_offset, bh, i, j);
-      const int u0 = (int)(j & 3), n = 4 - u0 < t->bc - jj ? 4 - u0 : t->bc - jj;
-      for (int u = 0; u < n; ++u) row[(jj + u) * kj] = w.v[u0 + u] < thr;
-      jj += n;
-    }
-  }
+  kt->dropout(keep, ki, kj, t->br, t->bc, p->dropout_seed, p->dropout_offset, p->dropout_threshold, t->b * p->Hq + t->h,
+              t->i0, t->j0);
 }

@@ -42,7 +42,8 @@ int fa__cpu_score_elementwise(const fa__problem *p);
 void fa__cpu_score_tile(const fa__cpu_kernels *kt, const fa__cpu_tile *t, float *s, ptrdiff_t si, ptrdiff_t sj,
                         float *capped, int band_full);
 
-/* keep[ii*ki + jj*kj] = 1 if dropout keeps element (ii, jj) of the tile. */
-void fa__cpu_dropout_mask(const fa__cpu_tile *t, uint8_t *keep, ptrdiff_t ki, ptrdiff_t kj);
+/* keep[ii*ki + jj*kj] = 1 if dropout keeps element (ii, jj) of the tile
+ * (kt->dropout, the rule of src/rules/dropout.h). */
+void fa__cpu_dropout_mask(const fa__cpu_kernels *kt, const fa__cpu_tile *t, uint8_t *keep, ptrdiff_t ki, ptrdiff_t kj);
 
 #endif

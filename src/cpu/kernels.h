@@ -67,6 +67,17 @@ typedef void (*fa__cpu_softcap_fn)(float *s, int n, float cap);
  * with src/rules/half.h. */
 typedef void (*fa__cpu_cvt_fn)(float *dst, const uint16_t *src, int n);
 
+/* The dropout keep-mask of a tile, the rule of src/rules/dropout.h for
+ * every element:
+ *   keep[ii*ki + jj*kj] = fa__dropout_keep(seed, offset, threshold, bh, i0 + ii, j0 + jj)   (1 or 0)
+ * for ii < br, jj < bc (br, bc >= 0; i0, j0, bh >= 0). Nothing else of keep
+ * is written. Any strides work; the vector kernels are fast when kj = 1
+ * (rows: lanes take consecutive 4-column Philox groups) or ki = 1 (columns:
+ * lanes take consecutive rows). Bit for bit the scalar rule, under every
+ * ISA: tests/test_cpu_philox.c holds each table's entry to it. */
+typedef void (*fa__cpu_dropout_fn)(uint8_t *keep, ptrdiff_t ki, ptrdiff_t kj, int br, int bc, uint64_t seed,
+                                   uint32_t offset, uint32_t threshold, int64_t bh, int64_t i0, int64_t j0);
+
 typedef struct fa__cpu_kernels {
   fa_cpu_isa isa;
   int vl; /* floats per vector of gemm's nv */
@@ -81,6 +92,7 @@ typedef struct fa__cpu_kernels {
   fa__cpu_softcap_fn softcap;
   fa__cpu_cvt_fn f16_to_f32;
   fa__cpu_cvt_fn bf16_to_f32;
+  fa__cpu_dropout_fn dropout;
 } fa__cpu_kernels;
 
 /* Fill a table: the portable kernels first, then each ISA overrides what it

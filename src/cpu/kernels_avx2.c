@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "kernels.h"
+#include "rules/dropout.h"
 #include "vexp_avx2.h"
 
 enum { K2_VL = 8, K2_MR = 4, K2_NV = 3 };
@@ -46,7 +47,8 @@ FA_INLINE void mk256(const int MR_, const int NV_, int kc, const float *a, ptrdi
   }
     K2_ROW(0)
     K2_ROW(1)
-    K2_ROW(2) K2_ROW(3)
+    K2_ROW(2)
+    K2_ROW(3)
 #undef K2_ROW
         ko += csa;
     b += ldb;
@@ -197,6 +199,112 @@ static void bf16_avx2(float *dst, const uint16_t *src, int n) {
   }
 }
 
+/* Dropout: Philox4x32-10 on 8 counters at once. This mirrors
+ * fa__philox4x32_10 and fa__dropout_keep of src/rules/dropout.h (the one
+ * definition of the keep-mask; constants taken from there) and is held to
+ * it bit for bit by tests/test_cpu_philox.c. A round's 32x32->64 products:
+ * _mm256_mul_epu32 multiplies the even lanes; the odd lanes are shifted
+ * down first; blends put the high and low halves back in their lanes.
+ * AVX2 compares signed only: x < t unsigned iff (x ^ 2^31) < (t ^ 2^31). */
+FA_INLINE __m256i k2_mulhilo(__m256i a, __m256i m, __m256i *lo) {
+  const __m256i pe = _mm256_mul_epu32(a, m);
+  const __m256i po = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m);
+  *lo = _mm256_blend_epi32(pe, _mm256_slli_epi64(po, 32), 0xAA);
+  return _mm256_blend_epi32(_mm256_srli_epi64(pe, 32), po, 0xAA);
+}
+
+/* c = philox4x32_10(c, key) lane by lane (fa__philox4x32_10). */
+FA_INLINE void k2_philox(__m256i c[4], uint32_t k0, uint32_t k1) {
+  const __m256i m0 = _mm256_set1_epi32((int)FA__PHILOX_M0), m1 = _mm256_set1_epi32((int)FA__PHILOX_M1);
+  for (int r = 0; r < 10; ++r) {
+    __m256i lo0, lo1;
+    const __m256i hi0 = k2_mulhilo(c[0], m0, &lo0), hi1 = k2_mulhilo(c[2], m1, &lo1);
+    c[0] = _mm256_xor_si256(_mm256_xor_si256(hi1, c[1]), _mm256_set1_epi32((int)k0));
+    c[1] = lo1;
+    c[2] = _mm256_xor_si256(_mm256_xor_si256(hi0, c[3]), _mm256_set1_epi32((int)k1));
+    c[3] = lo0;
+    k0 += FA__PHILOX_W0;
+    k1 += FA__PHILOX_W1;
+  }
+}
+
+/* -1 where x < thr (unsigned), thr_s = thr ^ 2^31. */
+FA_INLINE __m256i k2_ltu(__m256i x, __m256i thr_s) {
+  return _mm256_cmpgt_epi32(thr_s, _mm256_xor_si256(x, _mm256_set1_epi32((int)0x80000000u)));
+}
+
+/* Row i: the 32 keep bytes of columns 4*g .. 4*g+31 (8 groups, lane L
+ * holds group g+L; its 4 words are columns 4(g+L)+w, i.e. byte w of dword
+ * L), stored at out. */
+FA_INLINE void k2_drop_row32(uint8_t *out, uint32_t g, uint32_t i, uint32_t bh, uint32_t offset, uint64_t seed,
+                             __m256i thr_s) {
+  const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  __m256i c[4] = {_mm256_add_epi32(_mm256_set1_epi32((int)g), iota), _mm256_set1_epi32((int)i),
+                  _mm256_set1_epi32((int)bh), _mm256_set1_epi32((int)offset)};
+  k2_philox(c, (uint32_t)seed, (uint32_t)(seed >> 32));
+  const __m256i b01 = _mm256_or_si256(_mm256_and_si256(k2_ltu(c[0], thr_s), _mm256_set1_epi32(1)),
+                                      _mm256_and_si256(k2_ltu(c[1], thr_s), _mm256_set1_epi32(1 << 8)));
+  const __m256i b23 = _mm256_or_si256(_mm256_and_si256(k2_ltu(c[2], thr_s), _mm256_set1_epi32(1 << 16)),
+                                      _mm256_and_si256(k2_ltu(c[3], thr_s), _mm256_set1_epi32(1 << 24)));
+  _mm256_storeu_si256((__m256i *)out, _mm256_or_si256(b01, b23));
+}
+
+static void dropout_avx2(uint8_t *keep, ptrdiff_t ki, ptrdiff_t kj, int br, int bc, uint64_t seed, uint32_t offset,
+                         uint32_t threshold, int64_t bh, int64_t i0, int64_t j0) {
+  const __m256i thr_s = _mm256_set1_epi32((int)(threshold ^ 0x80000000u));
+  if (ki == 1 && kj != 1) {
+    /* columns: lane L is row i0+ii+L; one Philox group of 4 columns at a time */
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m128i one = _mm_set1_epi8(1);
+    for (int ii = 0; ii < br; ii += 8) {
+      const int nr = br - ii < 8 ? br - ii : 8;
+      const __m256i ci = _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)(i0 + ii)), iota);
+      for (int jj = 0; jj < bc;) {
+        const int64_t j = j0 + jj;
+        const int u0 = (int)(j & 3), n = 4 - u0 < bc - jj ? 4 - u0 : bc - jj;
+        __m256i c[4] = {_mm256_set1_epi32((int)(uint32_t)((uint64_t)j >> 2)), ci, _mm256_set1_epi32((int)(uint32_t)bh),
+                        _mm256_set1_epi32((int)offset)};
+        k2_philox(c, (uint32_t)seed, (uint32_t)(seed >> 32));
+        for (int u = 0; u < n; ++u) {
+          const __m256i m = k2_ltu(c[u0 + u], thr_s); /* 8 dwords of -1 / 0 ... */
+          const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+          const __m128i b = _mm_and_si128(_mm_packs_epi16(w, w), one); /* ... as 8 bytes of 1 / 0, in order */
+          uint8_t *dst = keep + (jj + u) * kj + ii;
+          if (nr == 8) {
+            _mm_storel_epi64((__m128i *)dst, b);
+          } else {
+            uint8_t tmp[16];
+            _mm_storeu_si128((__m128i *)tmp, b);
+            for (int r = 0; r < nr; ++r) dst[r] = tmp[r];
+          }
+        }
+        jj += n;
+      }
+    }
+    return;
+  }
+  /* rows: lanes take 8 consecutive groups (32 columns) */
+  uint8_t tmp[32];
+  for (int ii = 0; ii < br; ++ii) {
+    uint8_t *row = keep + ii * ki;
+    const uint32_t i = (uint32_t)(i0 + ii);
+    for (int jj = 0; jj < bc;) {
+      const int64_t j = j0 + jj;
+      const uint32_t g = (uint32_t)((uint64_t)j >> 2);
+      const int u0 = (int)(j & 3);
+      if (kj == 1 && u0 == 0 && bc - jj >= 32) {
+        k2_drop_row32(row + jj, g, i, (uint32_t)bh, offset, seed, thr_s);
+        jj += 32;
+      } else {
+        k2_drop_row32(tmp, g, i, (uint32_t)bh, offset, seed, thr_s);
+        const int n = 32 - u0 < bc - jj ? 32 - u0 : bc - jj;
+        for (int u = 0; u < n; ++u) row[(jj + u) * kj] = tmp[u0 + u];
+        jj += n;
+      }
+    }
+  }
+}
+
 void fa__cpu_kernels_avx2(fa__cpu_kernels *kt) {
   kt->isa = FA_ISA_AVX2;
   kt->vl = K2_VL;
@@ -210,6 +318,7 @@ void fa__cpu_kernels_avx2(fa__cpu_kernels *kt) {
   kt->exp = exp_avx2;
   kt->softcap = softcap_avx2;
   kt->bf16_to_f32 = bf16_avx2;
+  kt->dropout = dropout_avx2;
   unsigned a, b, c, d; /* F16C: CPUID.1:ECX bit 29 (every AVX2 CPU we know has it, but ask) */
   if (__get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1u)) kt->f16_to_f32 = f16_f16c;
 }

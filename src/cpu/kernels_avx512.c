@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "kernels.h"
+#include "rules/dropout.h"
 #include "vexp_avx512.h"
 
 enum { K5_VL = 16, K5_MR = 8, K5_NV = 3 };
@@ -209,6 +210,99 @@ static void bf16_avx512(float *dst, const uint16_t *src, int n) {
   }
 }
 
+/* Dropout: Philox4x32-10 on 16 counters at once. This mirrors
+ * fa__philox4x32_10 and fa__dropout_keep of src/rules/dropout.h (the one
+ * definition of the keep-mask; constants taken from there) and is held to
+ * it bit for bit by tests/test_cpu_philox.c. A round's 32x32->64 products:
+ * _mm512_mul_epu32 multiplies the even lanes; the odd lanes are shifted
+ * down first; masked dword swaps put the high and low halves back in
+ * their lanes. */
+FA_INLINE __m512i k5_mulhilo(__m512i a, __m512i m, __m512i *lo) {
+  const __m512i pe = _mm512_mul_epu32(a, m);
+  const __m512i po = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);
+  /* swapping the dwords of each pair brings the other half into the lane */
+  *lo = _mm512_mask_shuffle_epi32(pe, 0xAAAA, po, _MM_PERM_CDAB);
+  return _mm512_mask_shuffle_epi32(po, 0x5555, pe, _MM_PERM_CDAB);
+}
+
+/* c = philox4x32_10(c, key) lane by lane (fa__philox4x32_10). */
+FA_INLINE void k5_philox(__m512i c[4], uint32_t k0, uint32_t k1) {
+  const __m512i m0 = _mm512_set1_epi32((int)FA__PHILOX_M0), m1 = _mm512_set1_epi32((int)FA__PHILOX_M1);
+  for (int r = 0; r < 10; ++r) {
+    __m512i lo0, lo1;
+    const __m512i hi0 = k5_mulhilo(c[0], m0, &lo0), hi1 = k5_mulhilo(c[2], m1, &lo1);
+    /* 0x96: a ^ b ^ c */
+    c[0] = _mm512_ternarylogic_epi32(hi1, c[1], _mm512_set1_epi32((int)k0), 0x96);
+    c[1] = lo1;
+    c[2] = _mm512_ternarylogic_epi32(hi0, c[3], _mm512_set1_epi32((int)k1), 0x96);
+    c[3] = lo0;
+    k0 += FA__PHILOX_W0;
+    k1 += FA__PHILOX_W1;
+  }
+}
+
+/* Row i: the 64 keep bytes of columns 4*g .. 4*g+63 (16 groups, lane L
+ * holds group g+L; its 4 words are columns 4(g+L)+w, i.e. byte w of dword
+ * L), stored at out. */
+FA_INLINE void k5_drop_row64(uint8_t *out, uint32_t g, uint32_t i, uint32_t bh, uint32_t offset, uint64_t seed,
+                             __m512i thr) {
+  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512i c[4] = {_mm512_add_epi32(_mm512_set1_epi32((int)g), iota), _mm512_set1_epi32((int)i),
+                  _mm512_set1_epi32((int)bh), _mm512_set1_epi32((int)offset)};
+  k5_philox(c, (uint32_t)seed, (uint32_t)(seed >> 32));
+  __m512i b = _mm512_maskz_mov_epi32(_mm512_cmplt_epu32_mask(c[0], thr), _mm512_set1_epi32(1));
+  b = _mm512_mask_mov_epi32(b, _mm512_cmplt_epu32_mask(c[1], thr), _mm512_or_si512(b, _mm512_set1_epi32(1 << 8)));
+  b = _mm512_mask_mov_epi32(b, _mm512_cmplt_epu32_mask(c[2], thr), _mm512_or_si512(b, _mm512_set1_epi32(1 << 16)));
+  b = _mm512_mask_mov_epi32(b, _mm512_cmplt_epu32_mask(c[3], thr), _mm512_or_si512(b, _mm512_set1_epi32(1 << 24)));
+  _mm512_storeu_si512(out, b);
+}
+
+static void dropout_avx512(uint8_t *keep, ptrdiff_t ki, ptrdiff_t kj, int br, int bc, uint64_t seed, uint32_t offset,
+                           uint32_t threshold, int64_t bh, int64_t i0, int64_t j0) {
+  const __m512i thr = _mm512_set1_epi32((int)threshold);
+  if (ki == 1 && kj != 1) {
+    /* columns: lane L is row i0+ii+L; one Philox group of 4 columns at a time */
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i one = _mm512_set1_epi32(1);
+    for (int ii = 0; ii < br; ii += 16) {
+      const __mmask16 rows = br - ii >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (br - ii)) - 1u);
+      const __m512i ci = _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)(i0 + ii)), iota);
+      for (int jj = 0; jj < bc;) {
+        const int64_t j = j0 + jj;
+        const int u0 = (int)(j & 3), n = 4 - u0 < bc - jj ? 4 - u0 : bc - jj;
+        __m512i c[4] = {_mm512_set1_epi32((int)(uint32_t)((uint64_t)j >> 2)), ci, _mm512_set1_epi32((int)(uint32_t)bh),
+                        _mm512_set1_epi32((int)offset)};
+        k5_philox(c, (uint32_t)seed, (uint32_t)(seed >> 32));
+        for (int u = 0; u < n; ++u)
+          _mm512_mask_cvtepi32_storeu_epi8(keep + (jj + u) * kj + ii, rows,
+                                           _mm512_maskz_mov_epi32(_mm512_cmplt_epu32_mask(c[u0 + u], thr), one));
+        jj += n;
+      }
+    }
+    return;
+  }
+  /* rows: lanes take 16 consecutive groups (64 columns) */
+  uint8_t tmp[64];
+  for (int ii = 0; ii < br; ++ii) {
+    uint8_t *row = keep + ii * ki;
+    const uint32_t i = (uint32_t)(i0 + ii);
+    for (int jj = 0; jj < bc;) {
+      const int64_t j = j0 + jj;
+      const uint32_t g = (uint32_t)((uint64_t)j >> 2);
+      const int u0 = (int)(j & 3);
+      if (kj == 1 && u0 == 0 && bc - jj >= 64) {
+        k5_drop_row64(row + jj, g, i, (uint32_t)bh, offset, seed, thr);
+        jj += 64;
+      } else {
+        k5_drop_row64(tmp, g, i, (uint32_t)bh, offset, seed, thr);
+        const int n = 64 - u0 < bc - jj ? 64 - u0 : bc - jj;
+        for (int u = 0; u < n; ++u) row[(jj + u) * kj] = tmp[u0 + u];
+        jj += n;
+      }
+    }
+  }
+}
+
 void fa__cpu_kernels_avx512(fa__cpu_kernels *kt) {
   kt->isa = FA_ISA_AVX512;
   kt->vl = K5_VL;
@@ -223,4 +317,5 @@ void fa__cpu_kernels_avx512(fa__cpu_kernels *kt) {
   kt->softcap = softcap_avx512;
   kt->f16_to_f32 = f16_avx512;
   kt->bf16_to_f32 = bf16_avx512;
+  kt->dropout = dropout_avx512;
 }

@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "kernels.h"
+#include "rules/dropout.h"
 #include "rules/half.h"
 #include "rules/score.h"
 
@@ -86,6 +87,22 @@ static void bf16_generic(float *dst, const uint16_t *src, int n) {
   for (int t = 0; t < n; ++t) dst[t] = fa__bf16_to_f32(src[t]);
 }
 
+/* The scalar rule itself; one Philox call decides the 4 columns of an
+ * aligned group. */
+static void dropout_generic(uint8_t *keep, ptrdiff_t ki, ptrdiff_t kj, int br, int bc, uint64_t seed, uint32_t offset,
+                            uint32_t threshold, int64_t bh, int64_t i0, int64_t j0) {
+  for (int ii = 0; ii < br; ++ii) {
+    uint8_t *row = keep + ii * ki;
+    for (int jj = 0; jj < bc;) {
+      const int64_t j = j0 + jj;
+      const fa__u32x4 w = fa__dropout_words(seed, offset, bh, i0 + ii, j);
+      const int u0 = (int)(j & 3), n = 4 - u0 < bc - jj ? 4 - u0 : bc - jj;
+      for (int u = 0; u < n; ++u) row[(jj + u) * kj] = w.v[u0 + u] < threshold;
+      jj += n;
+    }
+  }
+}
+
 void fa__cpu_kernels_generic(fa__cpu_kernels *kt) {
   kt->isa = FA_ISA_GENERIC;
   kt->vl = GEN_VL;
@@ -100,4 +117,5 @@ void fa__cpu_kernels_generic(fa__cpu_kernels *kt) {
   kt->softcap = softcap_generic;
   kt->f16_to_f32 = f16_generic;
   kt->bf16_to_f32 = bf16_generic;
+  kt->dropout = dropout_generic;
 }
