@@ -1,5 +1,6 @@
 /* fa_forward / fa_backward: validate once, pick the backend, run it, and
  * record in the context which backend ran and why the others did not. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -10,9 +11,19 @@
 static const fa_backend auto_order_host[] = {FA_BACKEND_CPU, FA_BACKEND_REF};
 static const fa_backend auto_order_cuda[] = {FA_BACKEND_CUDA};
 
-static void report_add(fa_context *ctx, const char *fmt, const char *a, const char *b) {
+/* Appends one printf-formatted line to the context's dispatch report. */
+static void report_add(fa_context *ctx, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+static void report_add(fa_context *ctx, const char *fmt, ...) {
   const size_t used = strlen(ctx->report);
-  if (used + 1 < sizeof ctx->report) snprintf(ctx->report + used, sizeof ctx->report - used, fmt, a, b);
+  if (used + 1 >= sizeof ctx->report) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(ctx->report + used, sizeof ctx->report - used, fmt, ap);
+  va_end(ap);
 }
 
 /* Can backend id run p? Fills err with the reason when not. */
@@ -53,7 +64,7 @@ static fa_status run(fa_context *ctx, fa_backend backend, const fa__call *call) 
       return fa__fail(ctx, st, msg);
     }
     chosen = backend;
-    report_add(ctx, "%s: %s\n", fa_backend_name(backend), "chosen by name");
+    report_add(ctx, "%s: chosen by name\n", fa_backend_name(backend));
   } else {
     const fa_backend *order = p.memory == FA_MEMORY_CUDA ? auto_order_cuda : auto_order_host;
     const int n = p.memory == FA_MEMORY_CUDA ? 1 : 2;
@@ -64,7 +75,7 @@ static fa_status run(fa_context *ctx, fa_backend backend, const fa__call *call) 
       const fa_status s = try_backend(order[i], &p, &why);
       if (s == FA_OK && chosen == FA_BACKEND_AUTO) {
         chosen = order[i];
-        report_add(ctx, "%s: %s\n", fa_backend_name(order[i]), "chosen (fastest that takes the call)");
+        report_add(ctx, "%s: chosen (fastest that takes the call)\n", fa_backend_name(order[i]));
       } else if (s != FA_OK) {
         report_add(ctx, "%s: passed over: %s\n", fa_backend_name(order[i]), why.msg);
         if (first_msg[0] == '\0') {
@@ -86,14 +97,12 @@ static fa_status run(fa_context *ctx, fa_backend backend, const fa__call *call) 
     char threads[24] = "OpenMP's default";
     if (p.threads > 0) snprintf(threads, sizeof threads, "%d", p.threads);
     if (fa_cpu_plan_get(p.isa, p.D, p.Dv, p.block_q, p.block_k, &plan) == FA_OK) {
-      char line[192];
       if (p.pass == FA__FORWARD)
-        snprintf(line, sizeof line, "cpu: isa %s, tiles %d x %d (%zu bytes hot per tile step), threads: %s\n",
-                 fa_cpu_isa_name(plan.isa), plan.block_q, plan.block_k, plan.working_set_bytes, threads);
+        report_add(ctx, "cpu: isa %s, tiles %d x %d (%zu bytes hot per tile step), threads: %s\n",
+                   fa_cpu_isa_name(plan.isa), plan.block_q, plan.block_k, plan.working_set_bytes, threads);
       else /* the backward sizes its own tiles per problem */
-        snprintf(line, sizeof line, "cpu: isa %s, threads: %s%s\n", fa_cpu_isa_name(plan.isa), threads,
-                 p.deterministic ? ", deterministic" : "");
-      report_add(ctx, "%s%s", line, "");
+        report_add(ctx, "cpu: isa %s, threads: %s%s\n", fa_cpu_isa_name(plan.isa), threads,
+                   p.deterministic ? ", deterministic" : "");
     }
   }
 
