@@ -82,6 +82,16 @@ def relerr(x, r):
     return ((x.float() - r.float()).abs().max() / r.float().abs().max().clamp_min(1e-30)).item()
 
 
+def use_variant(var):
+    """FLASHATTN_CUDA_VARIANT=var, or the mma.sync forward for 'mma'."""
+    if var == "mma":
+        os.environ["FLASHATTN_CUDA_WGMMA"] = "0"
+        os.environ["FLASHATTN_CUDA_VARIANT"] = "0"
+    else:
+        os.environ.pop("FLASHATTN_CUDA_WGMMA", None)
+        os.environ["FLASHATTN_CUDA_VARIANT"] = var
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", default="build/libflashattn.so")
@@ -92,11 +102,14 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--tag", default="")
     ap.add_argument("--variants", default="0",
-                    help="FLASHATTN_CUDA_VARIANT values to time (tile-configuration A/B); first is 'fa'")
+                    help="FLASHATTN_CUDA_VARIANT values to time (tile-configuration A/B), or 'mma' for the "
+                         "mma.sync forward on Hopper (FLASHATTN_CUDA_WGMMA=0); the first is 'fa'")
+    ap.add_argument("--passes", default="fwd,bwd", help="fwd, bwd or both")
     ap.add_argument("--once", action="store_true",
                     help="run flashattn's forward, backward and deterministic backward once per shape (for ncu)")
     args = ap.parse_args()
-    variants = [int(x) for x in args.variants.split(",")]
+    variants = args.variants.split(",")
+    passes = args.passes.split(",")
 
     fl = FlashAttn(args.lib)
     dev = torch.cuda.get_device_name()
@@ -126,17 +139,19 @@ def main():
                 f_bwd = fl.backward(q, k, v, o, do, lse, dq, dk, dv, opt)
                 f_bwd_det = fl.backward(q, k, v, o, do, lse, dq, dk, dv, opt_det)
                 if args.once:
-                    os.environ["FLASHATTN_CUDA_VARIANT"] = str(variants[0])
+                    use_variant(variants[0])
                     f_fwd(), f_bwd(), f_bwd_det()
                     torch.cuda.synchronize()
                     continue
                 for vi, var in enumerate(variants):
-                    os.environ["FLASHATTN_CUDA_VARIANT"] = str(var)
+                    use_variant(var)
                     name = "fa" if vi == 0 else f"fa-v{var}"
-                    res[(name, "fwd")] = median_ms(f_fwd, args.reps)
-                    res[(name, "bwd")] = median_ms(f_bwd, args.reps)
-                    res[(name + "-det" if vi else "fa-det", "bwd")] = median_ms(f_bwd_det, args.reps)
-                os.environ["FLASHATTN_CUDA_VARIANT"] = str(variants[0])
+                    if "fwd" in passes:
+                        res[(name, "fwd")] = median_ms(f_fwd, args.reps)
+                    if "bwd" in passes:
+                        res[(name, "bwd")] = median_ms(f_bwd, args.reps)
+                        res[(name + "-det" if vi else "fa-det", "bwd")] = median_ms(f_bwd_det, args.reps)
+                use_variant(variants[0])
                 f_fwd()
                 f_bwd()
                 torch.cuda.synchronize()
@@ -146,11 +161,13 @@ def main():
                     try:
                         qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
                         with sdpa_kernel(be):
-                            res[(name, "fwd")] = median_ms(
-                                lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), args.reps)
+                            if "fwd" in passes:
+                                res[(name, "fwd")] = median_ms(
+                                    lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), args.reps)
                             out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
-                            res[(name, "bwd")] = median_ms(
-                                lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True), args.reps)
+                            if "bwd" in passes:
+                                res[(name, "bwd")] = median_ms(
+                                    lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True), args.reps)
                             if name == "FLASH":
                                 g = torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
                                 check = "O %.1e dQ %.1e dK %.1e dV %.1e" % (
@@ -158,7 +175,7 @@ def main():
                         del out
                     except Exception as e:  # a backend missing on this build / GPU
                         print(f"  {name} unavailable: {e}".splitlines()[0])
-                for ps in ("fwd", "bwd"):
+                for ps in passes:
                     flops = fwd_flops * (2.5 if ps == "bwd" else 1.0)
                     tf = {n: flops / (res[(n, ps)] * 1e-3) / 1e12 for (n, p) in res if p == ps}
                     ratio = lambda a, b: tf[a] / tf[b] if a in tf and b in tf else float("nan")  # noqa: E731

@@ -8,6 +8,8 @@
 #   scripts/gpu/run.sh full    everything (default)
 #   scripts/gpu/run.sh bench   build + anchors only
 #   scripts/gpu/run.sh perf    build + check + tile-variant A/B timing + ncu
+#   scripts/gpu/run.sh dev     build + check (Hopper and mma.sync forward) +
+#                              test_backend_cuda + anchors with $ANCHOR_ARGS
 #
 # Carry .gpu-deps (CMocka headers and library copied from the dev machine:
 # the GPU image has no CMocka and no network).
@@ -39,6 +41,7 @@ CM=$ROOT/.gpu-deps/cmocka
 export LD_LIBRARY_PATH=$CM/lib:${LD_LIBRARY_PATH:-}
 TESTS=ON
 [ "$MODE" = bench ] || [ "$MODE" = perf ] && TESTS=OFF
+ANCHOR_ARGS=${ANCHOR_ARGS:---d 64,128 --l 2048,8192 --passes fwd --variants 0,1,mma --reps 10}
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
 cfg() {
@@ -64,6 +67,11 @@ if [ "$MODE" != bench ]; then
   timeout 300 "$BUILD/check_cuda" >"$OUT/check.log" 2>&1
   say "check_cuda exit $?"
   grep -E "FAIL|cuda (forward|backward)|ref (forward|backward)|check_cuda:" "$OUT/check.log" | head -40 | tee -a "$SUMMARY"
+  if [ "$MODE" = dev ] || [ "$MODE" = full ]; then
+    FLASHATTN_CUDA_WGMMA=0 timeout 300 "$BUILD/check_cuda" >"$BUILD/check_mma.log" 2>&1
+    say "check_cuda (FLASHATTN_CUDA_WGMMA=0: mma.sync forward) exit $?: $(tail -1 "$BUILD/check_mma.log")"
+    grep FAIL "$BUILD/check_mma.log" | head -20 | tee -a "$SUMMARY"
+  fi
   for v in $VARIANTS; do
     [ "$v" = 0 ] && continue
     FLASHATTN_CUDA_VARIANT=$v timeout 300 "$BUILD/check_cuda" >"$BUILD/check_v$v.log" 2>&1
@@ -72,7 +80,13 @@ if [ "$MODE" != bench ]; then
     { echo "== FLASHATTN_CUDA_VARIANT=$v"; cat "$BUILD/check_v$v.log"; } >>"$OUT/check.log"
   done
 
-  if [ "$TESTS" = ON ] && [ -d "$BUILD/tests" ]; then
+  if [ "$MODE" = dev ]; then
+    SUITE=$BUILD/suite_cuda.log
+    timeout 300 "$BUILD/tests/test_backend_cuda" >"$SUITE" 2>&1
+    say "test_backend_cuda exit $?: $(grep -c '\[       OK \]' "$SUITE") OK, $(grep -c '\[  SKIPPED \]' "$SUITE") skipped, $(grep -c '\[  FAILED  \]' "$SUITE") failed"
+    grep -E "FAILED|ERROR|Error|error" "$SUITE" | head -20 | tee -a "$SUMMARY"
+    cp "$SUITE" "$OUT/suite_cuda.log"
+  elif [ "$TESTS" = ON ] && [ -d "$BUILD/tests" ]; then
     stage "ctest"
     (cd "$BUILD" && timeout 600 ctest -j"$JOBS" --output-on-failure >"$OUT/ctest.log" 2>&1)
     say "ctest exit $?"
@@ -85,13 +99,13 @@ if [ "$MODE" != bench ]; then
   fi
 fi
 
-if [ "$MODE" = full ] || [ "$MODE" = smoke ]; then
+if [ "$MODE" = full ] || [ "$MODE" = smoke ] || [ "$MODE" = dev ]; then
   stage "compute-sanitizer"
   SAN=$OUT/sanitizer.log
   : >"$SAN"
   SUBSET_MEM="bf16_d64_varlen_causal_br f32_d64_everything bf16_d256_everything bf16_d128_seqlens"
   SUBSET_RACE="bf16_d128_seqlens f16_d64_gqa_causal_blhd"
-  [ "$MODE" = smoke ] && SUBSET_MEM="bf16_d64_varlen_causal_br" && SUBSET_RACE="bf16_d128_seqlens"
+  [ "$MODE" != full ] && SUBSET_MEM="bf16_d64_varlen_causal_br" && SUBSET_RACE="bf16_d128_seqlens"
   for c in $SUBSET_MEM; do
     timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/check_cuda" "$c" >>"$SAN" 2>&1
     say "memcheck $c: exit $?"
@@ -125,6 +139,10 @@ if [ "$MODE" = perf ]; then
     >"$OUT/ncu.txt" 2>&1
   say "ncu exit $?"
   grep -E "fwd_kernel|bwd_dkdv|bwd_dq|Duration|Registers Per|Achieved Occupancy|Compute \(SM\) Throughput|Memory Throughput|Stall|Issue Slot|Shared.*Bank|Warp Cycles Per Issued" "$OUT/ncu.txt" | head -80
+elif [ "$MODE" = dev ]; then
+  # shellcheck disable=SC2086
+  timeout 400 python3 bench/gpu/anchors.py --lib "$BUILD/libflashattn.so" --out "$OUT" $ANCHOR_ARGS 2>&1 |
+    tee "$OUT/anchors.txt"
 elif [ "$MODE" = smoke ]; then
   timeout 300 python3 bench/gpu/anchors.py --lib "$BUILD/libflashattn.so" --out "$OUT" --d 64,128 --l 4096 --reps 10 \
     2>&1 | tee "$OUT/anchors.txt"

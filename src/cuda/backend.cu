@@ -3,6 +3,8 @@
 //   fast path:    f16 / bf16, rows 16-byte aligned, tensor-core kernels for
 //                 head-dim buckets 64 / 128 / 256 (forward) and 64 / 128
 //                 (backward); smaller dims are zero-padded to the bucket.
+//                 On a compute capability 9.0 GPU the forward for 64 / 128
+//                 runs on wgmma (sm_90a) instead of mma.sync.
 //   generic path: everything else the backend accepts (f32, unaligned views,
 //                 backward with a head dim over 128): SIMT, f32 arithmetic.
 #include <math.h>
@@ -237,6 +239,26 @@ bool fast_ok(const fa__problem *p) {
   return true;
 }
 
+#if defined(FA_HAVE_SM90A)
+// The Hopper forward (wgmma) for head-dim buckets 64 and 128 on the current
+// device when it is compute capability 9.0 exactly: sm_90a code runs on no
+// other. FLASHATTN_CUDA_WGMMA=0 keeps the mma.sync kernels (the sm_80 path),
+// so that one GPU can test both.
+bool wgmma_ok(int kd) {
+  if (kd != 64 && kd != 128) return false;
+  const char *env = getenv("FLASHATTN_CUDA_WGMMA");
+  if (env && strcmp(env, "0") == 0) return false;
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return major == 9 && minor == 0;
+}
+#endif
+
 fa_status cuda_forward(const fa__problem *p, fa__err *err) {
   device_guard dg;
   fa_status st = dg.enter(p->q.data, err);
@@ -246,6 +268,10 @@ fa_status cuda_forward(const fa__problem *p, fa__err *err) {
   cudaStream_t s = static_cast<cudaStream_t>(p->stream);
   if (fast_ok(p)) {
     const int kd = bucket_of(p->D > p->Dv ? p->D : p->Dv);
+#if defined(FA_HAVE_SM90A)
+    if (wgmma_ok(kd))
+      return p->dtype == FA_BF16 ? fa__cuda_wgmma_fwd_bf16(pp, kd, s, err) : fa__cuda_wgmma_fwd_f16(pp, kd, s, err);
+#endif
     return p->dtype == FA_BF16 ? fa__cuda_fast_fwd_bf16(pp, kd, s, err) : fa__cuda_fast_fwd_f16(pp, kd, s, err);
   }
   return fa__cuda_generic_fwd(pp, s, err);

@@ -12,8 +12,7 @@
 #ifndef FA_CUDA_FWD_KERNEL_CUH
 #define FA_CUDA_FWD_KERNEL_CUH
 
-#include "mma.cuh"
-#include "rules.cuh"
+#include "fwd_tile.cuh"
 
 namespace fa_cuda {
 
@@ -42,21 +41,15 @@ __global__ void __launch_bounds__(32 * kWarps) fwd_kernel(const fa__cuda_params 
   T *sV = sK + 2 * kBN * kD;            // [2][kBN][kD]
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int64_t bh = blockIdx.x, b = bh / p.Hq, h = bh % p.Hq, kvh = h / p.group;
-  const seq_ctx c = make_seq_ctx(p, b, h);
-  const int64_t rows = p.varlen ? c.seq.lq : p.Lq;
-  // Heaviest row blocks (the last ones, under a causal band) go first.
-  const int64_t m0 = static_cast<int64_t>(gridDim.y - 1 - blockIdx.y) * kBM;
-  if (m0 >= rows) return;
+  fwd_block fb;
+  if (!fwd_block_init<kBM, kBN>(p, &fb)) return;
+  const seq_ctx &c = fb.c;
+  const int64_t m0 = fb.m0;
+  const int nb_lo = fb.nb_lo, n_tiles = fb.n_tiles;
 
-  int64_t j0, j1;
-  fa__band_cols(&c.bd, m0, m0 + kBM, &j0, &j1);
-  const int nb_lo = static_cast<int>(j0 / kBN);
-  const int n_tiles = j1 > j0 ? static_cast<int>((j1 + kBN - 1) / kBN) - nb_lo : 0;
-
-  const T *gq = static_cast<const T *>(p.q) + c.seq.bidx * p.qs.b + h * p.qs.h + (c.seq.q_row0 + m0) * p.qs.r;
-  const T *gk = static_cast<const T *>(p.k) + c.seq.bidx * p.ks.b + kvh * p.ks.h + c.seq.k_row0 * p.ks.r;
-  const T *gv = static_cast<const T *>(p.v) + c.seq.bidx * p.vs.b + kvh * p.vs.h + c.seq.k_row0 * p.vs.r;
+  const T *gq = static_cast<const T *>(p.q) + c.seq.bidx * p.qs.b + fb.h * p.qs.h + (c.seq.q_row0 + m0) * p.qs.r;
+  const T *gk = static_cast<const T *>(p.k) + c.seq.bidx * p.ks.b + fb.kvh * p.ks.h + c.seq.k_row0 * p.ks.r;
+  const T *gv = static_cast<const T *>(p.v) + c.seq.bidx * p.vs.b + fb.kvh * p.vs.h + c.seq.k_row0 * p.vs.r;
 
   const int q_valid = static_cast<int>(c.seq.lq - m0 < kBM ? c.seq.lq - m0 : kBM);
   load_tile<kBM, kD, kThreads>(sQ, gq, p.qs.r, q_valid, p.D, p.q, tid);
@@ -127,105 +120,16 @@ __global__ void __launch_bounds__(32 * kWarps) fwd_kernel(const fa__cuda_params 
       }
     }
 
-    // scores in log2 units, -inf where not visible
     const int64_t n0 = static_cast<int64_t>(nb_lo + it) * kBN;
-    if (kFull) {
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int nb = 0; nb < kNB; ++nb)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float capped;
-            s[mt][nb][e] = score_full(p, c, s[mt][nb][e], m0 + wrow + mt * 16 + g + (e >> 1) * 8,
-                                      n0 + nb * 8 + 2 * t + (e & 1), &capped);
-          }
-    } else if (fa__band_tile_full(&c.bd, m0 + wrow, m0 + wrow + 16 * kMT, n0, n0 + kBN)) {
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int nb = 0; nb < kNB; ++nb)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[mt][nb][e] *= p.scale_log2;
-    } else {
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int nb = 0; nb < kNB; ++nb)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const bool vis =
-                fa__band_visible(&c.bd, m0 + wrow + mt * 16 + g + (e >> 1) * 8, n0 + nb * 8 + 2 * t + (e & 1));
-            s[mt][nb][e] = vis ? s[mt][nb][e] * p.scale_log2 : -INFINITY;
-          }
-    }
-
-    // online softmax: per m-tile, rows g (e = 0, 1) and g + 8 (e = 2, 3)
-    float alpha[kMT][2];
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int nb = 0; nb < kNB; ++nb) mx = fmaxf(mx, fmaxf(s[mt][nb][2 * r], s[mt][nb][2 * r + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float mnew = fmaxf(row_m[mt][r], mx);
-        const float muse = mnew == -INFINITY ? 0.f : mnew;  // nothing seen yet: no -inf - -inf
-        alpha[mt][r] = fast_exp2(row_m[mt][r] - muse);
-        row_m[mt][r] = mnew;
-        float sum = 0.f;
-#pragma unroll
-        for (int nb = 0; nb < kNB; ++nb) {
-          s[mt][nb][2 * r] = fast_exp2(s[mt][nb][2 * r] - muse);
-          s[mt][nb][2 * r + 1] = fast_exp2(s[mt][nb][2 * r + 1] - muse);
-          sum += s[mt][nb][2 * r] + s[mt][nb][2 * r + 1];
-        }
-        row_l[mt][r] = row_l[mt][r] * alpha[mt][r] + sum;  // per-lane partial; the quad sums at the end
-      }
-    // Rescaling O costs as many multiplies as O has registers; once the row
-    // maxima settle (most tiles of a long row) every alpha is exactly 1 and
-    // the whole warp skips it, bit for bit the same result.
-    bool moved = false;
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt) moved |= alpha[mt][0] != 1.f || alpha[mt][1] != 1.f;
-    if (__any_sync(0xffffffffu, moved)) {
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int db = 0; db < kDB; ++db) {
-          o[mt][db][0] *= alpha[mt][0];
-          o[mt][db][1] *= alpha[mt][0];
-          o[mt][db][2] *= alpha[mt][1];
-          o[mt][db][3] *= alpha[mt][1];
-        }
-    }
-    if (kFull && p.has_dropout) {  // after l: the softmax is that of the undropped P
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int nb = 0; nb < kNB; ++nb)
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            bool k0, k1;
-            keep_pair(p, c, m0 + wrow + mt * 16 + g + r * 8, n0 + nb * 8 + 2 * t, &k0, &k1);
-            if (!k0) s[mt][nb][2 * r] = 0.f;
-            if (!k1) s[mt][nb][2 * r + 1] = 0.f;
-          }
-    }
+    fwd_scores<kFull>(p, c, s, m0 + wrow, n0, g, t);
+    fwd_softmax<kFull>(p, c, s, o, row_m, row_l, m0 + wrow, n0, g, t);
 
     // O += P V
 #pragma unroll
     for (int kk = 0; kk < kBN / 16; ++kk) {
       uint32_t a[kMT][4];
 #pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-        a[mt][0] = E::pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-        a[mt][1] = E::pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-        a[mt][2] = E::pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-        a[mt][3] = E::pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-      }
+      for (int mt = 0; mt < kMT; ++mt) fwd_p_frag<E>(a[mt], s[mt], kk);
 #pragma unroll
       for (int db2 = 0; db2 < kDB / 2; ++db2) {
         uint32_t bf[4];
@@ -240,32 +144,7 @@ __global__ void __launch_bounds__(32 * kWarps) fwd_kernel(const fa__cuda_params 
     __syncthreads();  // this stage is overwritten by the prefetch two tiles on
   }
   cp_async_wait<0>();
-
-  // epilogue: O = acc / l (0 for a row that saw nothing), LSE = m ln2 + ln l.
-  // A NaN l (NaN scores) stays NaN in both, as IEEE propagation asks.
-  T *go = static_cast<T *>(p.o) + c.seq.bidx * p.os.b + h * p.os.h + c.seq.q_row0 * p.os.r;
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float l = row_l[mt][r];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const float inv = l == 0.f ? 0.f : p.dscale / l;
-      const int64_t i = m0 + wrow + mt * 16 + g + r * 8;
-      if (i < rows) {
-#pragma unroll
-        for (int db = 0; db < kDB; ++db) {
-          const int d = db * 8 + 2 * t;
-          if (d < p.Dv)
-            *reinterpret_cast<uint32_t *>(go + i * p.os.r + d) =
-                E::pack(o[mt][db][2 * r] * inv, o[mt][db][2 * r + 1] * inv);
-        }
-        if (p.lse && t == 0)
-          p.lse[c.seq.bidx * p.lses.b + h * p.lses.h + (c.seq.q_row0 + i) * p.lses.r] =
-              l == 0.f ? -INFINITY : row_m[mt][r] * kLn2 + logf(l);
-      }
-    }
+  fwd_store<E>(p, fb, o, row_m, row_l, m0 + wrow, g, t);
 }
 
 }  // namespace fa_cuda

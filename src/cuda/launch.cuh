@@ -47,6 +47,10 @@ fa_status fa__cuda_dbias(const fa__cuda_params &p, void *dbias, int dbias_dtype,
 // bucket (64, 128, 256 forward; 64, 128 backward).
 fa_status fa__cuda_fast_fwd_bf16(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err);
 fa_status fa__cuda_fast_fwd_f16(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err);
+// The same on Hopper with wgmma (sm_90a code: call only on a compute
+// capability 9.0 device, and only when FA_HAVE_SM90A); kd 64 or 128.
+fa_status fa__cuda_wgmma_fwd_bf16(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err);
+fa_status fa__cuda_wgmma_fwd_f16(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err);
 // deterministic: dQ by its own kernel (no atomics); else fused with f32
 // atomics into p.dq_acc, which must be zero, then converted.
 fa_status fa__cuda_fast_bwd_bf16(const fa__cuda_params &p, int kd, int deterministic, cudaStream_t s, fa__err *err);

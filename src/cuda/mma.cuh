@@ -118,10 +118,20 @@ __device__ __forceinline__ int swz(int row, int col) {
   return row * kCols + ((ch ^ x) << 3) + (col & 7);
 }
 
-// Loads a kRows x kCols tile into swizzled shared memory with cp.async.
-// Rows >= rows_valid and columns >= cols_valid (a multiple of 8) are zeros.
-// `safe` is any valid global address: zero-fill copies still carry one.
-template <int kRows, int kCols, int kThreads, typename T>
+// The layout wgmma reads with 128-byte swizzling (sm_90a): the tile is cut
+// into atoms of 64 columns, each [kRows][64] with 128-byte rows and chunk c
+// of row r at c ^ (r & 7); with the tile 1024-byte aligned every 8-row group
+// is one 1024-byte swizzle pattern, as the matrix descriptor expects.
+template <int kRows>
+__device__ __forceinline__ int swz_atoms(int row, int col) {
+  return (col >> 6) * (kRows * 64) + row * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);
+}
+
+// Loads a kRows x kCols tile into swizzled shared memory with cp.async
+// (swz, or swz_atoms when kAtoms). Rows >= rows_valid and columns >=
+// cols_valid (a multiple of 8) are zeros. `safe` is any valid global
+// address: zero-fill copies still carry one.
+template <int kRows, int kCols, int kThreads, bool kAtoms = false, typename T>
 __device__ __forceinline__ void load_tile(T *s, const T *g, int64_t row_stride, int rows_valid, int cols_valid,
                                           const void *safe, int tid) {
   constexpr int kChunks = kCols / 8;
@@ -133,7 +143,8 @@ __device__ __forceinline__ void load_tile(T *s, const T *g, int64_t row_stride, 
       const int r = c / kChunks, ch = c % kChunks;
       const bool ok = r < rows_valid && ch * 8 < cols_valid;
       const void *src = ok ? static_cast<const void *>(g + r * row_stride + ch * 8) : safe;
-      cp_async16(smem_addr(s + swz<kCols>(r, ch * 8)), src, ok ? 16 : 0);
+      const int off = kAtoms ? swz_atoms<kRows>(r, ch * 8) : swz<kCols>(r, ch * 8);
+      cp_async16(smem_addr(s + off), src, ok ? 16 : 0);
     }
   }
 }

@@ -1,0 +1,200 @@
+// The forward's per-tile arithmetic, shared by the mma.sync kernel
+// (fwd_kernel.cuh) and the sm_90a wgmma kernel (fwd_wgmma_kernel.cuh): both
+// hold S and O in the same fragment layout (per warp 16-row m-tiles; a
+// thread holds rows g and g + 8, columns 8 nb + 2t and 2t + 1), so scoring,
+// the online softmax, dropout and the epilogue are written once, here.
+#ifndef FA_CUDA_FWD_TILE_CUH
+#define FA_CUDA_FWD_TILE_CUH
+
+#include "mma.cuh"
+#include "rules.cuh"
+
+namespace fa_cuda {
+
+// Which query rows and key tiles one block of kBM rows of one (sequence,
+// query head) covers. Blocks run heaviest first: the last row blocks, which
+// a causal band gives the most keys, get the lowest blockIdx.y.
+struct fwd_block {
+  seq_ctx c;
+  int64_t h, kvh;
+  int64_t rows;  // query rows of this sequence (stored rows when packed)
+  int64_t m0;    // first query row of the block
+  int nb_lo;     // first key tile (in tiles of kBN)
+  int n_tiles;   // key tiles the band leaves
+};
+
+template <int kBM, int kBN>
+__device__ __forceinline__ bool fwd_block_init(const fa__cuda_params &p, fwd_block *fb) {
+  const int64_t bh = blockIdx.x, b = bh / p.Hq;
+  fb->h = bh % p.Hq;
+  fb->kvh = fb->h / p.group;
+  fb->c = make_seq_ctx(p, b, fb->h);
+  fb->rows = p.varlen ? fb->c.seq.lq : p.Lq;
+  fb->m0 = static_cast<int64_t>(gridDim.y - 1 - blockIdx.y) * kBM;
+  if (fb->m0 >= fb->rows) return false;
+  int64_t j0, j1;
+  fa__band_cols(&fb->c.bd, fb->m0, fb->m0 + kBM, &j0, &j1);
+  fb->nb_lo = static_cast<int>(j0 / kBN);
+  fb->n_tiles = j1 > j0 ? static_cast<int>((j1 + kBN - 1) / kBN) - fb->nb_lo : 0;
+  return true;
+}
+
+// Raw dot products -> scores in log2 units, -inf where not visible, for the
+// kMT m-tiles of one warp starting at query row r0, key tile at n0.
+// kFull: every element through score_full (mask, bias, ALiBi, softcap);
+// otherwise only the band, and only where it cuts the warp's tile.
+template <bool kFull, int kMT, int kNB>
+__device__ __forceinline__ void fwd_scores(const fa__cuda_params &p, const seq_ctx &c, float (&s)[kMT][kNB][4],
+                                           int64_t r0, int64_t n0, int g, int t) {
+  if (kFull) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float capped;
+          s[mt][nb][e] = score_full(p, c, s[mt][nb][e], r0 + mt * 16 + g + (e >> 1) * 8, n0 + nb * 8 + 2 * t + (e & 1),
+                                    &capped);
+        }
+  } else if (fa__band_tile_full(&c.bd, r0, r0 + 16 * kMT, n0, n0 + 8 * kNB)) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nb][e] *= p.scale_log2;
+  } else {
+    // A row's band is one column interval (fa__band_cols of that row alone,
+    // empty past the sequence): two int compares per element instead of
+    // the 64-bit band arithmetic, which the register budget cannot afford.
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int64_t i = r0 + mt * 16 + g + r * 8;
+        int64_t j0, j1;
+        fa__band_cols(&c.bd, i, i + 1, &j0, &j1);
+        const int lo = static_cast<int>(j0 - n0 < 0 ? 0 : j0 - n0 > 8 * kNB ? 8 * kNB : j0 - n0);
+        const int hi = static_cast<int>(j1 - n0 < 0 ? 0 : j1 - n0 > 8 * kNB ? 8 * kNB : j1 - n0);
+#pragma unroll
+        for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int j = nb * 8 + 2 * t + e;
+            s[mt][nb][2 * r + e] = j >= lo && j < hi ? s[mt][nb][2 * r + e] * p.scale_log2 : -INFINITY;
+          }
+      }
+  }
+}
+
+// One step of the online softmax over a scored tile: new row maxima, S ->
+// P = 2^(S - m) in place, running sums (per lane; the quad sums them in the
+// epilogue), O rescaled, then the dropout mask applied to P (after the sums:
+// the softmax is that of the undropped P).
+template <bool kFull, int kMT, int kNB, int kDB>
+__device__ __forceinline__ void fwd_softmax(const fa__cuda_params &p, const seq_ctx &c, float (&s)[kMT][kNB][4],
+                                            float (&o)[kMT][kDB][4], float (&row_m)[kMT][2], float (&row_l)[kMT][2],
+                                            int64_t r0, int64_t n0, int g, int t) {
+  float alpha[kMT][2];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nb = 0; nb < kNB; ++nb) mx = fmaxf(mx, fmaxf(s[mt][nb][2 * r], s[mt][nb][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float mnew = fmaxf(row_m[mt][r], mx);
+      const float muse = mnew == -INFINITY ? 0.f : mnew;  // nothing seen yet: no -inf - -inf
+      alpha[mt][r] = fast_exp2(row_m[mt][r] - muse);
+      row_m[mt][r] = mnew;
+      float sum = 0.f;
+#pragma unroll
+      for (int nb = 0; nb < kNB; ++nb) {
+        s[mt][nb][2 * r] = fast_exp2(s[mt][nb][2 * r] - muse);
+        s[mt][nb][2 * r + 1] = fast_exp2(s[mt][nb][2 * r + 1] - muse);
+        sum += s[mt][nb][2 * r] + s[mt][nb][2 * r + 1];
+      }
+      row_l[mt][r] = row_l[mt][r] * alpha[mt][r] + sum;
+    }
+  // Rescaling O costs as many multiplies as O has registers; once the row
+  // maxima settle (most tiles of a long row) every alpha is exactly 1 and
+  // the whole warp skips it, bit for bit the same result.
+  bool moved = false;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) moved |= alpha[mt][0] != 1.f || alpha[mt][1] != 1.f;
+  if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int db = 0; db < kDB; ++db) {
+        o[mt][db][0] *= alpha[mt][0];
+        o[mt][db][1] *= alpha[mt][0];
+        o[mt][db][2] *= alpha[mt][1];
+        o[mt][db][3] *= alpha[mt][1];
+      }
+  }
+  if (kFull && p.has_dropout) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          bool k0, k1;
+          keep_pair(p, c, r0 + mt * 16 + g + r * 8, n0 + nb * 8 + 2 * t, &k0, &k1);
+          if (!k0) s[mt][nb][2 * r] = 0.f;
+          if (!k1) s[mt][nb][2 * r + 1] = 0.f;
+        }
+  }
+}
+
+// P (S accumulators after fwd_softmax) as the A fragments of P V, 16 keys
+// per fragment: the C layout of two 8-column blocks is the A layout.
+template <typename E, int kNB>
+__device__ __forceinline__ void fwd_p_frag(uint32_t (&a)[4], const float (&s)[kNB][4], int kk) {
+  a[0] = E::pack(s[2 * kk][0], s[2 * kk][1]);
+  a[1] = E::pack(s[2 * kk][2], s[2 * kk][3]);
+  a[2] = E::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+  a[3] = E::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+}
+
+// Epilogue: O = acc / l (0 for a row that saw nothing), LSE = m ln2 + ln l,
+// rows r0 + ... of the block's sequence. A NaN l (NaN scores) stays NaN in
+// both, as IEEE propagation asks.
+template <typename E, int kMT, int kDB>
+__device__ __forceinline__ void fwd_store(const fa__cuda_params &p, const fwd_block &fb, const float (&o)[kMT][kDB][4],
+                                          const float (&row_m)[kMT][2], const float (&row_l)[kMT][2], int64_t r0,
+                                          int g, int t) {
+  using T = typename E::storage;
+  const seq_ctx &c = fb.c;
+  T *go = static_cast<T *>(p.o) + c.seq.bidx * p.os.b + fb.h * p.os.h + c.seq.q_row0 * p.os.r;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float l = row_l[mt][r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = l == 0.f ? 0.f : p.dscale / l;
+      const int64_t i = r0 + mt * 16 + g + r * 8;
+      if (i < fb.rows) {
+#pragma unroll
+        for (int db = 0; db < kDB; ++db) {
+          const int d = db * 8 + 2 * t;
+          if (d < p.Dv)
+            *reinterpret_cast<uint32_t *>(go + i * p.os.r + d) =
+                E::pack(o[mt][db][2 * r] * inv, o[mt][db][2 * r + 1] * inv);
+        }
+        if (p.lse && t == 0)
+          p.lse[c.seq.bidx * p.lses.b + fb.h * p.lses.h + (c.seq.q_row0 + i) * p.lses.r] =
+              l == 0.f ? -INFINITY : row_m[mt][r] * kLn2 + logf(l);
+      }
+    }
+}
+
+}  // namespace fa_cuda
+
+#endif

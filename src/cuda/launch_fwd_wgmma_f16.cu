@@ -1,0 +1,6 @@
+// f16 forward kernels for Hopper (wgmma; this file is compiled for sm_90a only).
+#include "launch_fwd_wgmma.cuh"
+
+fa_status fa__cuda_wgmma_fwd_f16(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err) {
+  return fa_cuda::launch_fwd_wgmma<fa_cuda::f16_t>(p, kd, s, err);
+}
