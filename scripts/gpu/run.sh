@@ -67,7 +67,7 @@ if [ "$MODE" != bench ]; then
   timeout 300 "$BUILD/check_cuda" >"$OUT/check.log" 2>&1
   say "check_cuda exit $?"
   grep -E "FAIL|cuda (forward|backward)|ref (forward|backward)|check_cuda:" "$OUT/check.log" | head -40 | tee -a "$SUMMARY"
-  if [ "$MODE" = dev ] || [ "$MODE" = full ]; then
+  if [ "$MODE" = full ] || { [ "$MODE" = dev ] && [ "${SKIP_MMA:-0}" = 0 ]; }; then
     FLASHATTN_CUDA_WGMMA=0 timeout 300 "$BUILD/check_cuda" >"$BUILD/check_mma.log" 2>&1
     say "check_cuda (FLASHATTN_CUDA_WGMMA=0: mma.sync forward) exit $?: $(tail -1 "$BUILD/check_mma.log")"
     grep FAIL "$BUILD/check_mma.log" | head -20 | tee -a "$SUMMARY"
@@ -80,7 +80,9 @@ if [ "$MODE" != bench ]; then
     { echo "== FLASHATTN_CUDA_VARIANT=$v"; cat "$BUILD/check_v$v.log"; } >>"$OUT/check.log"
   done
 
-  if [ "$MODE" = dev ]; then
+  if [ "$MODE" = dev ] && [ "${SKIP_SUITE:-0}" = 1 ]; then
+    say "test_backend_cuda skipped (SKIP_SUITE=1)"
+  elif [ "$MODE" = dev ]; then
     SUITE=$BUILD/suite_cuda.log
     timeout 300 "$BUILD/tests/test_backend_cuda" >"$SUITE" 2>&1
     say "test_backend_cuda exit $?: $(grep -c '\[       OK \]' "$SUITE") OK, $(grep -c '\[  SKIPPED \]' "$SUITE") skipped, $(grep -c '\[  FAILED  \]' "$SUITE") failed"
@@ -149,5 +151,15 @@ elif [ "$MODE" = smoke ]; then
 else
   timeout 540 python3 bench/gpu/anchors.py --lib "$BUILD/libflashattn.so" --out "$OUT" \
     --variants "$(echo $VARIANTS | tr ' ' ',')" 2>&1 | tee "$OUT/anchors.txt"
+  if [ "$MODE" = full ]; then
+    stage "ncu (Hopper forward, D=64, L=2048, non-causal)"
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    timeout 150 "$NCU" --clock-control none --kernel-name regex:fwd_wgmma --launch-count 1 \
+      --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+      --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+      python3 bench/gpu/anchors.py --lib "$BUILD/libflashattn.so" --d 64 --l 2048 --causal 0 --once \
+      >"$OUT/ncu.txt" 2>&1
+    say "ncu exit $?"
+  fi
 fi
 stage "done"

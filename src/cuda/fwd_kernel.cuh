@@ -122,7 +122,9 @@ __global__ void __launch_bounds__(32 * kWarps) fwd_kernel(const fa__cuda_params 
 
     const int64_t n0 = static_cast<int64_t>(nb_lo + it) * kBN;
     fwd_scores<kFull>(p, c, s, m0 + wrow, n0, g, t);
-    fwd_softmax<kFull>(p, c, s, o, row_m, row_l, m0 + wrow, n0, g, t);
+    float alpha[kMT][2];
+    fwd_softmax<kFull>(p, c, s, alpha, row_m, row_l, m0 + wrow, n0, g, t);
+    fwd_rescale(o, alpha);
 
     // O += P V
 #pragma unroll

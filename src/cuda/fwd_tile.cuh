@@ -90,13 +90,13 @@ __device__ __forceinline__ void fwd_scores(const fa__cuda_params &p, const seq_c
 
 // One step of the online softmax over a scored tile: new row maxima, S ->
 // P = 2^(S - m) in place, running sums (per lane; the quad sums them in the
-// epilogue), O rescaled, then the dropout mask applied to P (after the sums:
-// the softmax is that of the undropped P).
-template <bool kFull, int kMT, int kNB, int kDB>
+// epilogue), then the dropout mask applied to P (after the sums: the softmax
+// is that of the undropped P). alpha: the factor O must be rescaled by
+// (fwd_rescale) before P V is added to it.
+template <bool kFull, int kMT, int kNB>
 __device__ __forceinline__ void fwd_softmax(const fa__cuda_params &p, const seq_ctx &c, float (&s)[kMT][kNB][4],
-                                            float (&o)[kMT][kDB][4], float (&row_m)[kMT][2], float (&row_l)[kMT][2],
+                                            float (&alpha)[kMT][2], float (&row_m)[kMT][2], float (&row_l)[kMT][2],
                                             int64_t r0, int64_t n0, int g, int t) {
-  float alpha[kMT][2];
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -119,9 +119,26 @@ __device__ __forceinline__ void fwd_softmax(const fa__cuda_params &p, const seq_
       }
       row_l[mt][r] = row_l[mt][r] * alpha[mt][r] + sum;
     }
-  // Rescaling O costs as many multiplies as O has registers; once the row
-  // maxima settle (most tiles of a long row) every alpha is exactly 1 and
-  // the whole warp skips it, bit for bit the same result.
+  if (kFull && p.has_dropout) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          bool k0, k1;
+          keep_pair(p, c, r0 + mt * 16 + g + r * 8, n0 + nb * 8 + 2 * t, &k0, &k1);
+          if (!k0) s[mt][nb][2 * r] = 0.f;
+          if (!k1) s[mt][nb][2 * r + 1] = 0.f;
+        }
+  }
+}
+
+// O *= alpha row by row. Rescaling costs as many multiplies as O has
+// registers; once the row maxima settle (most tiles of a long row) every
+// alpha is exactly 1 and the whole warp skips it, bit for bit the same.
+template <int kMT, int kDB>
+__device__ __forceinline__ void fwd_rescale(float (&o)[kMT][kDB][4], const float (&alpha)[kMT][2]) {
   bool moved = false;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) moved |= alpha[mt][0] != 1.f || alpha[mt][1] != 1.f;
@@ -135,19 +152,6 @@ __device__ __forceinline__ void fwd_softmax(const fa__cuda_params &p, const seq_
         o[mt][db][2] *= alpha[mt][1];
         o[mt][db][3] *= alpha[mt][1];
       }
-  }
-  if (kFull && p.has_dropout) {
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-      for (int nb = 0; nb < kNB; ++nb)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          bool k0, k1;
-          keep_pair(p, c, r0 + mt * 16 + g + r * 8, n0 + nb * 8 + 2 * t, &k0, &k1);
-          if (!k0) s[mt][nb][2 * r] = 0.f;
-          if (!k1) s[mt][nb][2 * r + 1] = 0.f;
-        }
   }
 }
 

@@ -10,8 +10,9 @@
 // A warpgroup's 64 x kBN S and 64 x kD O take kBN / 2 + kD / 2 registers per
 // thread, a quarter of what one warp's 16 x ... share costs with mma.sync,
 // which is what lets the tiles grow to 128 keys with all warps busy.
-// K / V tiles stream through a two-stage cp.async buffer in the 128-byte
-// swizzled layout wgmma reads (swz_atoms), one tile ahead of the math.
+// K / V tiles stream through two-slot cp.async buffers in the 128-byte
+// swizzled layout wgmma reads (swz_atoms), and the softmax of one tile
+// overlaps P V of the one before (see the loop).
 #ifndef FA_CUDA_FWD_WGMMA_KERNEL_CUH
 #define FA_CUDA_FWD_WGMMA_KERNEL_CUH
 
@@ -20,28 +21,32 @@
 
 namespace fa_cuda {
 
-template <int kD, int kWG, int kBN>
+template <int kD, int kWG, int kBN, int kSlots>
 struct fwd_wgmma_cfg {
   static constexpr int kBM = 64 * kWG;
   static constexpr int kThreads = 128 * kWG;
-  // Q, two stages of K and V, and 1 KiB to align the tiles to 1024 bytes
-  static constexpr size_t smem_bytes = sizeof(uint16_t) * (size_t)(kBM * kD + 4 * kBN * kD) + 1024;
+  // Q, kSlots tiles each of K and V, and 1 KiB to align them to 1024 bytes
+  static constexpr size_t smem_bytes = sizeof(uint16_t) * (size_t)(kBM * kD + 2 * kSlots * kBN * kD) + 1024;
 };
 
-template <typename E, int kD, int kWG, int kBN, bool kFull>
+// kPipe: the software-pipelined loop (else one tile at a time); kSkip:
+// warpgroups skip the key tiles outside their rows' band (one-tile-at-a-time
+// loop only; the branch costs ~6% at D = 64 when there is no band to skip).
+template <typename E, int kD, int kWG, int kBN, int kSlots, bool kPipe, bool kFull, bool kSkip>
 __global__ void __launch_bounds__(128 * kWG, 1) fwd_wgmma_kernel(const fa__cuda_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = typename E::storage;
-  using cfg = fwd_wgmma_cfg<kD, kWG, kBN>;
+  using cfg = fwd_wgmma_cfg<kD, kWG, kBN, kSlots>;
   constexpr int kBM = cfg::kBM, kThreads = cfg::kThreads;
   constexpr int kNB = kBN / 8, kDB = kD / 8;
   static_assert(kD % 64 == 0 && kBN % 64 == 0, "wgmma tiles are whole 64-column atoms");
+  static_assert(kSlots == 2 || (kSlots == 3 && !kPipe), "the pipelined loop double-buffers K and V");
 
   extern __shared__ unsigned char smem_raw[];
   unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   T *sQ = reinterpret_cast<T *>(smem);  // [kD / 64][kBM][64]
-  T *sK = sQ + kBM * kD;                // [2][kD / 64][kBN][64]
-  T *sV = sK + 2 * kBN * kD;            // [2][kD / 64][kBN][64]
+  T *sK = sQ + kBM * kD;                // [kSlots][kD / 64][kBN][64]
+  T *sV = sK + kSlots * kBN * kD;       // [kSlots][kD / 64][kBN][64]
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int wg = warp >> 2;
@@ -56,67 +61,160 @@ __global__ void __launch_bounds__(128 * kWG, 1) fwd_wgmma_kernel(const fa__cuda_
 
   const int q_valid = static_cast<int>(c.seq.lq - m0 < kBM ? c.seq.lq - m0 : kBM);
   load_tile<kBM, kD, kThreads, true>(sQ, gq, p.qs.r, q_valid, p.D, p.q, tid);
-  auto load_kv = [&](int it, int stage) {
+  auto tile_rows = [&](int it) {
     const int64_t n0 = static_cast<int64_t>(fb.nb_lo + it) * kBN;
-    const int valid = static_cast<int>(c.seq.lk - n0 < kBN ? c.seq.lk - n0 : kBN);
-    load_tile<kBN, kD, kThreads, true>(sK + stage * kBN * kD, gk + n0 * p.ks.r, p.ks.r, valid, p.D, p.k, tid);
-    load_tile<kBN, kD, kThreads, true>(sV + stage * kBN * kD, gv + n0 * p.vs.r, p.vs.r, valid, p.Dv, p.v, tid);
+    return static_cast<int>(c.seq.lk - n0 < kBN ? c.seq.lk - n0 : kBN);
   };
-  if (fb.n_tiles > 0) load_kv(0, 0);
-  cp_async_commit();
+  auto load_k = [&](int it, int slot) {
+    const int64_t n0 = static_cast<int64_t>(fb.nb_lo + it) * kBN;
+    load_tile<kBN, kD, kThreads, true>(sK + slot * kBN * kD, gk + n0 * p.ks.r, p.ks.r, tile_rows(it), p.D, p.k, tid);
+  };
+  auto load_v = [&](int it, int slot) {
+    const int64_t n0 = static_cast<int64_t>(fb.nb_lo + it) * kBN;
+    load_tile<kBN, kD, kThreads, true>(sV + slot * kBN * kD, gv + n0 * p.vs.r, p.vs.r, tile_rows(it), p.Dv, p.v, tid);
+  };
 
   float o[1][kDB][4];
 #pragma unroll
   for (int db = 0; db < kDB; ++db) o[0][db][0] = o[0][db][1] = o[0][db][2] = o[0][db][3] = 0.f;
-  float row_m[1][2] = {{-INFINITY, -INFINITY}}, row_l[1][2] = {{0.f, 0.f}};
+  float row_m[1][2] = {{-INFINITY, -INFINITY}}, row_l[1][2] = {{0.f, 0.f}}, alpha[1][2];
   const int wrow = warp * 16;  // = 64 wg + 16 (warp % 4): this warp's rows in the block
 
-  // Byte addresses of this warpgroup's Q rows and of the K / V stages; an
+  // Byte addresses of this warpgroup's Q rows and of the K / V slots; an
   // atom of 64 columns is rows x 128 bytes.
   const uint32_t q_base = smem_addr(sQ) + wg * 64 * 128;
   const uint32_t k_base = smem_addr(sK), v_base = smem_addr(sV);
-  constexpr uint32_t kStage = kBN * kD * 2;
+  constexpr uint32_t kSlot = kBN * kD * 2;
 
-  for (int it = 0; it < fb.n_tiles; ++it) {
-    const int stage = it & 1;
-    cp_async_wait<0>();  // tile it (and Q) landed; every warp is done with tile it - 1
-    fence_proxy_async();
-    __syncthreads();
-    if (it + 1 < fb.n_tiles) load_kv(it + 1, stage ^ 1);
-    cp_async_commit();
-
-    // S = Q K^T: kD / 16 steps of k16; a step inside an atom is 32 bytes on
-    float s[1][kNB][4];
-    wgmma_fence();
+  float s[1][kNB][4];        // S of the next tile, then its P in f32
+  uint32_t pa[kBN / 16][4];  // P of the current tile as A fragments
+  // S = Q K^T of tile it (K in slot it & 1): kD / 16 steps of k16; a step
+  // inside an atom is 32 bytes on. One wgmma group.
+  auto s_issue = [&](int it) {
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
       const uint32_t in_atom = (kk & 3) * 32;
-      const uint64_t da = sw128_desc(q_base + (kk >> 2) * (kBM * 128) + in_atom, 0);
-      const uint64_t db = sw128_desc(k_base + stage * kStage + (kk >> 2) * (kBN * 128) + in_atom, 0);
+      const uint32_t da = sw128_desc_lo(q_base + (kk >> 2) * (kBM * 128) + in_atom, 0);
+      const uint32_t db = sw128_desc_lo(k_base + (it % kSlots) * kSlot + (kk >> 2) * (kBN * 128) + in_atom, 0);
       wgmma<E, kBN>::ss(s[0], da, db, kk > 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
+  };
+  // Once S of tile it is in: scores and softmax (P in s, alpha for O).
+  auto s_softmax = [&](int it) {
     fence_regs(s[0]);
-
     const int64_t n0 = static_cast<int64_t>(fb.nb_lo + it) * kBN;
     fwd_scores<kFull>(p, c, s, m0 + wrow, n0, g, t);
-    fwd_softmax<kFull>(p, c, s, o, row_m, row_l, m0 + wrow, n0, g, t);
-
-    // O += P V: kBN / 16 steps of 16 keys = 16 rows of 128 bytes
-    uint32_t pa[kBN / 16][4];
+    fwd_softmax<kFull>(p, c, s, alpha, row_m, row_l, m0 + wrow, n0, g, t);
+  };
+  auto p_to_frags = [&]() {
 #pragma unroll
     for (int kk = 0; kk < kBN / 16; ++kk) fwd_p_frag<E>(pa[kk], s[0], kk);
-    fence_regs(o[0]);
-    wgmma_fence();
+  };
+
+  auto tile_ready = [&]() {
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+  };
+  // O += P V of tile it (V in slot it & 1): kBN / 16 steps of 16 keys = 16
+  // rows of 128 bytes. One wgmma group.
+  auto pv_issue = [&](int it) {
 #pragma unroll
     for (int kk = 0; kk < kBN / 16; ++kk) {
-      const uint64_t db = sw128_desc(v_base + stage * kStage + kk * 16 * 128, kBN * 128);
-      wgmma<E, kD>::rs(o[0], pa[kk], db, 1);
+      const uint32_t db = sw128_desc_lo(v_base + (it % kSlots) * kSlot + kk * 16 * 128, kBN * 128);
+      wgmma<E, kD>::template rs<1>(o[0], pa[kk], db, 1);
     }
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(o[0]);
+  };
+
+  if constexpr (kPipe) {
+    // Software pipeline (FlashAttention-3's intra-warpgroup overlap): the
+    // softmax of tile it + 1 runs on the CUDA cores while the tensor cores
+    // do P V of tile it. K and V have two slots each: K of tile it + 2 may
+    // load as soon as S of tile it is done, V of tile it + 1 once P V of
+    // tile it - 1 is; each load has a whole iteration to land.
+    if (fb.n_tiles > 0) {
+      load_k(0, 0);
+      load_v(0, 0);
+      if (fb.n_tiles > 1) load_k(1, 1);
+    }
+    cp_async_commit();
+    if (fb.n_tiles > 0) {
+      tile_ready();
+      wgmma_fence();
+      s_issue(0);
+      wgmma_wait<0>();
+      s_softmax(0);
+      fwd_rescale(o, alpha);
+      p_to_frags();
+    }
+    // Every tile but the last: S of it + 1 with P V of it. (The last is
+    // peeled off so that every wait is unconditional: ptxas serializes all
+    // wgmma when it cannot prove an accumulator is read only after its wait.)
+    for (int it = 0; it + 1 < fb.n_tiles; ++it) {
+      tile_ready();  // K of it + 1, V of it landed; all are done with K of it, V of it - 1
+      if (it + 2 < fb.n_tiles) load_k(it + 2, it & 1);
+      load_v(it + 1, (it + 1) & 1);
+      cp_async_commit();
+      wgmma_fence();
+      s_issue(it + 1);
+      pv_issue(it);
+      wgmma_wait<1>();  // S of it + 1 (the older group) is in; P V may still run
+      s_softmax(it + 1);
+      wgmma_wait<0>();
+      fence_regs(o[0]);
+      fwd_rescale(o, alpha);
+      p_to_frags();
+    }
+    if (fb.n_tiles > 0) {
+      tile_ready();
+      wgmma_fence();
+      pv_issue(fb.n_tiles - 1);
+      wgmma_wait<0>();
+      fence_regs(o[0]);
+    }
+  } else {
+    // One tile at a time, K and V of the next tile loading meanwhile: S,
+    // softmax, P V. Fewer live registers (no S beside P). A warpgroup skips
+    // the tiles its own 64 rows cannot see (below a causal diagonal, outside
+    // a window, rows past the end): the block's tiles cover the union of its
+    // warpgroups' bands, and a skipped tile would add exactly P = 0.
+    int64_t wj0, wj1;
+    fa__band_cols(&c.bd, m0 + wg * 64, m0 + wg * 64 + 64, &wj0, &wj1);
+    // With kSlots = 3 the loads run two tiles ahead of the math.
+#pragma unroll
+    for (int i = 0; i < kSlots - 1; ++i) {
+      if (i < fb.n_tiles) {
+        load_k(i, i);
+        load_v(i, i);
+      }
+      cp_async_commit();
+    }
+    for (int it = 0; it < fb.n_tiles; ++it) {
+      cp_async_wait<kSlots - 2>();  // tile it landed
+      fence_proxy_async();
+      __syncthreads();  // ... for every thread; and all are done with tile it - 1
+      const int ahead = it + kSlots - 1;
+      if (ahead < fb.n_tiles) {
+        load_k(ahead, ahead % kSlots);
+        load_v(ahead, ahead % kSlots);
+      }
+      cp_async_commit();
+      const int64_t n0 = static_cast<int64_t>(fb.nb_lo + it) * kBN;
+      if (kSkip && (n0 >= wj1 || n0 + kBN <= wj0)) continue;  // uniform over the warpgroup
+      wgmma_fence();
+      s_issue(it);
+      wgmma_wait<0>();
+      s_softmax(it);
+      fwd_rescale(o, alpha);
+      p_to_frags();
+      fence_regs(o[0]);
+      wgmma_fence();
+      pv_issue(it);
+      wgmma_wait<0>();
+      fence_regs(o[0]);
+    }
   }
   cp_async_wait<0>();
   fwd_store<E>(p, fb, o, row_m, row_l, m0 + wrow, g, t);

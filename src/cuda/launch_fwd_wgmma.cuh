@@ -10,10 +10,10 @@
 
 namespace fa_cuda {
 
-template <typename E, int kD, int kWG, int kBN, bool kFull>
+template <typename E, int kD, int kWG, int kBN, int kSlots, bool kPipe, bool kFull, bool kSkip = true>
 fa_status launch_fwd_wgmma_cfg(const fa__cuda_params &p, cudaStream_t s, fa__err *err) {
-  using cfg = fwd_wgmma_cfg<kD, kWG, kBN>;
-  auto kernel = fwd_wgmma_kernel<E, kD, kWG, kBN, kFull>;
+  using cfg = fwd_wgmma_cfg<kD, kWG, kBN, kSlots>;
+  auto kernel = fwd_wgmma_kernel<E, kD, kWG, kBN, kSlots, kPipe, kFull, kSkip>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "forward (wgmma): shared memory limit");
   const dim3 grid(static_cast<unsigned>(p.B * p.Hq), static_cast<unsigned>((p.Lq + cfg::kBM - 1) / cfg::kBM));
   kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p);
@@ -21,26 +21,32 @@ fa_status launch_fwd_wgmma_cfg(const fa__cuda_params &p, cudaStream_t s, fa__err
   return FA_OK;
 }
 
-// Tile shapes (warpgroups of 64 query rows x keys per tile):
-//   64:  3 x 128 (192 rows; 80 KiB of shared memory)
-//   128: 2 x 128 (128 rows; 161 KiB)
-// variant 1 (FLASHATTN_CUDA_VARIANT=1, for A/B timing): 64: 2 x 128; 128: 3 x 64.
-template <typename E, bool kFull>
-fa_status launch_fwd_wgmma_full(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err) {
-  switch (kd) {
-    case 64:
-      return p.variant == 1 ? launch_fwd_wgmma_cfg<E, 64, 2, 128, kFull>(p, s, err)
-                            : launch_fwd_wgmma_cfg<E, 64, 3, 128, kFull>(p, s, err);
-    case 128:
-      return p.variant == 1 ? launch_fwd_wgmma_cfg<E, 128, 3, 64, kFull>(p, s, err)
-                            : launch_fwd_wgmma_cfg<E, 128, 2, 128, kFull>(p, s, err);
-    default: fa__err_set(err, "cuda: no wgmma forward kernel for head-dim bucket %d", kd); return FA_ERR_INTERNAL;
-  }
-}
-
+// Tile shapes (warpgroups of 64 query rows x keys per tile, K/V slots),
+// chosen on an H200 (bf16, 2026-11-29, bench/results/2026-11-29-h200-wgmma-*):
+//   64:  3 x 128, 3 slots, one tile at a time (192 rows; 120 KiB of shared
+//        memory); warpgroup tile skipping only under a band. Against it:
+//        pipelined (-6%: spills at 168 registers), 2 x 128 (-10%), 2 x 192
+//        (-10%), Q in registers (-4%, +3% causal at L = 16384), 2 slots (=).
+//   128: 2 x 128, 2 slots, pipelined (128 rows; 161 KiB). Against it: one
+//        tile at a time (-1..4%), 3 x 64 pipelined (-2..+3%).
+//   per-element options (mask, bias, ALiBi, softcap, dropout): 2 x 128, 2
+//   slots, one tile at a time (their scoring needs the pipeline's registers).
+// FLASHATTN_CUDA_VARIANT=1 (A/B timing in one process): 128 one tile at a time.
 template <typename E>
 fa_status launch_fwd_wgmma(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err) {
-  return p.has_extras ? launch_fwd_wgmma_full<E, true>(p, kd, s, err) : launch_fwd_wgmma_full<E, false>(p, kd, s, err);
+  if (kd != 64 && kd != 128) {
+    fa__err_set(err, "cuda: no wgmma forward kernel for head-dim bucket %d", kd);
+    return FA_ERR_INTERNAL;
+  }
+  if (p.has_extras)
+    return kd == 64 ? launch_fwd_wgmma_cfg<E, 64, 2, 128, 2, false, true>(p, s, err)
+                    : launch_fwd_wgmma_cfg<E, 128, 2, 128, 2, false, true>(p, s, err);
+  const bool band = p.wl >= 0 || p.wr >= 0;
+  if (kd == 64)
+    return band ? launch_fwd_wgmma_cfg<E, 64, 3, 128, 3, false, false, true>(p, s, err)
+                : launch_fwd_wgmma_cfg<E, 64, 3, 128, 3, false, false, false>(p, s, err);
+  if (p.variant == 1) return launch_fwd_wgmma_cfg<E, 128, 2, 128, 2, false, false>(p, s, err);
+  return launch_fwd_wgmma_cfg<E, 128, 2, 128, 2, true, false>(p, s, err);
 }
 
 }  // namespace fa_cuda

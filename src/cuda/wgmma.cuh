@@ -41,14 +41,13 @@ __device__ __forceinline__ void fence_regs(float (&d)[N][4]) {
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[j][e])::"memory");
 }
 
-// Descriptor of a matrix in swz_atoms layout at shared address addr (the
-// first row / column the instruction reads; 16-byte aligned, inside a
-// 1024-byte aligned tile): 128-byte swizzle, 8-row groups 1024 bytes apart
-// (stride byte offset). lbo: bytes from one 64-column atom to the next,
-// read only for an N-major B wider than 64 (K-major operands ignore it).
-__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo) {
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
-         (static_cast<uint64_t>(1024 >> 4) << 32) | (1ull << 62);
+// Low word of the descriptor of a matrix in swz_atoms layout at shared
+// address addr (the first row / column the instruction reads; 16-byte
+// aligned, inside a 1024-byte aligned tile); the high word is kDescHi
+// (wgmma_ops.cuh). lbo: bytes from one 64-column atom to the next, read
+// only for an N-major B wider than 64 (K-major operands ignore it).
+__device__ __forceinline__ uint32_t sw128_desc_lo(uint32_t addr, uint32_t lbo) {
+  return ((addr & 0x3FFFF) >> 4) | ((lbo >> 4) << 16);
 }
 
 }  // namespace fa_cuda

@@ -3,11 +3,15 @@
 // wgmma.mma_async m64nNk16, f32 accumulators, for the shapes the sm_90a
 // forward uses (N = keys of an S tile, or the head dim of O):
 //   ss: D (+)= A B, A and B in shared memory, both K-major      (S = Q K^T)
-//   rs: D (+)= A B, A in registers, B in shared memory N-major  (O += P V)
+//   rs: D (+)= A B, A in registers, B in shared memory, N-major when
+//       kNMajorB (O += P V), else K-major (S = Q K^T with Q in registers)
 // d is the warpgroup's accumulator fragment: d[j][0..1] row g, cols 8j + 2t,
 // d[j][2..3] row g + 8 (rows of the thread's warp within the 64), the
 // mma.sync C layout once per 8 columns; a is the mma.sync A fragment.
-// accumulate = 0 overwrites d. Compiled only for sm_90a (wgmma_fwd TUs).
+// accumulate = 0 overwrites d. da, db: the low words of the shared-memory
+// matrix descriptors (wgmma.cuh: sw128_desc_lo), the high word being the
+// constant kDescHi; 32-bit descriptors keep the unrolled loops' many of
+// them from eating 64-bit registers. Compiled only for sm_90a.
 #ifndef FA_CUDA_WGMMA_OPS_CUH
 #define FA_CUDA_WGMMA_OPS_CUH
 
@@ -17,51 +21,60 @@
 
 namespace fa_cuda {
 
+// High word of every descriptor here: 8-row groups 1024 bytes apart (stride
+// byte offset 1024 >> 4 in bits 32-45), 128-byte swizzle (bits 62-63 = 1).
+constexpr uint32_t kDescHi = (1024 >> 4) | (1u << 30);
+
 template <typename E, int N>
 struct wgmma;
 
 template <>
 struct wgmma<bf16_t, 64> {
-  static __device__ __forceinline__ void ss(float (&d)[8][4], uint64_t da, uint64_t db, int accumulate) {
+  static __device__ __forceinline__ void ss(float (&d)[8][4], uint32_t da, uint32_t db, int accumulate) {
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "{\n.reg .pred p;\n.reg .b32 hi;\n.reg .b64 da, db;\nsetp.ne.b32 p, %34, 0;\n"
+        "mov.b32 hi, %35;\nmov.b64 da, {%32, hi};\nmov.b64 db, {%33, hi};\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16\n"
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},\n"
-        "%32, %33, p, 1, 1, 0, 0;\n}\n"
+        "da, db, p, 1, 1, 0, 0;\n}\n"
         : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
           "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
           "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
           "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-        : "l"(da), "l"(db), "r"(accumulate));
+        : "r"(da), "r"(db), "r"(accumulate), "n"(kDescHi));
   }
-  static __device__ __forceinline__ void rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t db,
+  template <int kNMajorB>
+  static __device__ __forceinline__ void rs(float (&d)[8][4], const uint32_t (&a)[4], uint32_t db,
                                             int accumulate) {
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "{\n.reg .pred p;\n.reg .b32 hi;\n.reg .b64 db;\nsetp.ne.b32 p, %37, 0;\n"
+        "mov.b32 hi, %38;\nmov.b64 db, {%36, hi};\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16\n"
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},\n"
-        "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        "{%32, %33, %34, %35}, db, p, 1, 1, %39;\n}\n"
         : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
           "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
           "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
           "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(db), "r"(accumulate), "n"(kDescHi),
+          "n"(kNMajorB));
   }
 };
 
 template <>
 struct wgmma<bf16_t, 128> {
-  static __device__ __forceinline__ void ss(float (&d)[16][4], uint64_t da, uint64_t db, int accumulate) {
+  static __device__ __forceinline__ void ss(float (&d)[16][4], uint32_t da, uint32_t db, int accumulate) {
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "{\n.reg .pred p;\n.reg .b32 hi;\n.reg .b64 da, db;\nsetp.ne.b32 p, %66, 0;\n"
+        "mov.b32 hi, %67;\nmov.b64 da, {%64, hi};\nmov.b64 db, {%65, hi};\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16\n"
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},\n"
-        "%64, %65, p, 1, 1, 0, 0;\n}\n"
+        "da, db, p, 1, 1, 0, 0;\n}\n"
         : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
           "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
           "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
@@ -70,18 +83,20 @@ struct wgmma<bf16_t, 128> {
           "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
           "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
           "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-        : "l"(da), "l"(db), "r"(accumulate));
+        : "r"(da), "r"(db), "r"(accumulate), "n"(kDescHi));
   }
-  static __device__ __forceinline__ void rs(float (&d)[16][4], const uint32_t (&a)[4], uint64_t db,
+  template <int kNMajorB>
+  static __device__ __forceinline__ void rs(float (&d)[16][4], const uint32_t (&a)[4], uint32_t db,
                                             int accumulate) {
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "{\n.reg .pred p;\n.reg .b32 hi;\n.reg .b64 db;\nsetp.ne.b32 p, %69, 0;\n"
+        "mov.b32 hi, %70;\nmov.b64 db, {%68, hi};\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16\n"
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},\n"
-        "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        "{%64, %65, %66, %67}, db, p, 1, 1, %71;\n}\n"
         : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
           "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
           "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
@@ -90,52 +105,58 @@ struct wgmma<bf16_t, 128> {
           "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
           "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
           "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(db), "r"(accumulate), "n"(kDescHi),
+          "n"(kNMajorB));
   }
 };
 
 template <>
 struct wgmma<f16_t, 64> {
-  static __device__ __forceinline__ void ss(float (&d)[8][4], uint64_t da, uint64_t db, int accumulate) {
+  static __device__ __forceinline__ void ss(float (&d)[8][4], uint32_t da, uint32_t db, int accumulate) {
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "{\n.reg .pred p;\n.reg .b32 hi;\n.reg .b64 da, db;\nsetp.ne.b32 p, %34, 0;\n"
+        "mov.b32 hi, %35;\nmov.b64 da, {%32, hi};\nmov.b64 db, {%33, hi};\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16\n"
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},\n"
-        "%32, %33, p, 1, 1, 0, 0;\n}\n"
+        "da, db, p, 1, 1, 0, 0;\n}\n"
         : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
           "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
           "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
           "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-        : "l"(da), "l"(db), "r"(accumulate));
+        : "r"(da), "r"(db), "r"(accumulate), "n"(kDescHi));
   }
-  static __device__ __forceinline__ void rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t db,
+  template <int kNMajorB>
+  static __device__ __forceinline__ void rs(float (&d)[8][4], const uint32_t (&a)[4], uint32_t db,
                                             int accumulate) {
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "{\n.reg .pred p;\n.reg .b32 hi;\n.reg .b64 db;\nsetp.ne.b32 p, %37, 0;\n"
+        "mov.b32 hi, %38;\nmov.b64 db, {%36, hi};\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16\n"
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},\n"
-        "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        "{%32, %33, %34, %35}, db, p, 1, 1, %39;\n}\n"
         : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
           "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
           "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
           "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(db), "r"(accumulate), "n"(kDescHi),
+          "n"(kNMajorB));
   }
 };
 
 template <>
 struct wgmma<f16_t, 128> {
-  static __device__ __forceinline__ void ss(float (&d)[16][4], uint64_t da, uint64_t db, int accumulate) {
+  static __device__ __forceinline__ void ss(float (&d)[16][4], uint32_t da, uint32_t db, int accumulate) {
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "{\n.reg .pred p;\n.reg .b32 hi;\n.reg .b64 da, db;\nsetp.ne.b32 p, %66, 0;\n"
+        "mov.b32 hi, %67;\nmov.b64 da, {%64, hi};\nmov.b64 db, {%65, hi};\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16\n"
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},\n"
-        "%64, %65, p, 1, 1, 0, 0;\n}\n"
+        "da, db, p, 1, 1, 0, 0;\n}\n"
         : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
           "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
           "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
@@ -144,18 +165,20 @@ struct wgmma<f16_t, 128> {
           "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
           "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
           "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-        : "l"(da), "l"(db), "r"(accumulate));
+        : "r"(da), "r"(db), "r"(accumulate), "n"(kDescHi));
   }
-  static __device__ __forceinline__ void rs(float (&d)[16][4], const uint32_t (&a)[4], uint64_t db,
+  template <int kNMajorB>
+  static __device__ __forceinline__ void rs(float (&d)[16][4], const uint32_t (&a)[4], uint32_t db,
                                             int accumulate) {
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "{\n.reg .pred p;\n.reg .b32 hi;\n.reg .b64 db;\nsetp.ne.b32 p, %69, 0;\n"
+        "mov.b32 hi, %70;\nmov.b64 db, {%68, hi};\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16\n"
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},\n"
-        "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        "{%64, %65, %66, %67}, db, p, 1, 1, %71;\n}\n"
         : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
           "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
           "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
@@ -164,7 +187,8 @@ struct wgmma<f16_t, 128> {
           "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
           "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
           "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(db), "r"(accumulate), "n"(kDescHi),
+          "n"(kNMajorB));
   }
 };
 
