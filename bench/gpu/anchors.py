@@ -11,6 +11,7 @@ usage: python3 bench/gpu/anchors.py --lib build/libflashattn.so [--out DIR]
        [--d 64,128] [--l 512,...] [--reps 20] [--quick]
 """
 import argparse
+import ctypes as C
 import csv
 import datetime
 import os
@@ -23,6 +24,40 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fa_ctypes as fa  # noqa: E402
+
+
+class PoolHigh:
+    """High-water mark of the device's default memory pool, which is where
+    flashattn's scratch comes from (cudaMallocAsync) and where torch's own
+    caching allocator does not allocate: the peak device memory one call of
+    ours takes beyond its inputs and outputs. None where the driver API is
+    missing."""
+    USED_MEM_HIGH = 8  # CU_MEMPOOL_ATTR_USED_MEM_HIGH
+
+    def __init__(self):
+        try:
+            self.cu = C.CDLL("libcuda.so.1")
+            dev = C.c_int()
+            self.pool = C.c_void_p()
+            torch.cuda.synchronize()
+            if (self.cu.cuCtxGetDevice(C.byref(dev)) != 0 or
+                    self.cu.cuDeviceGetDefaultMemPool(C.byref(self.pool), dev) != 0):
+                self.cu = None
+        except OSError:
+            self.cu = None
+
+    def peak(self, fn):
+        if self.cu is None:
+            return None
+        torch.cuda.synchronize()
+        zero = C.c_uint64(0)
+        self.cu.cuMemPoolSetAttribute(self.pool, self.USED_MEM_HIGH, C.byref(zero))
+        fn()
+        torch.cuda.synchronize()
+        high = C.c_uint64(0)
+        if self.cu.cuMemPoolGetAttribute(self.pool, self.USED_MEM_HIGH, C.byref(high)) != 0:
+            return None
+        return high.value
 
 
 def median_ms(fn, reps, warmup=3):
@@ -112,6 +147,8 @@ def main():
     passes = args.passes.split(",")
 
     fl = FlashAttn(args.lib)
+    pool = PoolHigh()
+    mem_lines = []
     dev = torch.cuda.get_device_name()
     date = datetime.date.today().isoformat()
     rows = []
@@ -143,6 +180,15 @@ def main():
                     f_fwd(), f_bwd(), f_bwd_det()
                     torch.cuda.synchronize()
                     continue
+                # extra device memory of one call (scratch), against the inputs' size
+                use_variant(variants[0])
+                in_bytes = 3 * q.numel() * q.element_size()
+                for ps, fn in (("fwd", f_fwd), ("bwd", f_bwd), ("bwd-det", f_bwd_det)):
+                    if ps.split("-")[0] not in passes:
+                        continue
+                    hi = pool.peak(fn)
+                    extra = "n/a" if hi is None else f"{hi / 2**20:.1f} MiB = {100.0 * hi / in_bytes:.2f}% of q+k+v"
+                    mem_lines.append(f"{D:>4} {L:>6} {int(causal):>6} {ps:>7} | {extra}")
                 for vi, var in enumerate(variants):
                     use_variant(var)
                     name = "fa" if vi == 0 else f"fa-v{var}"
@@ -193,6 +239,10 @@ def main():
                 sys.stdout.flush()
                 del q, k, v, do, o, lse, dq, dk, dv
                 torch.cuda.empty_cache()
+    if mem_lines:
+        print("# extra device memory of one flashattn call (default memory pool high-water mark)")
+        print(f"{'D':>4} {'L':>6} {'causal':>6} {'pass':>7} | extra")
+        print("\n".join(mem_lines))
     if not rows:
         return
     os.makedirs(args.out, exist_ok=True)

@@ -54,8 +54,8 @@ __device__ __forceinline__ void fwd_scores(const fa__cuda_params &p, const seq_c
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           float capped;
-          s[mt][nb][e] = score_full(p, c, s[mt][nb][e], r0 + mt * 16 + g + (e >> 1) * 8, n0 + nb * 8 + 2 * t + (e & 1),
-                                    &capped);
+          s[mt][nb][e] =
+              score_full(p, c, s[mt][nb][e], r0 + mt * 16 + g + (e >> 1) * 8, n0 + nb * 8 + 2 * t + (e & 1), &capped);
         }
   } else if (fa__band_tile_full(&c.bd, r0, r0 + 16 * kMT, n0, n0 + 8 * kNB)) {
 #pragma unroll
@@ -170,8 +170,8 @@ __device__ __forceinline__ void fwd_p_frag(uint32_t (&a)[4], const float (&s)[kN
 // both, as IEEE propagation asks.
 template <typename E, int kMT, int kDB>
 __device__ __forceinline__ void fwd_store(const fa__cuda_params &p, const fwd_block &fb, const float (&o)[kMT][kDB][4],
-                                          const float (&row_m)[kMT][2], const float (&row_l)[kMT][2], int64_t r0,
-                                          int g, int t) {
+                                          const float (&row_m)[kMT][2], const float (&row_l)[kMT][2], int64_t r0, int g,
+                                          int t) {
   using T = typename E::storage;
   const seq_ctx &c = fb.c;
   T *go = static_cast<T *>(p.o) + c.seq.bidx * p.os.b + fb.h * p.os.h + c.seq.q_row0 * p.os.r;

@@ -14,6 +14,8 @@
 // them from eating 64-bit registers. Compiled only for sm_90a.
 #ifndef FA_CUDA_WGMMA_OPS_CUH
 #define FA_CUDA_WGMMA_OPS_CUH
+// Generated operand lists, kept one accumulator block a line:
+// clang-format off
 
 #include <stdint.h>
 
@@ -192,6 +194,7 @@ struct wgmma<f16_t, 128> {
   }
 };
 
+// clang-format on
 }  // namespace fa_cuda
 
 #endif
