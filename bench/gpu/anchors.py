@@ -119,11 +119,14 @@ def relerr(x, r):
 
 def use_variant(var):
     """FLASHATTN_CUDA_VARIANT=var, or the mma.sync forward for 'mma'."""
+    os.environ.pop("FLASHATTN_CUDA_WGMMA", None)
+    os.environ.pop("FLASHATTN_CUDA_WGMMA_BWD", None)
+    os.environ["FLASHATTN_CUDA_VARIANT"] = "0"
     if var == "mma":
         os.environ["FLASHATTN_CUDA_WGMMA"] = "0"
-        os.environ["FLASHATTN_CUDA_VARIANT"] = "0"
+    elif var == "wbwd":
+        os.environ["FLASHATTN_CUDA_WGMMA_BWD"] = "1"
     else:
-        os.environ.pop("FLASHATTN_CUDA_WGMMA", None)
         os.environ["FLASHATTN_CUDA_VARIANT"] = var
 
 
@@ -138,7 +141,8 @@ def main():
     ap.add_argument("--tag", default="")
     ap.add_argument("--variants", default="0",
                     help="FLASHATTN_CUDA_VARIANT values to time (tile-configuration A/B), or 'mma' for the "
-                         "mma.sync forward on Hopper (FLASHATTN_CUDA_WGMMA=0); the first is 'fa'")
+                         "mma.sync forward on Hopper (FLASHATTN_CUDA_WGMMA=0), or 'wbwd' for the wgmma backward "
+                         "(FLASHATTN_CUDA_WGMMA_BWD=1); the first is 'fa'")
     ap.add_argument("--passes", default="fwd,bwd", help="fwd, bwd or both")
     ap.add_argument("--once", action="store_true",
                     help="run flashattn's forward, backward and deterministic backward once per shape (for ncu)")

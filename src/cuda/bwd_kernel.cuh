@@ -15,8 +15,7 @@
 #ifndef FA_CUDA_BWD_KERNEL_CUH
 #define FA_CUDA_BWD_KERNEL_CUH
 
-#include "mma.cuh"
-#include "rules.cuh"
+#include "bwd_tile.cuh"
 
 namespace fa_cuda {
 
@@ -27,12 +26,6 @@ struct bwd_cfg {
   static constexpr size_t smem_bytes =
       sizeof(uint16_t) * (size_t)(2 * kBN * kD + 4 * kBM * kD + kBN * kBM) + sizeof(float) * 4 * kBM;
 };
-
-// lse in log2 units; a row that saw nothing (-inf) becomes +inf so that
-// exp2(x - lse2) is 0 there, never NaN.
-__device__ __forceinline__ float bwd_lse2(float lse) {
-  return lse == -INFINITY ? INFINITY : lse * kLog2e;
-}
 
 template <typename E, int kD, int kWarps, int kBM, bool kFull>
 __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_kernel(const fa__cuda_params p, const int fuse_dq) {
@@ -142,61 +135,15 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_kernel(const fa__cuda_pa
       }
     }
 
-    // element-wise: st <- P^T (dropped and rescaled), dpt <- dS^T (times the
-    // softcap derivative): the A operands of dV and dK
-    if (kFull) {
-      const seq_ctx c = make_seq_ctx(p, b, h);
-#pragma unroll
-      for (int mb = 0; mb < kMB; ++mb)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int il = mb * 8 + 2 * t + (e & 1);
-          const int64_t i = m0 + il, j = j_base + (e >> 1) * 8;
-          float capped;
-          const float x = score_full(p, c, st[mb][e], i, j, &capped);
-          float pr = 0.f, ds = 0.f;
-          if (x != -INFINITY) {
-            pr = fast_exp2(x - bwd_lse2(l_s[il]));
-            float dp = dpt[mb][e];
-            if (p.has_dropout) {
-              const bool keep = keep_one(p, c, i, j);
-              dp = keep ? dp * p.dscale : 0.f;
-              ds = pr * (dp - ds_s[il]);
-              pr = keep ? pr * p.dscale : 0.f;
-            } else {
-              ds = pr * (dp - ds_s[il]);
-            }
-            ds *= fa__softcap_grad_f(capped, p.softcap);
-          }
-          st[mb][e] = pr;
-          dpt[mb][e] = ds;
-        }
-    } else {
-      const bool full = fa__band_tile_full(&bd, m0, m0 + kBM, n0 + wkey, n0 + wkey + 16);
-#pragma unroll
-      for (int mb = 0; mb < kMB; ++mb)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int il = mb * 8 + 2 * t + (e & 1);
-          const bool vis = full || fa__band_visible(&bd, m0 + il, j_base + (e >> 1) * 8);
-          const float pr = vis ? fast_exp2(st[mb][e] * p.scale_log2 - bwd_lse2(l_s[il])) : 0.f;
-          st[mb][e] = pr;
-          dpt[mb][e] = pr * (dpt[mb][e] - ds_s[il]);
-        }
-    }
+    // element-wise: st <- P^T, dpt <- dS^T, the A operands of dV and dK
+    bwd_p_ds<kFull>(p, bd, b, h, st, dpt, l_s, ds_s, m0, n0 + wkey, g, t);
 
     // dV += P^T dO ; dK += dS^T Q  (k = the kBM queries)
 #pragma unroll
     for (int kk = 0; kk < kBM / 16; ++kk) {
       uint32_t ap[4], as[4];
-      ap[0] = E::pack(st[2 * kk][0], st[2 * kk][1]);
-      ap[1] = E::pack(st[2 * kk][2], st[2 * kk][3]);
-      ap[2] = E::pack(st[2 * kk + 1][0], st[2 * kk + 1][1]);
-      ap[3] = E::pack(st[2 * kk + 1][2], st[2 * kk + 1][3]);
-      as[0] = E::pack(dpt[2 * kk][0], dpt[2 * kk][1]);
-      as[1] = E::pack(dpt[2 * kk][2], dpt[2 * kk][3]);
-      as[2] = E::pack(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]);
-      as[3] = E::pack(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3]);
+      c_to_a_frag<E>(ap, st[2 * kk], st[2 * kk + 1]);
+      c_to_a_frag<E>(as, dpt[2 * kk], dpt[2 * kk + 1]);
 #pragma unroll
       for (int db2 = 0; db2 < kDB / 2; ++db2) {
         uint32_t bf[4];

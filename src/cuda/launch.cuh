@@ -51,6 +51,10 @@ fa_status fa__cuda_fast_fwd_f16(const fa__cuda_params &p, int kd, cudaStream_t s
 // capability 9.0 device, and only when FA_HAVE_SM90A); kd 64 or 128.
 fa_status fa__cuda_wgmma_fwd_bf16(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err);
 fa_status fa__cuda_wgmma_fwd_f16(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err);
+// The backward's dK/dV (and fused dQ) kernel on wgmma, same contract as
+// fa__cuda_fast_bwd_*; sm_90a code (FA_HAVE_SM90A, a 9.0 device); kd 64 or 128.
+fa_status fa__cuda_wgmma_bwd_bf16(const fa__cuda_params &p, int kd, int deterministic, cudaStream_t s, fa__err *err);
+fa_status fa__cuda_wgmma_bwd_f16(const fa__cuda_params &p, int kd, int deterministic, cudaStream_t s, fa__err *err);
 // deterministic: dQ by its own kernel (no atomics); else fused with f32
 // atomics into p.dq_acc, which must be zero, then converted.
 fa_status fa__cuda_fast_bwd_bf16(const fa__cuda_params &p, int kd, int deterministic, cudaStream_t s, fa__err *err);

@@ -11,6 +11,18 @@
 
 namespace fa_cuda {
 
+// The deterministic mode's dQ kernel (after a dK/dV kernel without dQ).
+template <typename E, int kD, int kDqWarps, int kDqBN, bool kFull>
+fa_status launch_bwd_dq(const fa__cuda_params &p, cudaStream_t s, fa__err *err) {
+  using cfg = dq_cfg<kD, kDqWarps, kDqBN>;
+  auto kernel = bwd_dq_kernel<E, kD, kDqWarps, kDqBN, kFull>;
+  FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "backward dq: shared memory limit");
+  const dim3 grid(static_cast<unsigned>(p.B * p.Hq), static_cast<unsigned>((p.Lq + cfg::kBM - 1) / cfg::kBM));
+  kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p);
+  FA_CUDA_CHECK_LAUNCH("backward dq kernel launch");
+  return FA_OK;
+}
+
 template <typename E, int kD, int kWarps, int kBM, int kDqWarps, int kDqBN, bool kFull>
 fa_status launch_bwd_cfg(const fa__cuda_params &p, int deterministic, cudaStream_t s, fa__err *err) {
   {
@@ -21,15 +33,7 @@ fa_status launch_bwd_cfg(const fa__cuda_params &p, int deterministic, cudaStream
     kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p, deterministic ? 0 : 1);
     FA_CUDA_CHECK_LAUNCH("backward dk/dv kernel launch");
   }
-  if (deterministic) {
-    using cfg = dq_cfg<kD, kDqWarps, kDqBN>;
-    auto kernel = bwd_dq_kernel<E, kD, kDqWarps, kDqBN, kFull>;
-    FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "backward dq: shared memory limit");
-    const dim3 grid(static_cast<unsigned>(p.B * p.Hq), static_cast<unsigned>((p.Lq + cfg::kBM - 1) / cfg::kBM));
-    kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p);
-    FA_CUDA_CHECK_LAUNCH("backward dq kernel launch");
-  }
-  return FA_OK;
+  return deterministic ? launch_bwd_dq<E, kD, kDqWarps, kDqBN, kFull>(p, s, err) : FA_OK;
 }
 
 // Tile shapes per head-dim bucket: dK/dV kernel with 16 keys per warp,

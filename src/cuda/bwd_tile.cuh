@@ -1,0 +1,84 @@
+// The backward's per-tile arithmetic, shared by the mma.sync kernel
+// (bwd_kernel.cuh) and the sm_90a wgmma kernel (bwd_wgmma_kernel.cuh). Both
+// hold S^T and dP^T in the same fragment layout: a thread's keys are rows
+// g and g + 8 of its warp's 16 (from key jw on), its queries the columns
+// 8 mb + 2t and 2t + 1 of the query tile starting at m0.
+#ifndef FA_CUDA_BWD_TILE_CUH
+#define FA_CUDA_BWD_TILE_CUH
+
+#include "mma.cuh"
+#include "rules.cuh"
+
+namespace fa_cuda {
+
+// lse in log2 units; a row that saw nothing (-inf) becomes +inf so that
+// exp2(x - lse2) is 0 there, never NaN.
+__device__ __forceinline__ float bwd_lse2(float lse) {
+  return lse == -INFINITY ? INFINITY : lse * kLog2e;
+}
+
+// st <- P^T (dropped and rescaled), dpt <- dS^T (times the softcap
+// derivative): the A operands of dV += P^T dO and dK += dS^T Q. l_s, ds_s:
+// the tile's raw LSE and dsum, indexed by query within the tile.
+// kFull: every element through score_full and dropout; otherwise the band
+// only, tested per element unless the warp's 16 keys x kMB * 8 queries lie
+// inside it.
+template <bool kFull, int kMB>
+__device__ __forceinline__ void bwd_p_ds(const fa__cuda_params &p, const fa__band &bd, int64_t b, int64_t h,
+                                         float (&st)[kMB][4], float (&dpt)[kMB][4], const float *l_s, const float *ds_s,
+                                         int64_t m0, int64_t jw, int g, int t) {
+  const int64_t j0 = jw + g;
+  if (kFull) {
+    const seq_ctx c = make_seq_ctx(p, b, h);
+#pragma unroll
+    for (int mb = 0; mb < kMB; ++mb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int il = mb * 8 + 2 * t + (e & 1);
+        const int64_t i = m0 + il, j = j0 + (e >> 1) * 8;
+        float capped;
+        const float x = score_full(p, c, st[mb][e], i, j, &capped);
+        float pr = 0.f, ds = 0.f;
+        if (x != -INFINITY) {
+          pr = fast_exp2(x - bwd_lse2(l_s[il]));
+          float dp = dpt[mb][e];
+          if (p.has_dropout) {
+            const bool keep = keep_one(p, c, i, j);
+            dp = keep ? dp * p.dscale : 0.f;
+            ds = pr * (dp - ds_s[il]);
+            pr = keep ? pr * p.dscale : 0.f;
+          } else {
+            ds = pr * (dp - ds_s[il]);
+          }
+          ds *= fa__softcap_grad_f(capped, p.softcap);
+        }
+        st[mb][e] = pr;
+        dpt[mb][e] = ds;
+      }
+  } else {
+    const bool full = fa__band_tile_full(&bd, m0, m0 + 8 * kMB, jw, jw + 16);
+#pragma unroll
+    for (int mb = 0; mb < kMB; ++mb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int il = mb * 8 + 2 * t + (e & 1);
+        const bool vis = full || fa__band_visible(&bd, m0 + il, j0 + (e >> 1) * 8);
+        const float pr = vis ? fast_exp2(st[mb][e] * p.scale_log2 - bwd_lse2(l_s[il])) : 0.f;
+        st[mb][e] = pr;
+        dpt[mb][e] = pr * (dpt[mb][e] - ds_s[il]);
+      }
+  }
+}
+
+// Two 8-column blocks of f32 accumulators (C layout) as one A fragment.
+template <typename E>
+__device__ __forceinline__ void c_to_a_frag(uint32_t (&a)[4], const float (&lo)[4], const float (&hi)[4]) {
+  a[0] = E::pack(lo[0], lo[1]);
+  a[1] = E::pack(lo[2], lo[3]);
+  a[2] = E::pack(hi[0], hi[1]);
+  a[3] = E::pack(hi[2], hi[3]);
+}
+
+}  // namespace fa_cuda
+
+#endif

@@ -1,0 +1,235 @@
+// Tensor-core backward for Hopper (sm_90a): the structure of bwd_kernel.cuh
+// with every product on wgmma. A block owns kBN = 128 keys of one
+// (sequence, kv head), 64 per warpgroup, keeps their dK and dV in registers
+// and walks every query tile of kBM rows (and every query head of the group)
+// that can see them:
+//   S^T  = K Q^T,  dP^T = V dO^T   wgmma ss (K, V slice and Q, dO tiles
+//                                  from shared memory, all K-major)
+//   P^T, dS^T                      bwd_tile.cuh, in registers
+//   dV += P^T dO,  dK += dS^T Q    wgmma rs (P^T, dS^T as A fragments;
+//                                  dO, Q N-major from shared memory)
+//   dQ += dS K     (kFuseDq)       dS^T through shared memory as an M-major
+//                                  A, K as N-major B; each warpgroup one
+//                                  64 x 64 block of the tile's dQ, added to
+//                                  dq_acc with f32 reductions
+// Without kFuseDq (deterministic mode) the dQ kernel of bwd_dq_kernel.cuh
+// runs after this one.
+#ifndef FA_CUDA_BWD_WGMMA_KERNEL_CUH
+#define FA_CUDA_BWD_WGMMA_KERNEL_CUH
+
+#include "bwd_tile.cuh"
+#include "wgmma.cuh"
+
+namespace fa_cuda {
+
+template <int kD, int kBM>
+struct bwd_wgmma_cfg {
+  static constexpr int kBN = 128, kThreads = 256;
+  // K, V, two stages of Q and dO, dS^T; two stages of LSE and dsum; 1 KiB
+  // to align the swizzled tiles to 1024 bytes
+  static constexpr size_t smem_bytes =
+      sizeof(uint16_t) * (size_t)(2 * kBN * kD + 4 * kBM * kD + kBN * kBM) + sizeof(float) * 4 * kBM + 1024;
+};
+
+template <typename E, int kD, int kBM, bool kFull, bool kFuseDq>
+__global__ void __launch_bounds__(256, 1) bwd_wgmma_kernel(const fa__cuda_params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using T = typename E::storage;
+  using cfg = bwd_wgmma_cfg<kD, kBM>;
+  constexpr int kBN = cfg::kBN, kThreads = cfg::kThreads;
+  constexpr int kMB = kBM / 8;  // 8-query column blocks of S^T
+  constexpr int kDB = kD / 8;
+  // dQ's 64 x 64 blocks: the tile's two row halves (kBM = 128, kD = 64) or
+  // its two column halves (kBM = 64, kD = 128), one per warpgroup
+  static_assert((kBM == 128 && kD == 64) || (kBM == 64 && kD == 128), "tile shapes with a 64 x 64 dQ block each");
+
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  T *sK = reinterpret_cast<T *>(smem);                     // [kD / 64][kBN][64]
+  T *sV = sK + kBN * kD;                                   // [kD / 64][kBN][64]
+  T *sQ = sV + kBN * kD;                                   // [2][kD / 64][kBM][64]
+  T *sdO = sQ + 2 * kBM * kD;                              // [2][kD / 64][kBM][64]
+  T *sdS = sdO + 2 * kBM * kD;                             // [kBM / 64][kBN][64]: dS^T [key][query]
+  float *sL = reinterpret_cast<float *>(sdS + kBN * kBM);  // [2][kBM] lse (raw; rows past lq: 0)
+  float *sDs = sL + 2 * kBM;                               // [2][kBM] dsum
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int wg = warp >> 2;
+  const int64_t bkv = blockIdx.x, b = bkv / p.Hkv, kvh = bkv % p.Hkv;
+  const fa__seq seq = fa__seq_get(b, p.Lq, p.Lk, p.seqlens_q, p.seqlens_k, p.cu_q, p.cu_k);
+  const fa__band bd = fa__seq_band(&seq, p.wl, p.wr, p.bottom_right);
+  const int64_t rows_k = p.varlen ? seq.lk : p.Lk;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kBN;
+  if (n0 >= rows_k) return;
+
+  int64_t i0, i1;
+  fa__band_rows(&bd, n0, n0 + kBN, &i0, &i1);
+  const int mb_lo = static_cast<int>(i0 / kBM);
+  const int n_mt = i1 > i0 ? static_cast<int>((i1 + kBM - 1) / kBM) - mb_lo : 0;
+  const int total = n_mt * static_cast<int>(p.group);
+
+  const int k_valid = static_cast<int>(seq.lk - n0 < kBN ? seq.lk - n0 : kBN);
+  {
+    const T *gk = static_cast<const T *>(p.k) + seq.bidx * p.ks.b + kvh * p.ks.h + (seq.k_row0 + n0) * p.ks.r;
+    const T *gv = static_cast<const T *>(p.v) + seq.bidx * p.vs.b + kvh * p.vs.h + (seq.k_row0 + n0) * p.vs.r;
+    load_tile<kBN, kD, kThreads, true>(sK, gk, p.ks.r, k_valid, p.D, p.k, tid);
+    load_tile<kBN, kD, kThreads, true>(sV, gv, p.vs.r, k_valid, p.Dv, p.v, tid);
+  }
+  auto load_q = [&](int it, int stage) {
+    const int64_t h = kvh * p.group + it / n_mt;
+    const int64_t m0 = static_cast<int64_t>(mb_lo + it % n_mt) * kBM;
+    const int valid = static_cast<int>(seq.lq - m0 < kBM ? seq.lq - m0 : kBM);
+    const int64_t row = seq.q_row0 + m0;
+    const T *gq = static_cast<const T *>(p.q) + seq.bidx * p.qs.b + h * p.qs.h + row * p.qs.r;
+    const T *gdo = static_cast<const T *>(p.dout) + seq.bidx * p.dos.b + h * p.dos.h + row * p.dos.r;
+    load_tile<kBM, kD, kThreads, true>(sQ + stage * kBM * kD, gq, p.qs.r, valid, p.D, p.q, tid);
+    load_tile<kBM, kD, kThreads, true>(sdO + stage * kBM * kD, gdo, p.dos.r, valid, p.Dv, p.dout, tid);
+    for (int x = tid; x < kBM; x += kThreads) {
+      const bool ok = x < valid;
+      const float *ls = ok ? p.lse + seq.bidx * p.lses.b + h * p.lses.h + (row + x) * p.lses.r : p.lse;
+      const float *ds = ok ? p.dsum + (seq.bidx * p.Hq + h) * p.Lq_rows + row + x : p.dsum;
+      cp_async4(smem_addr(sL + stage * kBM + x), ls, ok ? 4 : 0);
+      cp_async4(smem_addr(sDs + stage * kBM + x), ds, ok ? 4 : 0);
+    }
+  };
+  if (total > 0) load_q(0, 0);
+  cp_async_commit();
+
+  float dk[kDB][4], dv[kDB][4];
+#pragma unroll
+  for (int db = 0; db < kDB; ++db)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[db][e] = dv[db][e] = 0.f;
+  const int wkey = warp * 16;  // = 64 wg + 16 (warp % 4): this warp's keys in the block
+
+  // Byte addresses; an atom of 64 columns is rows x 128 bytes.
+  const uint32_t k_base = smem_addr(sK), v_base = smem_addr(sV);
+  const uint32_t q_base = smem_addr(sQ), do_base = smem_addr(sdO), ds_base = smem_addr(sdS);
+  constexpr uint32_t kQStage = kBM * kD * 2;
+  // this warpgroup's dQ block: query rows dq_r0.., head-dim columns dq_c0..
+  const int dq_r0 = kBM == 128 ? wg * 64 : 0, dq_c0 = kBM == 64 ? wg * 64 : 0;
+
+  for (int it = 0; it < total; ++it) {
+    const int stage = it & 1;
+    if (it + 1 < total) load_q(it + 1, stage ^ 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    fence_proxy_async();
+    __syncthreads();
+    const int64_t h = kvh * p.group + it / n_mt;
+    const int64_t m0 = static_cast<int64_t>(mb_lo + it % n_mt) * kBM;
+    const float *l_s = sL + stage * kBM;
+    const float *ds_s = sDs + stage * kBM;
+    const uint32_t q_st = q_base + stage * kQStage, do_st = do_base + stage * kQStage;
+
+    // S^T = K Q^T and dP^T = V dO^T: this warpgroup's 64 keys x kBM queries
+    float st[kMB][4], dpt[kMB][4];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      const uint32_t off_k = (kk >> 2) * (kBN * 128) + wg * 64 * 128 + (kk & 3) * 32;
+      const uint32_t off_q = (kk >> 2) * (kBM * 128) + (kk & 3) * 32;
+      wgmma<E, kBM>::ss(st, sw128_desc_lo(k_base + off_k, 0), sw128_desc_lo(q_st + off_q, 0), kk > 0);
+    }
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      const uint32_t off_k = (kk >> 2) * (kBN * 128) + wg * 64 * 128 + (kk & 3) * 32;
+      const uint32_t off_q = (kk >> 2) * (kBM * 128) + (kk & 3) * 32;
+      wgmma<E, kBM>::ss(dpt, sw128_desc_lo(v_base + off_k, 0), sw128_desc_lo(do_st + off_q, 0), kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(st);
+    fence_regs(dpt);
+
+    bwd_p_ds<kFull>(p, bd, b, h, st, dpt, l_s, ds_s, m0, n0 + wkey, g, t);
+    uint32_t ap[kBM / 16][4], as[kBM / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kBM / 16; ++kk) {
+      c_to_a_frag<E>(ap[kk], st[2 * kk], st[2 * kk + 1]);
+      c_to_a_frag<E>(as[kk], dpt[2 * kk], dpt[2 * kk + 1]);
+    }
+    if (kFuseDq) {
+      // dS^T -> shared memory [key][query]: the A of dQ, M-major
+#pragma unroll
+      for (int kk = 0; kk < kBM / 16; ++kk)
+#pragma unroll
+        for (int x = 0; x < 4; ++x)
+          *reinterpret_cast<uint32_t *>(sdS + swz_atoms<kBN>(wkey + g + (x & 1) * 8, kk * 16 + (x >> 1) * 8 + 2 * t)) =
+              as[kk][x];
+      fence_proxy_async();
+    }
+
+    // dV += P^T dO, dK += dS^T Q: k = the kBM queries, 16 rows of 128 bytes a step
+    fence_regs(dv);
+    fence_regs(dk);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBM / 16; ++kk)
+      wgmma<E, kD>::template rs<1>(dv, ap[kk], sw128_desc_lo(do_st + kk * 16 * 128, kBM * 128), 1);
+#pragma unroll
+    for (int kk = 0; kk < kBM / 16; ++kk)
+      wgmma<E, kD>::template rs<1>(dk, as[kk], sw128_desc_lo(q_st + kk * 16 * 128, kBM * 128), 1);
+    wgmma_commit();
+
+    if constexpr (kFuseDq) {
+      __syncthreads();  // all of dS^T is in shared memory
+      // dQ block = dS K over the block's kBN keys, 16 keys (rows of dS^T
+      // and of K) a step
+      float dq[8][4];
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) {
+        const uint32_t a = ds_base + (dq_r0 / 64) * (kBN * 128) + kk * 16 * 128;
+        const uint32_t bk = k_base + (dq_c0 / 64) * (kBN * 128) + kk * 16 * 128;
+        wgmma<E, 64>::ss_mn(dq, sw128_desc_lo(a, kBN * 128), sw128_desc_lo(bk, kBN * 128), kk > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(dq);
+      fence_regs(dv);
+      fence_regs(dk);
+      float *acc = p.dq_acc + ((seq.bidx * p.Hq + h) * p.Lq_rows + seq.q_row0 + m0) * p.D;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int il = dq_r0 + (warp & 3) * 16 + g + r * 8;
+        if (m0 + il < seq.lq) {
+#pragma unroll
+          for (int x = 0; x < 8; ++x) {
+            const int d = dq_c0 + x * 8 + 2 * t;
+            if (d < p.D) red_add2(acc + il * p.D + d, dq[x][2 * r], dq[x][2 * r + 1]);
+          }
+        }
+      }
+    } else {
+      wgmma_wait<0>();
+      fence_regs(dv);
+      fence_regs(dk);
+    }
+    __syncthreads();  // the Q/dO stage and dS^T are rewritten next
+  }
+  cp_async_wait<0>();
+
+  // dK = scale * sum dS^T Q; dV as is. Keys past the sequence (padded
+  // layout) get the zeros their accumulators hold.
+  T *gdk = static_cast<T *>(p.dk) + seq.bidx * p.dks.b + kvh * p.dks.h + seq.k_row0 * p.dks.r;
+  T *gdv = static_cast<T *>(p.dv) + seq.bidx * p.dvs.b + kvh * p.dvs.h + seq.k_row0 * p.dvs.r;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t j = n0 + wkey + g + r * 8;
+    if (j >= rows_k) continue;
+#pragma unroll
+    for (int db = 0; db < kDB; ++db) {
+      const int d = db * 8 + 2 * t;
+      if (d < p.D)
+        *reinterpret_cast<uint32_t *>(gdk + j * p.dks.r + d) =
+            E::pack(dk[db][2 * r] * p.scale, dk[db][2 * r + 1] * p.scale);
+      if (d < p.Dv) *reinterpret_cast<uint32_t *>(gdv + j * p.dvs.r + d) = E::pack(dv[db][2 * r], dv[db][2 * r + 1]);
+    }
+  }
+#endif
+}
+
+}  // namespace fa_cuda
+
+#endif
