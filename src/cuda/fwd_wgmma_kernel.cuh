@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(128 * kWG, 1) fwd_wgmma_kernel(const fa__cuda_
 
   float s[1][kNB][4];        // S of the next tile, then its P in f32
   uint32_t pa[kBN / 16][4];  // P of the current tile as A fragments
-  // S = Q K^T of tile it (K in slot it & 1): kD / 16 steps of k16; a step
+  // S = Q K^T of tile it (K in slot it % kSlots): kD / 16 steps of k16; a step
   // inside an atom is 32 bytes on. One wgmma group.
   auto s_issue = [&](int it) {
 #pragma unroll
@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(128 * kWG, 1) fwd_wgmma_kernel(const fa__cuda_
     fence_proxy_async();
     __syncthreads();
   };
-  // O += P V of tile it (V in slot it & 1): kBN / 16 steps of 16 keys = 16
+  // O += P V of tile it (V in slot it % kSlots): kBN / 16 steps of 16 keys = 16
   // rows of 128 bytes. One wgmma group.
   auto pv_issue = [&](int it) {
 #pragma unroll
