@@ -10,6 +10,10 @@
 #   scripts/gpu/run.sh perf    build + check + tile-variant A/B timing + ncu
 #   scripts/gpu/run.sh dev     build + check (Hopper and mma.sync forward) +
 #                              test_backend_cuda + anchors with $ANCHOR_ARGS
+#   scripts/gpu/run.sh bwd     the opt-in Hopper backward (FLASHATTN_CUDA_WGMMA_BWD=1):
+#                              build, check_cuda and the cuda suite with it,
+#                              memcheck / racecheck, backward anchors against
+#                              the mma.sync backward (variants 0,wbwd)
 #
 # Carry .gpu-deps (CMocka headers and library copied from the dev machine:
 # the GPU image has no CMocka and no network).
@@ -62,7 +66,7 @@ CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
 cc -O2 scripts/gpu/check_cuda.c -I include -I "$CUDA_HOME/include" -L "$BUILD" -lflashattn \
   -L "$CUDA_HOME/lib64" -lcudart -lm -Wl,-rpath,"$BUILD" -o "$BUILD/check_cuda" || { say "check_cuda build failed"; exit 1; }
 
-if [ "$MODE" != bench ]; then
+if [ "$MODE" != bench ] && [ "$MODE" != bwd ]; then
   stage "check_cuda (cuda vs ref on multi-tile shapes)"
   timeout 300 "$BUILD/check_cuda" >"$OUT/check.log" 2>&1
   say "check_cuda exit $?"
@@ -125,6 +129,26 @@ if [ "$MODE" = full ] || [ "$MODE" = smoke ] || [ "$MODE" = dev ]; then
     done
   done
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|Race" "$SAN" | sort | uniq -c | head -20 | tee -a "$SUMMARY"
+fi
+
+if [ "$MODE" = bwd ]; then
+  stage "Hopper backward (FLASHATTN_CUDA_WGMMA_BWD=1)"
+  FLASHATTN_CUDA_WGMMA_BWD=1 timeout 200 "$BUILD/check_cuda" >"$OUT/check.log" 2>&1
+  say "check_cuda exit $?: $(tail -1 "$OUT/check.log")"
+  grep -E "FAIL" "$OUT/check.log" | head -20 | tee -a "$SUMMARY"
+  SUITE=$OUT/suite_cuda.log
+  FLASHATTN_CUDA_WGMMA_BWD=1 timeout 200 "$BUILD/tests/test_backend_cuda" >"$SUITE" 2>&1
+  say "test_backend_cuda (wgmma backward) exit $?: $(grep -c '\[       OK \]' "$SUITE") OK, $(grep -c '\[  FAILED  \]' "$SUITE") failed"
+  for tool in memcheck racecheck; do
+    FLASHATTN_CUDA_WGMMA_BWD=1 timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/check_cuda" \
+      bf16_d128_seqlens >>"$OUT/sanitizer.log" 2>&1
+    say "$tool bf16_d128_seqlens (wgmma backward): exit $?"
+  done
+  stage "anchors (backward: mma.sync = fa, wgmma = fa-vwbwd)"
+  timeout 240 python3 bench/gpu/anchors.py --lib "$BUILD/libflashattn.so" --out "$OUT" --passes bwd \
+    --variants 0,wbwd --reps 10 --l 2048,4096,16384 2>&1 | tee "$OUT/anchors.txt"
+  stage "done"
+  exit 0
 fi
 
 stage "anchors"

@@ -65,16 +65,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dq_kernel(const fa__cuda_para
   const int wrow = warp * 16;
   const int64_t i_base = m0 + wrow + g;
   float lse2[2], dsum[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t i = i_base + r * 8;
-    lse2[r] = INFINITY;
-    dsum[r] = 0.f;
-    if (i < c.seq.lq) {
-      lse2[r] = bwd_lse2(p.lse[c.seq.bidx * p.lses.b + h * p.lses.h + (c.seq.q_row0 + i) * p.lses.r]);
-      dsum[r] = p.dsum[(c.seq.bidx * p.Hq + h) * p.Lq_rows + c.seq.q_row0 + i];
-    }
-  }
+  bwd_row_stats(p, c, h, i_base, lse2, dsum);
   float dq[kDB][4];
 #pragma unroll
   for (int db = 0; db < kDB; ++db) dq[db][0] = dq[db][1] = dq[db][2] = dq[db][3] = 0.f;
@@ -111,49 +102,13 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dq_kernel(const fa__cuda_para
     }
 
     const int64_t n0 = static_cast<int64_t>(nb_lo + it) * kBN;
-    if (kFull) {
-#pragma unroll
-      for (int nb = 0; nb < kNB; ++nb)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int64_t i = i_base + r * 8, j = n0 + nb * 8 + 2 * t;
-          bool keep[2] = {true, true};
-          if (p.has_dropout) keep_pair(p, c, i, j, &keep[0], &keep[1]);
-#pragma unroll
-          for (int x = 0; x < 2; ++x) {
-            float capped;
-            const float sx = score_full(p, c, s[nb][2 * r + x], i, j + x, &capped);
-            float ds = 0.f;
-            if (sx != -INFINITY) {
-              const float pr = fast_exp2(sx - lse2[r]);
-              float dpv = dp[nb][2 * r + x];
-              if (p.has_dropout) dpv = keep[x] ? dpv * p.dscale : 0.f;
-              ds = pr * (dpv - dsum[r]) * fa__softcap_grad_f(capped, p.softcap);
-            }
-            s[nb][2 * r + x] = ds;
-          }
-        }
-    } else {
-      const bool full = fa__band_tile_full(&c.bd, m0 + wrow, m0 + wrow + 16, n0, n0 + kBN);
-#pragma unroll
-      for (int nb = 0; nb < kNB; ++nb)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e >> 1;
-          const bool vis = full || fa__band_visible(&c.bd, i_base + r * 8, n0 + nb * 8 + 2 * t + (e & 1));
-          const float pr = vis ? fast_exp2(s[nb][e] * p.scale_log2 - lse2[r]) : 0.f;
-          s[nb][e] = pr * (dp[nb][e] - dsum[r]);
-        }
-    }
+    bwd_ds_rows<kFull>(p, c, s, dp, lse2, dsum, m0 + wrow, n0, g, t);
 
     // dQ += dS K
 #pragma unroll
     for (int kk = 0; kk < kBN / 16; ++kk) {
       uint32_t a[4];
-      a[0] = E::pack(s[2 * kk][0], s[2 * kk][1]);
-      a[1] = E::pack(s[2 * kk][2], s[2 * kk][3]);
-      a[2] = E::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      a[3] = E::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      c_to_a_frag<E>(a, s[2 * kk], s[2 * kk + 1]);
 #pragma unroll
       for (int db2 = 0; db2 < kDB / 2; ++db2) {
         uint32_t bf[4];

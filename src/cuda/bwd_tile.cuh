@@ -70,6 +70,68 @@ __device__ __forceinline__ void bwd_p_ds(const fa__cuda_params &p, const fa__ban
   }
 }
 
+// LSE (as bwd_lse2) and dsum of query rows i0 and i0 + 8 of head h; rows
+// past the sequence get +inf and 0 (P = 0 there).
+__device__ __forceinline__ void bwd_row_stats(const fa__cuda_params &p, const seq_ctx &c, int64_t h, int64_t i0,
+                                              float (&lse2)[2], float (&dsum)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t i = i0 + r * 8;
+    lse2[r] = INFINITY;
+    dsum[r] = 0.f;
+    if (i < c.seq.lq) {
+      lse2[r] = bwd_lse2(p.lse[c.seq.bidx * p.lses.b + h * p.lses.h + (c.seq.q_row0 + i) * p.lses.r]);
+      dsum[r] = p.dsum[(c.seq.bidx * p.Hq + h) * p.Lq_rows + c.seq.q_row0 + i];
+    }
+  }
+}
+
+// The same for the dQ kernels, which hold S and dP the other way round: a
+// thread's queries are rows i0 and i0 + 8 (i0 = r0 + g, r0 the warp's first
+// row), its keys the columns 8 nb + 2t and 2t + 1 of the key tile at n0.
+// s <- dS = P * (dP - Dsum) (times the softcap derivative; dP dropped and
+// rescaled). lse2, dsum: rows i0 and i0 + 8 (bwd_lse2 applied).
+template <bool kFull, int kNB>
+__device__ __forceinline__ void bwd_ds_rows(const fa__cuda_params &p, const seq_ctx &c, float (&s)[kNB][4],
+                                            const float (&dp)[kNB][4], const float (&lse2)[2], const float (&dsum)[2],
+                                            int64_t r0, int64_t n0, int g, int t) {
+  const int64_t i0 = r0 + g;
+  if (kFull) {
+#pragma unroll
+    for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int64_t i = i0 + r * 8, j = n0 + nb * 8 + 2 * t;
+        bool keep[2] = {true, true};
+        if (p.has_dropout) keep_pair(p, c, i, j, &keep[0], &keep[1]);
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+          float capped;
+          const float sx = score_full(p, c, s[nb][2 * r + x], i, j + x, &capped);
+          float ds = 0.f;
+          if (sx != -INFINITY) {
+            const float pr = fast_exp2(sx - lse2[r]);
+            float dpv = dp[nb][2 * r + x];
+            if (p.has_dropout) dpv = keep[x] ? dpv * p.dscale : 0.f;
+            ds = pr * (dpv - dsum[r]) * fa__softcap_grad_f(capped, p.softcap);
+          }
+          s[nb][2 * r + x] = ds;
+        }
+      }
+  } else {
+    const bool full = fa__band_tile_full(&c.bd, r0, r0 + 16, n0, n0 + 8 * kNB);
+#pragma unroll
+    for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1;
+        const bool vis = full || fa__band_visible(&c.bd, i0 + r * 8, n0 + nb * 8 + 2 * t + (e & 1));
+        const float pr = vis ? fast_exp2(s[nb][e] * p.scale_log2 - lse2[r]) : 0.f;
+        s[nb][e] = pr * (dp[nb][e] - dsum[r]);
+      }
+  }
+}
+
 // Two 8-column blocks of f32 accumulators (C layout) as one A fragment.
 template <typename E>
 __device__ __forceinline__ void c_to_a_frag(uint32_t (&a)[4], const float (&lo)[4], const float (&hi)[4]) {

@@ -1,12 +1,13 @@
 // Backward launch on Hopper (sm_90a wgmma dK/dV kernel, dQ fused or, in
-// deterministic mode, the dQ kernel of launch_bwd.cuh after it) for one
+// deterministic mode, the wgmma dQ kernel after it) for one
 // element type; launch_bwd_wgmma_<dtype>.cu instantiate it for sm_90a only.
 // Preconditions as launch_bwd: dsum filled, dq_acc zero when fused.
 #ifndef FA_CUDA_LAUNCH_BWD_WGMMA_CUH
 #define FA_CUDA_LAUNCH_BWD_WGMMA_CUH
 
+#include "bwd_dq_wgmma_kernel.cuh"
 #include "bwd_wgmma_kernel.cuh"
-#include "launch_bwd.cuh"
+#include "launch.cuh"
 
 namespace fa_cuda {
 
@@ -18,7 +19,17 @@ fa_status launch_bwd_wgmma_cfg(const fa__cuda_params &p, int deterministic, cuda
   const dim3 grid(static_cast<unsigned>(p.B * p.Hkv), static_cast<unsigned>((p.Lk + cfg::kBN - 1) / cfg::kBN));
   kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p);
   FA_CUDA_CHECK_LAUNCH("backward (wgmma) dk/dv kernel launch");
-  return deterministic ? launch_bwd_dq<E, kD, 4, 64, kFull>(p, s, err) : FA_OK;
+  if (!deterministic) return FA_OK;
+  // dQ in its own kernel: 2 warpgroups x 64 query rows, key tiles of 128
+  // (D = 64) or 64 (D = 128)
+  constexpr int kDqBN = kD == 64 ? 128 : 64;
+  using dcfg = dq_wgmma_cfg<kD, kDqBN>;
+  auto dq_kernel = bwd_dq_wgmma_kernel<E, kD, kDqBN, kFull>;
+  FA_CUDA_TRY(fa__cuda_smem_optin(dq_kernel, dcfg::smem_bytes), "backward dq (wgmma): shared memory limit");
+  const dim3 dgrid(static_cast<unsigned>(p.B * p.Hq), static_cast<unsigned>((p.Lq + dcfg::kBM - 1) / dcfg::kBM));
+  dq_kernel<<<dgrid, dcfg::kThreads, dcfg::smem_bytes, s>>>(p);
+  FA_CUDA_CHECK_LAUNCH("backward dq (wgmma) kernel launch");
+  return FA_OK;
 }
 
 // Tiles: 2 warpgroups x 64 keys; query tiles of 128 (D = 64) or 64

@@ -1,0 +1,142 @@
+// Tensor-core dQ on its own for Hopper (sm_90a), the deterministic mode's
+// second kernel: bwd_dq_kernel.cuh on wgmma, laid out like the wgmma
+// forward. A block is two warpgroups of 64 query rows; per key tile of kBN:
+//   S = Q K^T, dP = dO V^T    wgmma ss (Q, dO rows and K, V tiles from
+//                             shared memory, all K-major)
+//   dS                        bwd_tile.cuh, in registers
+//   dQ += dS K                wgmma rs (dS as A fragments, K N-major)
+// Each dQ element has one writer and a fixed summation order (key tiles in
+// order), so the bits are the same on every run.
+#ifndef FA_CUDA_BWD_DQ_WGMMA_KERNEL_CUH
+#define FA_CUDA_BWD_DQ_WGMMA_KERNEL_CUH
+
+#include "bwd_tile.cuh"
+#include "fwd_tile.cuh"
+#include "wgmma.cuh"
+
+namespace fa_cuda {
+
+template <int kD, int kBN>
+struct dq_wgmma_cfg {
+  static constexpr int kBM = 128, kThreads = 256;
+  // Q, dO, two slots of K and V; 1 KiB to align the tiles to 1024 bytes
+  static constexpr size_t smem_bytes = sizeof(uint16_t) * (size_t)(2 * kBM * kD + 4 * kBN * kD) + 1024;
+};
+
+template <typename E, int kD, int kBN, bool kFull>
+__global__ void __launch_bounds__(256, 1) bwd_dq_wgmma_kernel(const fa__cuda_params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using T = typename E::storage;
+  using cfg = dq_wgmma_cfg<kD, kBN>;
+  constexpr int kBM = cfg::kBM, kThreads = cfg::kThreads;
+  constexpr int kNB = kBN / 8, kDB = kD / 8;
+  static_assert(kD % 64 == 0 && kBN % 64 == 0, "wgmma tiles are whole 64-column atoms");
+
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  T *sQ = reinterpret_cast<T *>(smem);  // [kD / 64][kBM][64]
+  T *sdO = sQ + kBM * kD;               // [kD / 64][kBM][64]
+  T *sK = sdO + kBM * kD;               // [2][kD / 64][kBN][64]
+  T *sV = sK + 2 * kBN * kD;            // [2][kD / 64][kBN][64]
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int wg = warp >> 2;
+  fwd_block fb;  // the same rows / key tiles as the forward's blocks
+  if (!fwd_block_init<kBM, kBN>(p, &fb)) return;
+  const seq_ctx &c = fb.c;
+  const int64_t m0 = fb.m0, h = fb.h;
+
+  const int64_t row0 = c.seq.q_row0 + m0;
+  const T *gq = static_cast<const T *>(p.q) + c.seq.bidx * p.qs.b + h * p.qs.h + row0 * p.qs.r;
+  const T *gdo = static_cast<const T *>(p.dout) + c.seq.bidx * p.dos.b + h * p.dos.h + row0 * p.dos.r;
+  const T *gk = static_cast<const T *>(p.k) + c.seq.bidx * p.ks.b + fb.kvh * p.ks.h + c.seq.k_row0 * p.ks.r;
+  const T *gv = static_cast<const T *>(p.v) + c.seq.bidx * p.vs.b + fb.kvh * p.vs.h + c.seq.k_row0 * p.vs.r;
+  const int q_valid = static_cast<int>(c.seq.lq - m0 < kBM ? c.seq.lq - m0 : kBM);
+  load_tile<kBM, kD, kThreads, true>(sQ, gq, p.qs.r, q_valid, p.D, p.q, tid);
+  load_tile<kBM, kD, kThreads, true>(sdO, gdo, p.dos.r, q_valid, p.Dv, p.dout, tid);
+  auto load_kv = [&](int it, int slot) {
+    const int64_t n0 = static_cast<int64_t>(fb.nb_lo + it) * kBN;
+    const int valid = static_cast<int>(c.seq.lk - n0 < kBN ? c.seq.lk - n0 : kBN);
+    load_tile<kBN, kD, kThreads, true>(sK + slot * kBN * kD, gk + n0 * p.ks.r, p.ks.r, valid, p.D, p.k, tid);
+    load_tile<kBN, kD, kThreads, true>(sV + slot * kBN * kD, gv + n0 * p.vs.r, p.vs.r, valid, p.Dv, p.v, tid);
+  };
+  if (fb.n_tiles > 0) load_kv(0, 0);
+  cp_async_commit();
+
+  const int wrow = warp * 16;  // = 64 wg + 16 (warp % 4): this warp's rows in the block
+  float lse2[2], dsum[2];
+  bwd_row_stats(p, c, h, m0 + wrow + g, lse2, dsum);
+  float dq[kDB][4];
+#pragma unroll
+  for (int db = 0; db < kDB; ++db) dq[db][0] = dq[db][1] = dq[db][2] = dq[db][3] = 0.f;
+
+  // Byte addresses; an atom of 64 columns is rows x 128 bytes.
+  const uint32_t q_base = smem_addr(sQ) + wg * 64 * 128, do_base = smem_addr(sdO) + wg * 64 * 128;
+  const uint32_t k_base = smem_addr(sK), v_base = smem_addr(sV);
+  constexpr uint32_t kSlot = kBN * kD * 2;
+
+  for (int it = 0; it < fb.n_tiles; ++it) {
+    const int slot = it & 1;
+    cp_async_wait<0>();  // tile it (and Q, dO) landed; every warpgroup is done with tile it - 1
+    fence_proxy_async();
+    __syncthreads();
+    if (it + 1 < fb.n_tiles) load_kv(it + 1, slot ^ 1);
+    cp_async_commit();
+
+    // S = Q K^T, dP = dO V^T: kD / 16 steps of k16, 32 bytes on inside an atom
+    float s[kNB][4], dp[kNB][4];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      const uint32_t off_a = (kk >> 2) * (kBM * 128) + (kk & 3) * 32;
+      const uint32_t off_b = slot * kSlot + (kk >> 2) * (kBN * 128) + (kk & 3) * 32;
+      wgmma<E, kBN>::ss(s, sw128_desc_lo(q_base + off_a, 0), sw128_desc_lo(k_base + off_b, 0), kk > 0);
+    }
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      const uint32_t off_a = (kk >> 2) * (kBM * 128) + (kk & 3) * 32;
+      const uint32_t off_b = slot * kSlot + (kk >> 2) * (kBN * 128) + (kk & 3) * 32;
+      wgmma<E, kBN>::ss(dp, sw128_desc_lo(do_base + off_a, 0), sw128_desc_lo(v_base + off_b, 0), kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(s);
+    fence_regs(dp);
+
+    const int64_t n0 = static_cast<int64_t>(fb.nb_lo + it) * kBN;
+    bwd_ds_rows<kFull>(p, c, s, dp, lse2, dsum, m0 + wrow, n0, g, t);
+
+    // dQ += dS K: kBN / 16 steps of 16 keys = 16 rows of 128 bytes
+    uint32_t a[kBN / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) c_to_a_frag<E>(a[kk], s[2 * kk], s[2 * kk + 1]);
+    fence_regs(dq);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk)
+      wgmma<E, kD>::template rs<1>(dq, a[kk], sw128_desc_lo(k_base + slot * kSlot + kk * 16 * 128, kBN * 128), 1);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(dq);
+  }
+  cp_async_wait<0>();
+
+  T *gdq = static_cast<T *>(p.dq) + c.seq.bidx * p.dqs.b + h * p.dqs.h + c.seq.q_row0 * p.dqs.r;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t i = m0 + wrow + g + r * 8;
+    if (i >= fb.rows) continue;
+#pragma unroll
+    for (int db = 0; db < kDB; ++db) {
+      const int d = db * 8 + 2 * t;
+      if (d < p.D)
+        *reinterpret_cast<uint32_t *>(gdq + i * p.dqs.r + d) =
+            E::pack(dq[db][2 * r] * p.scale, dq[db][2 * r + 1] * p.scale);
+    }
+  }
+#endif
+}
+
+}  // namespace fa_cuda
+
+#endif
