@@ -97,6 +97,18 @@ int bucket_of(int64_t d) {
 
 constexpr int64_t kMaxRows = 65535LL * 16;  // grid.y limit times the smallest row tile
 
+// Compute capability of the current device; false (error cleared) when the
+// runtime cannot say.
+bool current_cc(int *dev, int *major, int *minor) {
+  if (cudaGetDevice(dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, *dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(minor, cudaDevAttrComputeCapabilityMinor, *dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
 fa_status cuda_available(fa__err *err) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
@@ -109,10 +121,7 @@ fa_status cuda_available(fa__err *err) {
     return FA_ERR_NO_BACKEND;
   }
   int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-    (void)cudaGetLastError();
+  if (!current_cc(&dev, &major, &minor)) {
     fa__err_set(err, "no usable CUDA device (cannot query compute capability)");
     return FA_ERR_NO_BACKEND;
   }
@@ -249,13 +258,7 @@ bool wgmma_ok(int kd) {
   const char *env = getenv("FLASHATTN_CUDA_WGMMA");
   if (env && strcmp(env, "0") == 0) return false;
   int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return major == 9 && minor == 0;
+  return current_cc(&dev, &major, &minor) && major == 9 && minor == 0;
 }
 
 // The Hopper backward: not yet run on a GPU, so only on request
