@@ -124,8 +124,8 @@ def use_variant(var):
     os.environ["FLASHATTN_CUDA_VARIANT"] = "0"
     if var == "mma":
         os.environ["FLASHATTN_CUDA_WGMMA"] = "0"
-    elif var == "wbwd":
-        os.environ["FLASHATTN_CUDA_WGMMA_BWD"] = "1"
+    elif var == "mbwd":
+        os.environ["FLASHATTN_CUDA_WGMMA_BWD"] = "0"
     else:
         os.environ["FLASHATTN_CUDA_VARIANT"] = var
 
@@ -141,8 +141,8 @@ def main():
     ap.add_argument("--tag", default="")
     ap.add_argument("--variants", default="0",
                     help="FLASHATTN_CUDA_VARIANT values to time (tile-configuration A/B), or 'mma' for the "
-                         "mma.sync forward on Hopper (FLASHATTN_CUDA_WGMMA=0), or 'wbwd' for the wgmma backward "
-                         "(FLASHATTN_CUDA_WGMMA_BWD=1); the first is 'fa'")
+                         "mma.sync forward on Hopper (FLASHATTN_CUDA_WGMMA=0), or 'mbwd' for the mma.sync backward "
+                         "with the wgmma forward (FLASHATTN_CUDA_WGMMA_BWD=0); the first is 'fa'")
     ap.add_argument("--passes", default="fwd,bwd", help="fwd, bwd or both")
     ap.add_argument("--once", action="store_true",
                     help="run flashattn's forward, backward and deterministic backward once per shape (for ncu)")

@@ -10,10 +10,13 @@
 #   scripts/gpu/run.sh perf    build + check + tile-variant A/B timing + ncu
 #   scripts/gpu/run.sh dev     build + check (Hopper and mma.sync forward) +
 #                              test_backend_cuda + anchors with $ANCHOR_ARGS
-#   scripts/gpu/run.sh bwd     the opt-in Hopper backward (FLASHATTN_CUDA_WGMMA_BWD=1):
-#                              build, check_cuda and the cuda suite with it,
-#                              memcheck / racecheck, backward anchors against
-#                              the mma.sync backward (variants 0,wbwd)
+#   scripts/gpu/run.sh bwd     the backward: build, check_cuda and the cuda
+#                              suite (Hopper and, FLASHATTN_CUDA_WGMMA_BWD=0,
+#                              mma.sync backward), memcheck / racecheck,
+#                              backward anchors, both kernels (variants 0,mbwd)
+#   scripts/gpu/run.sh ncu     build + Nsight Compute on the kernels matching
+#                              $NCU_KERNEL (default bwd), variant $NCU_VARIANT
+#                              (default 0), shapes $NCU_SHAPES ("D:L ...")
 #
 # Carry .gpu-deps (CMocka headers and library copied from the dev machine:
 # the GPU image has no CMocka and no network).
@@ -44,7 +47,7 @@ stage "build"
 CM=$ROOT/.gpu-deps/cmocka
 export LD_LIBRARY_PATH=$CM/lib:${LD_LIBRARY_PATH:-}
 TESTS=ON
-[ "$MODE" = bench ] || [ "$MODE" = perf ] && TESTS=OFF
+[ "$MODE" = bench ] || [ "$MODE" = perf ] || [ "$MODE" = ncu ] && TESTS=OFF
 ANCHOR_ARGS=${ANCHOR_ARGS:---d 64,128 --l 2048,8192 --passes fwd --variants 0,1,mma --reps 10}
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
@@ -65,6 +68,21 @@ say "build ok in $(($(date +%s) - t0)) s"
 CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
 cc -O2 scripts/gpu/check_cuda.c -I include -I "$CUDA_HOME/include" -L "$BUILD" -lflashattn \
   -L "$CUDA_HOME/lib64" -lcudart -lm -Wl,-rpath,"$BUILD" -o "$BUILD/check_cuda" || { say "check_cuda build failed"; exit 1; }
+
+if [ "$MODE" = ncu ]; then
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  for shape in ${NCU_SHAPES:-128:4096 64:4096}; do
+    stage "ncu ${NCU_KERNEL:-bwd} variant ${NCU_VARIANT:-0} D:L=$shape"
+    timeout 200 "$NCU" --clock-control none --kernel-name regex:"${NCU_KERNEL:-bwd}" --launch-count 2 \
+      --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+      --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section InstructionStats \
+      --section SourceCounters python3 bench/gpu/anchors.py --lib "$BUILD/libflashattn.so" --d "${shape%:*}" \
+      --l "${shape#*:}" --causal 0 --once --variants "${NCU_VARIANT:-0}" >"$OUT/ncu-${shape/:/-}.txt" 2>&1
+    say "ncu exit $?"
+  done
+  stage "done"
+  exit 0
+fi
 
 if [ "$MODE" != bench ] && [ "$MODE" != bwd ]; then
   stage "check_cuda (cuda vs ref on multi-tile shapes)"
@@ -132,21 +150,25 @@ if [ "$MODE" = full ] || [ "$MODE" = smoke ] || [ "$MODE" = dev ]; then
 fi
 
 if [ "$MODE" = bwd ]; then
-  stage "Hopper backward (FLASHATTN_CUDA_WGMMA_BWD=1)"
-  FLASHATTN_CUDA_WGMMA_BWD=1 timeout 200 "$BUILD/check_cuda" >"$OUT/check.log" 2>&1
+  stage "backward (Hopper; FLASHATTN_CUDA_WGMMA_BWD=0: mma.sync)"
+  timeout 200 "$BUILD/check_cuda" >"$OUT/check.log" 2>&1
   say "check_cuda exit $?: $(tail -1 "$OUT/check.log")"
   grep -E "FAIL" "$OUT/check.log" | head -20 | tee -a "$SUMMARY"
   SUITE=$OUT/suite_cuda.log
-  FLASHATTN_CUDA_WGMMA_BWD=1 timeout 200 "$BUILD/tests/test_backend_cuda" >"$SUITE" 2>&1
+  # (grep -E "FAILED" "$SUITE" shows which cases failed)
+  timeout 200 "$BUILD/tests/test_backend_cuda" >"$SUITE" 2>&1
   say "test_backend_cuda (wgmma backward) exit $?: $(grep -c '\[       OK \]' "$SUITE") OK, $(grep -c '\[  FAILED  \]' "$SUITE") failed"
+  FLASHATTN_CUDA_WGMMA_BWD=0 timeout 200 "$BUILD/tests/test_backend_cuda" >"$BUILD/suite_mma.log" 2>&1
+  say "test_backend_cuda (mma.sync backward) exit $?: $(grep -c '\[       OK \]' "$BUILD/suite_mma.log") OK, $(grep -c '\[  FAILED  \]' "$BUILD/suite_mma.log") failed"
+  grep -E "FAILED" "$BUILD/suite_mma.log" | head -10 | tee -a "$SUMMARY"
   for tool in memcheck racecheck; do
-    FLASHATTN_CUDA_WGMMA_BWD=1 timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/check_cuda" \
+    timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/check_cuda" \
       bf16_d128_seqlens >>"$OUT/sanitizer.log" 2>&1
     say "$tool bf16_d128_seqlens (wgmma backward): exit $?"
   done
-  stage "anchors (backward: mma.sync = fa, wgmma = fa-vwbwd)"
+  stage "anchors (backward: wgmma = fa, mma.sync = fa-vmbwd)"
   timeout 240 python3 bench/gpu/anchors.py --lib "$BUILD/libflashattn.so" --out "$OUT" --passes bwd \
-    --variants 0,wbwd --reps 10 --l 2048,4096,16384 2>&1 | tee "$OUT/anchors.txt"
+    --variants 0,mbwd --reps 10 --l 2048,4096,16384 2>&1 | tee "$OUT/anchors.txt"
   stage "done"
   exit 0
 fi

@@ -261,11 +261,11 @@ bool wgmma_ok(int kd) {
   return current_cc(&dev, &major, &minor) && major == 9 && minor == 0;
 }
 
-// The Hopper backward: not yet run on a GPU, so only on request
-// (FLASHATTN_CUDA_WGMMA_BWD=1) until the suite has passed with it.
+// The Hopper backward goes with the Hopper forward;
+// FLASHATTN_CUDA_WGMMA_BWD=0 keeps the mma.sync backward alone (A/B timing).
 bool wgmma_bwd_ok(int kd) {
   const char *env = getenv("FLASHATTN_CUDA_WGMMA_BWD");
-  return env && strcmp(env, "1") == 0 && wgmma_ok(kd);
+  return !(env && strcmp(env, "0") == 0) && wgmma_ok(kd);
 }
 #endif
 

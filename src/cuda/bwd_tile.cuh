@@ -17,6 +17,54 @@ __device__ __forceinline__ float bwd_lse2(float lse) {
   return lse == -INFINITY ? INFINITY : lse * kLog2e;
 }
 
+// The band-only backward (no bias, mask, dropout or softcap) in two steps,
+// so that a kernel can start dV += P^T dO before dP^T is there:
+// bwd_p_band  st <- P^T = exp2(S^T scale_log2 - lse2), 0 outside the band
+// bwd_ds_band dpt <- dS^T = P^T (dP^T - dsum)
+// l_s, ds_s: the tile's raw LSE and dsum by query; a thread's query columns
+// are 8 mb + 2t and + 1 (one 8-byte load each), its keys jw + g, + 8.
+template <bool kMasked, int kMB>
+__device__ __forceinline__ void bwd_p_band_el(const fa__band &bd, float (&st)[kMB][4], const float (&nl)[kMB][2],
+                                              float scale_log2, int64_t m0, int64_t j0, int t) {
+#pragma unroll
+  for (int mb = 0; mb < kMB; ++mb)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int c = e & 1;
+      float pr = fast_exp2(fmaf(st[mb][e], scale_log2, nl[mb][c]));
+      if (kMasked && !fa__band_visible(&bd, m0 + mb * 8 + 2 * t + c, j0 + (e >> 1) * 8)) pr = 0.f;
+      st[mb][e] = pr;
+    }
+}
+
+template <int kMB>
+__device__ __forceinline__ void bwd_p_band(const fa__band &bd, float (&st)[kMB][4], const float *l_s, float scale_log2,
+                                           int64_t m0, int64_t jw, int g, int t) {
+  float nl[kMB][2];  // -lse2 of the thread's query columns
+#pragma unroll
+  for (int mb = 0; mb < kMB; ++mb) {
+    const float2 l = *reinterpret_cast<const float2 *>(l_s + mb * 8 + 2 * t);
+    nl[mb][0] = -bwd_lse2(l.x);
+    nl[mb][1] = -bwd_lse2(l.y);
+  }
+  // one test for the warp's 16 keys x 8 kMB queries: tiles inside the band
+  // run without a comparison per element
+  if (fa__band_tile_full(&bd, m0, m0 + 8 * kMB, jw, jw + 16))
+    bwd_p_band_el<false>(bd, st, nl, scale_log2, m0, jw + g, t);
+  else
+    bwd_p_band_el<true>(bd, st, nl, scale_log2, m0, jw + g, t);
+}
+
+template <int kMB>
+__device__ __forceinline__ void bwd_ds_band(const float (&st)[kMB][4], float (&dpt)[kMB][4], const float *ds_s, int t) {
+#pragma unroll
+  for (int mb = 0; mb < kMB; ++mb) {
+    const float2 d = *reinterpret_cast<const float2 *>(ds_s + mb * 8 + 2 * t);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dpt[mb][e] = st[mb][e] * (dpt[mb][e] - ((e & 1) ? d.y : d.x));
+  }
+}
+
 // st <- P^T (dropped and rescaled), dpt <- dS^T (times the softcap
 // derivative): the A operands of dV += P^T dO and dK += dS^T Q. l_s, ds_s:
 // the tile's raw LSE and dsum, indexed by query within the tile.
@@ -56,17 +104,8 @@ __device__ __forceinline__ void bwd_p_ds(const fa__cuda_params &p, const fa__ban
         dpt[mb][e] = ds;
       }
   } else {
-    const bool full = fa__band_tile_full(&bd, m0, m0 + 8 * kMB, jw, jw + 16);
-#pragma unroll
-    for (int mb = 0; mb < kMB; ++mb)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int il = mb * 8 + 2 * t + (e & 1);
-        const bool vis = full || fa__band_visible(&bd, m0 + il, j0 + (e >> 1) * 8);
-        const float pr = vis ? fast_exp2(st[mb][e] * p.scale_log2 - bwd_lse2(l_s[il])) : 0.f;
-        st[mb][e] = pr;
-        dpt[mb][e] = pr * (dpt[mb][e] - ds_s[il]);
-      }
+    bwd_p_band(bd, st, l_s, p.scale_log2, m0, jw, g, t);
+    bwd_ds_band(st, dpt, ds_s, t);
   }
 }
 
@@ -84,6 +123,23 @@ __device__ __forceinline__ void bwd_row_stats(const fa__cuda_params &p, const se
       dsum[r] = p.dsum[(c.seq.bidx * p.Hq + h) * p.Lq_rows + c.seq.q_row0 + i];
     }
   }
+}
+
+// The band-only case of bwd_ds_rows (kMasked: the band tested per
+// element); nl = -lse2 of rows i0, i0 + 8.
+template <bool kMasked, int kNB>
+__device__ __forceinline__ void bwd_ds_rows_band(const fa__band &bd, float (&s)[kNB][4], const float (&dp)[kNB][4],
+                                                 const float (&nl)[2], const float (&dsum)[2], float scale_log2,
+                                                 int64_t i0, int64_t n0, int t) {
+#pragma unroll
+  for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = e >> 1;
+      float pr = fast_exp2(fmaf(s[nb][e], scale_log2, nl[r]));
+      if (kMasked && !fa__band_visible(&bd, i0 + r * 8, n0 + nb * 8 + 2 * t + (e & 1))) pr = 0.f;
+      s[nb][e] = pr * (dp[nb][e] - dsum[r]);
+    }
 }
 
 // The same for the dQ kernels, which hold S and dP the other way round: a
@@ -119,16 +175,11 @@ __device__ __forceinline__ void bwd_ds_rows(const fa__cuda_params &p, const seq_
         }
       }
   } else {
-    const bool full = fa__band_tile_full(&c.bd, r0, r0 + 16, n0, n0 + 8 * kNB);
-#pragma unroll
-    for (int nb = 0; nb < kNB; ++nb)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1;
-        const bool vis = full || fa__band_visible(&c.bd, i0 + r * 8, n0 + nb * 8 + 2 * t + (e & 1));
-        const float pr = vis ? fast_exp2(s[nb][e] * p.scale_log2 - lse2[r]) : 0.f;
-        s[nb][e] = pr * (dp[nb][e] - dsum[r]);
-      }
+    const float nl[2] = {-lse2[0], -lse2[1]};
+    if (fa__band_tile_full(&c.bd, r0, r0 + 16, n0, n0 + 8 * kNB))
+      bwd_ds_rows_band<false>(c.bd, s, dp, nl, dsum, p.scale_log2, i0, n0, t);
+    else
+      bwd_ds_rows_band<true>(c.bd, s, dp, nl, dsum, p.scale_log2, i0, n0, t);
   }
 }
 

@@ -12,8 +12,12 @@
 //                                  A, K as N-major B; each warpgroup one
 //                                  64 x 64 block of the tile's dQ, added to
 //                                  dq_acc with f32 reductions
-// Without kFuseDq (deterministic mode) the dQ kernel of bwd_dq_kernel.cuh
-// runs after this one.
+// The products of a tile go out as separate groups so that the element-wise
+// work hides under them (band-only case; with bias, mask, dropout or
+// softcap P^T needs dP^T too and waits for both):
+//   issue S^T, dP^T | wait S^T, P^T | issue dV | wait dP^T, dS^T | issue dK
+// Without kFuseDq (deterministic mode) the dQ kernel of
+// bwd_dq_wgmma_kernel.cuh runs after this one.
 #ifndef FA_CUDA_BWD_WGMMA_KERNEL_CUH
 #define FA_CUDA_BWD_WGMMA_KERNEL_CUH
 
@@ -111,18 +115,21 @@ __global__ void __launch_bounds__(256, 1) bwd_wgmma_kernel(const fa__cuda_params
 
   for (int it = 0; it < total; ++it) {
     const int stage = it & 1;
-    if (it + 1 < total) load_q(it + 1, stage ^ 1);
-    cp_async_commit();
-    cp_async_wait<1>();
+    // Tile it has landed; past this barrier every warp is done with tile
+    // it - 1 (its Q/dO stage, dS^T), so tile it + 1 may load over it.
+    cp_async_wait<0>();
     fence_proxy_async();
     __syncthreads();
+    if (it + 1 < total) load_q(it + 1, stage ^ 1);
+    cp_async_commit();
     const int64_t h = kvh * p.group + it / n_mt;
     const int64_t m0 = static_cast<int64_t>(mb_lo + it % n_mt) * kBM;
     const float *l_s = sL + stage * kBM;
     const float *ds_s = sDs + stage * kBM;
     const uint32_t q_st = q_base + stage * kQStage, do_st = do_base + stage * kQStage;
 
-    // S^T = K Q^T and dP^T = V dO^T: this warpgroup's 64 keys x kBM queries
+    // S^T = K Q^T and dP^T = V dO^T (this warpgroup's 64 keys x kBM
+    // queries) as two groups, so that P^T is computed while dP^T runs
     float st[kMB][4], dpt[kMB][4];
     wgmma_fence();
 #pragma unroll
@@ -131,6 +138,7 @@ __global__ void __launch_bounds__(256, 1) bwd_wgmma_kernel(const fa__cuda_params
       const uint32_t off_q = (kk >> 2) * (kBM * 128) + (kk & 3) * 32;
       wgmma<E, kBM>::ss(st, sw128_desc_lo(k_base + off_k, 0), sw128_desc_lo(q_st + off_q, 0), kk > 0);
     }
+    wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
       const uint32_t off_k = (kk >> 2) * (kBN * 128) + wg * 64 * 128 + (kk & 3) * 32;
@@ -138,17 +146,35 @@ __global__ void __launch_bounds__(256, 1) bwd_wgmma_kernel(const fa__cuda_params
       wgmma<E, kBM>::ss(dpt, sw128_desc_lo(v_base + off_k, 0), sw128_desc_lo(do_st + off_q, 0), kk > 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
+    wgmma_wait<1>();
     fence_regs(st);
-    fence_regs(dpt);
 
-    bwd_p_ds<kFull>(p, bd, b, h, st, dpt, l_s, ds_s, m0, n0 + wkey, g, t);
+    // P^T, then dV += P^T dO (k = the kBM queries, 16 rows of 128 bytes a
+    // step) while dS^T is computed
     uint32_t ap[kBM / 16][4], as[kBM / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < kBM / 16; ++kk) {
-      c_to_a_frag<E>(ap[kk], st[2 * kk], st[2 * kk + 1]);
-      c_to_a_frag<E>(as[kk], dpt[2 * kk], dpt[2 * kk + 1]);
+    if (kFull) {
+      // dropout and the softcap derivative need dP^T with P^T
+      wgmma_wait<0>();
+      fence_regs(dpt);
+      bwd_p_ds<kFull>(p, bd, b, h, st, dpt, l_s, ds_s, m0, n0 + wkey, g, t);
+    } else {
+      bwd_p_band(bd, st, l_s, p.scale_log2, m0, n0 + wkey, g, t);
     }
+#pragma unroll
+    for (int kk = 0; kk < kBM / 16; ++kk) c_to_a_frag<E>(ap[kk], st[2 * kk], st[2 * kk + 1]);
+    fence_regs(dv);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBM / 16; ++kk)
+      wgmma<E, kD>::template rs<1>(dv, ap[kk], sw128_desc_lo(do_st + kk * 16 * 128, kBM * 128), 1);
+    wgmma_commit();
+    if (!kFull) {
+      wgmma_wait<1>();
+      fence_regs(dpt);
+      bwd_ds_band(st, dpt, ds_s, t);
+    }
+#pragma unroll
+    for (int kk = 0; kk < kBM / 16; ++kk) c_to_a_frag<E>(as[kk], dpt[2 * kk], dpt[2 * kk + 1]);
     if (kFuseDq) {
       // dS^T -> shared memory [key][query]: the A of dQ, M-major
 #pragma unroll
@@ -160,13 +186,9 @@ __global__ void __launch_bounds__(256, 1) bwd_wgmma_kernel(const fa__cuda_params
       fence_proxy_async();
     }
 
-    // dV += P^T dO, dK += dS^T Q: k = the kBM queries, 16 rows of 128 bytes a step
-    fence_regs(dv);
+    // dK += dS^T Q
     fence_regs(dk);
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBM / 16; ++kk)
-      wgmma<E, kD>::template rs<1>(dv, ap[kk], sw128_desc_lo(do_st + kk * 16 * 128, kBM * 128), 1);
 #pragma unroll
     for (int kk = 0; kk < kBM / 16; ++kk)
       wgmma<E, kD>::template rs<1>(dk, as[kk], sw128_desc_lo(q_st + kk * 16 * 128, kBM * 128), 1);
@@ -206,7 +228,6 @@ __global__ void __launch_bounds__(256, 1) bwd_wgmma_kernel(const fa__cuda_params
       fence_regs(dv);
       fence_regs(dk);
     }
-    __syncthreads();  // the Q/dO stage and dS^T are rewritten next
   }
   cp_async_wait<0>();
 
