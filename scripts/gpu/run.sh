@@ -18,6 +18,9 @@
 #                              $NCU_KERNEL (default bwd), variant $NCU_VARIANT
 #                              (default 0), shapes $NCU_SHAPES ("D:L ...")
 #
+# Optionally carry .gpu-build.tar.xz too (scripts/gpu/prebuild.sh makes it here):
+# then nothing is compiled on the GPU machine but check_cuda.
+#
 # Carry .gpu-deps (CMocka headers and library copied from the dev machine:
 # the GPU image has no CMocka and no network).
 # Make it once on the dev machine (Debian, libcmocka-dev installed), in the
@@ -56,15 +59,29 @@ cfg() {
     -DFA_BUILD_TESTS=$TESTS -DFA_BUILD_CLI=OFF -DCMOCKA_INCLUDE_DIR="$CM/include" \
     -DCMOCKA_LIBRARY="$CM/lib/libcmocka.so" "$@" >"$OUT/build.log" 2>&1
 }
-# the cpu backend belongs to another work stream: build without it if it
-# does not configure yet, so the cuda checks still run
-cfg || { say "configure failed; retrying without the cpu backend"; rm -rf "$BUILD"; cfg -DFA_WITH_CPU=OFF; } ||
-  { say "configure failed"; tail -30 "$OUT/build.log"; exit 1; }
-t0=$(date +%s)
-if ! cmake --build "$BUILD" -j"$JOBS" >>"$OUT/build.log" 2>&1; then
-  say "build failed"; grep -m20 -B2 -A6 "error" "$OUT/build.log"; exit 1
+[ -f "$ROOT/.gpu-build.tar.xz" ] &&
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$ROOT/.gpu-build.tar.xz" "$ROOT"
+if [ -f "$ROOT/.gpu-build/CMakeCache.txt" ]; then
+  # A build made on the dev machine (same nvcc; the GPU host compiles the
+  # wgmma kernels slowly), carried as .gpu-build.tar.xz: its absolute paths name
+  # the dev checkout, so that path is made to lead here.
+  OLD=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$ROOT/.gpu-build/CMakeCache.txt")
+  rm -rf "$BUILD" && mv "$ROOT/.gpu-build" "$BUILD"
+  if [ "$OLD" != "$ROOT" ]; then
+    [ -e "$OLD" ] || { mkdir -p "$(dirname "$OLD")" && ln -s "$ROOT" "$OLD"; }
+  fi
+  say "carried build (configured at $OLD; made by scripts/gpu/prebuild.sh)"
+else
+  # the cpu backend belongs to another work stream: build without it if it
+  # does not configure yet, so the cuda checks still run
+  cfg || { say "configure failed; retrying without the cpu backend"; rm -rf "$BUILD"; cfg -DFA_WITH_CPU=OFF; } ||
+    { say "configure failed"; tail -30 "$OUT/build.log"; exit 1; }
+  t0=$(date +%s)
+  if ! cmake --build "$BUILD" -j"$JOBS" >>"$OUT/build.log" 2>&1; then
+    say "build failed"; grep -m20 -B2 -A6 "error" "$OUT/build.log"; exit 1
+  fi
+  say "build ok in $(($(date +%s) - t0)) s"
 fi
-say "build ok in $(($(date +%s) - t0)) s"
 CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
 cc -O2 scripts/gpu/check_cuda.c -I include -I "$CUDA_HOME/include" -L "$BUILD" -lflashattn \
   -L "$CUDA_HOME/lib64" -lcudart -lm -Wl,-rpath,"$BUILD" -o "$BUILD/check_cuda" || { say "check_cuda build failed"; exit 1; }
@@ -198,9 +215,9 @@ else
   timeout 540 python3 bench/gpu/anchors.py --lib "$BUILD/libflashattn.so" --out "$OUT" \
     --variants "$(echo $VARIANTS | tr ' ' ',')" 2>&1 | tee "$OUT/anchors.txt"
   if [ "$MODE" = full ]; then
-    stage "ncu (Hopper forward, D=64, L=2048, non-causal)"
+    stage "ncu (Hopper forward and backward kernels, D=64, L=2048, non-causal)"
     NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-    timeout 150 "$NCU" --clock-control none --kernel-name regex:fwd_wgmma --launch-count 1 \
+    timeout 150 "$NCU" --clock-control none --kernel-name regex:wgmma --launch-count 4 \
       --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
       --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
       python3 bench/gpu/anchors.py --lib "$BUILD/libflashattn.so" --d 64 --l 2048 --causal 0 --once \

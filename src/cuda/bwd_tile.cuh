@@ -23,16 +23,26 @@ __device__ __forceinline__ float bwd_lse2(float lse) {
 // bwd_ds_band dpt <- dS^T = P^T (dP^T - dsum)
 // l_s, ds_s: the tile's raw LSE and dsum by query; a thread's query columns
 // are 8 mb + 2t and + 1 (one 8-byte load each), its keys jw + g, + 8.
+// [lo, hi): the offsets d (of the thread's columns from 2t on, in a tile
+// at x0) of the columns that are visible, given the visible interval
+// [v0, v1) of the absolute columns; clamped to [0, n] so that the per-element
+// test is two 32-bit comparisons against a compile-time offset.
+__device__ __forceinline__ void band_offsets(int64_t v0, int64_t v1, int64_t x0, int n, int *lo, int *hi) {
+  const int64_t a = v0 - x0, b = v1 - x0;
+  *lo = static_cast<int>(a < 0 ? 0 : a > n ? n : a);
+  *hi = static_cast<int>(b < 0 ? 0 : b > n ? n : b);
+}
+
 template <bool kMasked, int kMB>
-__device__ __forceinline__ void bwd_p_band_el(const fa__band &bd, float (&st)[kMB][4], const float (&nl)[kMB][2],
-                                              float scale_log2, int64_t m0, int64_t j0, int t) {
+__device__ __forceinline__ void bwd_p_band_el(float (&st)[kMB][4], const float (&nl)[kMB][2], float scale_log2,
+                                              const int (&lo)[2], const int (&hi)[2]) {
 #pragma unroll
   for (int mb = 0; mb < kMB; ++mb)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int c = e & 1;
+      const int c = e & 1, r = e >> 1, d = mb * 8 + c;
       float pr = fast_exp2(fmaf(st[mb][e], scale_log2, nl[mb][c]));
-      if (kMasked && !fa__band_visible(&bd, m0 + mb * 8 + 2 * t + c, j0 + (e >> 1) * 8)) pr = 0.f;
+      if (kMasked && (d < lo[r] || d >= hi[r])) pr = 0.f;
       st[mb][e] = pr;
     }
 }
@@ -48,11 +58,20 @@ __device__ __forceinline__ void bwd_p_band(const fa__band &bd, float (&st)[kMB][
     nl[mb][1] = -bwd_lse2(l.y);
   }
   // one test for the warp's 16 keys x 8 kMB queries: tiles inside the band
-  // run without a comparison per element
-  if (fa__band_tile_full(&bd, m0, m0 + 8 * kMB, jw, jw + 16))
-    bwd_p_band_el<false>(bd, st, nl, scale_log2, m0, jw + g, t);
-  else
-    bwd_p_band_el<true>(bd, st, nl, scale_log2, m0, jw + g, t);
+  // run without a comparison per element; the others compare each query
+  // with the rows that see the thread's key (fa__band_rows of that key)
+  int lo[2] = {0, 0}, hi[2] = {0, 0};
+  if (fa__band_tile_full(&bd, m0, m0 + 8 * kMB, jw, jw + 16)) {
+    bwd_p_band_el<false>(st, nl, scale_log2, lo, hi);
+  } else {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      int64_t i0, i1;
+      fa__band_rows(&bd, jw + g + 8 * r, jw + g + 8 * r + 1, &i0, &i1);
+      band_offsets(i0, i1, m0 + 2 * t, 8 * kMB, &lo[r], &hi[r]);
+    }
+    bwd_p_band_el<true>(st, nl, scale_log2, lo, hi);
+  }
 }
 
 template <int kMB>
@@ -128,16 +147,16 @@ __device__ __forceinline__ void bwd_row_stats(const fa__cuda_params &p, const se
 // The band-only case of bwd_ds_rows (kMasked: the band tested per
 // element); nl = -lse2 of rows i0, i0 + 8.
 template <bool kMasked, int kNB>
-__device__ __forceinline__ void bwd_ds_rows_band(const fa__band &bd, float (&s)[kNB][4], const float (&dp)[kNB][4],
-                                                 const float (&nl)[2], const float (&dsum)[2], float scale_log2,
-                                                 int64_t i0, int64_t n0, int t) {
+__device__ __forceinline__ void bwd_ds_rows_band(float (&s)[kNB][4], const float (&dp)[kNB][4], const float (&nl)[2],
+                                                 const float (&dsum)[2], float scale_log2, const int (&lo)[2],
+                                                 const int (&hi)[2]) {
 #pragma unroll
   for (int nb = 0; nb < kNB; ++nb)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int r = e >> 1;
+      const int r = e >> 1, d = nb * 8 + (e & 1);
       float pr = fast_exp2(fmaf(s[nb][e], scale_log2, nl[r]));
-      if (kMasked && !fa__band_visible(&bd, i0 + r * 8, n0 + nb * 8 + 2 * t + (e & 1))) pr = 0.f;
+      if (kMasked && (d < lo[r] || d >= hi[r])) pr = 0.f;
       s[nb][e] = pr * (dp[nb][e] - dsum[r]);
     }
 }
@@ -176,10 +195,20 @@ __device__ __forceinline__ void bwd_ds_rows(const fa__cuda_params &p, const seq_
       }
   } else {
     const float nl[2] = {-lse2[0], -lse2[1]};
-    if (fa__band_tile_full(&c.bd, r0, r0 + 16, n0, n0 + 8 * kNB))
-      bwd_ds_rows_band<false>(c.bd, s, dp, nl, dsum, p.scale_log2, i0, n0, t);
-    else
-      bwd_ds_rows_band<true>(c.bd, s, dp, nl, dsum, p.scale_log2, i0, n0, t);
+    // the band per element only where it cuts the warp's 16 rows x 8 kNB
+    // keys, as the key interval each of the thread's two rows sees
+    int lo[2] = {0, 0}, hi[2] = {0, 0};
+    if (fa__band_tile_full(&c.bd, r0, r0 + 16, n0, n0 + 8 * kNB)) {
+      bwd_ds_rows_band<false>(s, dp, nl, dsum, p.scale_log2, lo, hi);
+    } else {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        int64_t j0, j1;
+        fa__band_cols(&c.bd, i0 + 8 * r, i0 + 8 * r + 1, &j0, &j1);
+        band_offsets(j0, j1, n0 + 2 * t, 8 * kNB, &lo[r], &hi[r]);
+      }
+      bwd_ds_rows_band<true>(s, dp, nl, dsum, p.scale_log2, lo, hi);
+    }
   }
 }
 
