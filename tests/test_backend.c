@@ -211,55 +211,41 @@ static void test_nan_propagates(void **state) {
 }
 
 /* deterministic = 1: the backward gives the same bits on every run and for
- * every thread count (DESIGN.md), with every option that accumulates. */
-static void test_deterministic_backward(void **state) {
-  const tb_variant *var = (const tb_variant *)*state;
-  skip_unless_usable();
-  if (g_be->refuses(&(tcase){.D = 32, .Dv = 32}, FA_F32, 1) != FA_OK) skip();
-  const tcase c = {.name = "deterministic",
-                   .B = 2,
-                   .Hq = 4,
-                   .Hkv = 2,
-                   .Lq = 65,
-                   .Lk = 130,
-                   .D = 32,
-                   .Dv = 32,
-                   .causal = 1,
-                   .align = FA_ALIGN_BOTTOM_RIGHT,
-                   .bias = 1,
-                   .bias_bcast = BC_B,
-                   .dbias = 1,
-                   .dropout_p = 0.2,
-                   .seed = 11};
+ * every thread count (DESIGN.md), with every option that accumulates and
+ * with the band alone, in f32 and in bf16 (on cuda, bf16 at D = 64 is the
+ * tensor-core path: the wgmma kernels on Hopper; f32 the SIMT one). */
+static void check_deterministic(const tb_variant *var, const tcase *c, fa_dtype dt) {
   tc_inputs in;
-  tc_inputs_make(&in, &c, FA_F32, 3);
+  tc_inputs_make(&in, c, dt, 3);
   tc_tensors T;
-  assert_int_equal(tc_tensors_make(&T, &in, FA_F32, TL_BHLD, g_be->memory == FA_MEMORY_CUDA), 0);
+  assert_int_equal(tc_tensors_make(&T, &in, dt, TL_BHLD, g_be->memory == FA_MEMORY_CUDA), 0);
   T.opt.deterministic = 1;
   fa_context *ctx = new_ctx(var);
   fa_status st = fa_forward(ctx, g_be->id, &T.q.t, &T.k.t, &T.v.t, &T.opt, &T.o.t, &T.lse.t);
-  if (st != FA_OK) fail_msg("forward: %s", fa_context_last_error(ctx));
+  if (st != FA_OK) fail_msg("%s %s forward: %s", c->name, fa_dtype_name(dt), fa_context_last_error(ctx));
   static const int threads[] = {1, 2, 2, 3};
   tbuf *outs[] = {&T.dq, &T.dk, &T.dv, &T.dbias};
   const char *names[] = {"dQ", "dK", "dV", "dBias"};
+  const int nout = c->dbias ? 4 : 3;
   unsigned char *first[4] = {NULL, NULL, NULL, NULL};
   for (size_t r = 0; r < sizeof threads / sizeof threads[0]; ++r) {
     assert_int_equal(fa_context_set_threads(ctx, threads[r]), FA_OK);
-    for (int t = 0; t < 4; ++t) {
+    for (int t = 0; t < nout; ++t) {
       tb_poison(outs[t]);
       assert_int_equal(tb_upload(outs[t]), 0);
     }
     st = fa_backward(ctx, g_be->id, &T.q.t, &T.k.t, &T.v.t, &T.o.t, &T.dout.t, &T.lse.t, &T.opt, &T.dq.t, &T.dk.t,
-                     &T.dv.t, &T.dbias.t);
-    if (st != FA_OK) fail_msg("backward (%d threads): %s", threads[r], fa_context_last_error(ctx));
-    for (int t = 0; t < 4; ++t) {
+                     &T.dv.t, c->dbias ? &T.dbias.t : NULL);
+    if (st != FA_OK)
+      fail_msg("%s %s backward (%d threads): %s", c->name, fa_dtype_name(dt), threads[r], fa_context_last_error(ctx));
+    for (int t = 0; t < nout; ++t) {
       assert_int_equal(tb_download(outs[t]), 0);
       if (r == 0) {
         first[t] = (unsigned char *)malloc(outs[t]->span);
         memcpy(first[t], tb_view(outs[t]), outs[t]->span);
       } else if (memcmp(first[t], tb_view(outs[t]), outs[t]->span) != 0) {
-        fail_msg("%s differs between a run with 1 thread and a run with %d threads (deterministic = 1)", names[t],
-                 threads[r]);
+        fail_msg("%s %s: %s differs between a run with 1 thread and a run with %d threads (deterministic = 1)", c->name,
+                 fa_dtype_name(dt), names[t], threads[r]);
       }
     }
   }
@@ -267,6 +253,46 @@ static void test_deterministic_backward(void **state) {
   fa_context_destroy(ctx);
   tc_tensors_free(&T);
   tc_inputs_free(&in);
+}
+
+static void test_deterministic_backward(void **state) {
+  const tb_variant *var = (const tb_variant *)*state;
+  skip_unless_usable();
+  const tcase everything = {.name = "deterministic (bias, dropout)",
+                            .B = 2,
+                            .Hq = 4,
+                            .Hkv = 2,
+                            .Lq = 65,
+                            .Lk = 130,
+                            .D = 64,
+                            .Dv = 64,
+                            .causal = 1,
+                            .align = FA_ALIGN_BOTTOM_RIGHT,
+                            .bias = 1,
+                            .bias_bcast = BC_B,
+                            .dbias = 1,
+                            .dropout_p = 0.2,
+                            .seed = 11};
+  const tcase band = {.name = "deterministic (causal band)",
+                      .B = 2,
+                      .Hq = 4,
+                      .Hkv = 2,
+                      .Lq = 200,
+                      .Lk = 300,
+                      .D = 64,
+                      .Dv = 64,
+                      .causal = 1,
+                      .align = FA_ALIGN_BOTTOM_RIGHT};
+  const tcase *cases[] = {&everything, &band};
+  static const fa_dtype dts[] = {FA_F32, FA_BF16};
+  int ran = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
+    for (size_t d = 0; d < sizeof dts / sizeof dts[0]; ++d)
+      if (g_be->refuses(cases[i], dts[d], 1) == FA_OK) {
+        check_deterministic(var, cases[i], dts[d]);
+        ++ran;
+      }
+  if (!ran) skip();
 }
 
 /* lse may be NULL (or have NULL data) when the caller does not need it, and
