@@ -48,44 +48,14 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_kernel(const fa__cuda_pa
   float *sDs = sL + 2 * kBM;                               // [2][kBM] dsum
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int64_t bkv = blockIdx.x, b = bkv / p.Hkv, kvh = bkv % p.Hkv;
-  const fa__seq seq = fa__seq_get(b, p.Lq, p.Lk, p.seqlens_q, p.seqlens_k, p.cu_q, p.cu_k);
-  const fa__band bd = fa__seq_band(&seq, p.wl, p.wr, p.bottom_right);
-  const int64_t rows_k = p.varlen ? seq.lk : p.Lk;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kBN;
-  if (n0 >= rows_k) return;
-
-  int64_t i0, i1;
-  fa__band_rows(&bd, n0, n0 + kBN, &i0, &i1);
-  const int mb_lo = static_cast<int>(i0 / kBM);
-  const int n_mt = i1 > i0 ? static_cast<int>((i1 + kBM - 1) / kBM) - mb_lo : 0;
-  const int total = n_mt * static_cast<int>(p.group);
-
-  const int k_valid = static_cast<int>(seq.lk - n0 < kBN ? seq.lk - n0 : kBN);
-  {
-    const T *gk = static_cast<const T *>(p.k) + seq.bidx * p.ks.b + kvh * p.ks.h + (seq.k_row0 + n0) * p.ks.r;
-    const T *gv = static_cast<const T *>(p.v) + seq.bidx * p.vs.b + kvh * p.vs.h + (seq.k_row0 + n0) * p.vs.r;
-    load_tile<kBN, kD, kThreads>(sK, gk, p.ks.r, k_valid, p.D, p.k, tid);
-    load_tile<kBN, kD, kThreads>(sV, gv, p.vs.r, k_valid, p.Dv, p.v, tid);
-  }
+  bwd_block blk;
+  if (!bwd_block_init<kBN, kBM>(p, &blk)) return;
+  const fa__seq &seq = blk.seq;
+  const int total = blk.total;
+  bwd_load_kv<kBN, kD, kThreads, false>(p, blk, sK, sV, tid);
   auto load_q = [&](int it, int stage) {
-    const int64_t h = kvh * p.group + it / n_mt;
-    const int64_t m0 = static_cast<int64_t>(mb_lo + it % n_mt) * kBM;
-    const int valid = static_cast<int>(seq.lq - m0 < kBM ? seq.lq - m0 : kBM);
-    const int64_t row = seq.q_row0 + m0;
-    const T *gq = static_cast<const T *>(p.q) + seq.bidx * p.qs.b + h * p.qs.h + row * p.qs.r;
-    const T *gdo = static_cast<const T *>(p.dout) + seq.bidx * p.dos.b + h * p.dos.h + row * p.dos.r;
-    load_tile<kBM, kD, kThreads>(sQ + stage * kBM * kD, gq, p.qs.r, valid, p.D, p.q, tid);
-    load_tile<kBM, kD, kThreads>(sdO + stage * kBM * kD, gdo, p.dos.r, valid, p.Dv, p.dout, tid);
-    // LSE and dsum ride the same cp.async group: a plain load here would
-    // stall the issuing warps for a full memory round trip every tile.
-    for (int x = tid; x < kBM; x += kThreads) {
-      const bool ok = x < valid;
-      const float *ls = ok ? p.lse + seq.bidx * p.lses.b + h * p.lses.h + (row + x) * p.lses.r : p.lse;
-      const float *ds = ok ? p.dsum + (seq.bidx * p.Hq + h) * p.Lq_rows + row + x : p.dsum;
-      cp_async4(smem_addr(sL + stage * kBM + x), ls, ok ? 4 : 0);
-      cp_async4(smem_addr(sDs + stage * kBM + x), ds, ok ? 4 : 0);
-    }
+    bwd_load_q<kBM, kD, kThreads, false>(p, blk, it, sQ + stage * kBM * kD, sdO + stage * kBM * kD, sL + stage * kBM,
+                                         sDs + stage * kBM, tid);
   };
   if (total > 0) load_q(0, 0);
   cp_async_commit();
@@ -96,7 +66,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_kernel(const fa__cuda_pa
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[db][e] = dv[db][e] = 0.f;
   const int wkey = warp * 16;  // this warp's keys inside the block
-  const int64_t j_base = n0 + wkey + g;
+  const int64_t j_base = blk.n0 + wkey + g;
 
   for (int it = 0; it < total; ++it) {
     const int stage = it & 1;
@@ -104,8 +74,8 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_kernel(const fa__cuda_pa
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    const int64_t h = kvh * p.group + it / n_mt;
-    const int64_t m0 = static_cast<int64_t>(mb_lo + it % n_mt) * kBM;
+    int64_t h, m0;
+    bwd_block_tile<kBM>(p, blk, it, &h, &m0);
     const T *q_s = sQ + stage * kBM * kD;
     const T *do_s = sdO + stage * kBM * kD;
     const float *l_s = sL + stage * kBM;
@@ -136,7 +106,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_kernel(const fa__cuda_pa
     }
 
     // element-wise: st <- P^T, dpt <- dS^T, the A operands of dV and dK
-    bwd_p_ds<kFull>(p, bd, b, h, st, dpt, l_s, ds_s, m0, n0 + wkey, g, t);
+    bwd_p_ds<kFull>(p, blk.bd, blk.b, h, st, dpt, l_s, ds_s, m0, blk.n0 + wkey, g, t);
 
     // dV += P^T dO ; dK += dS^T Q  (k = the kBM queries)
 #pragma unroll
@@ -199,23 +169,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_kernel(const fa__cuda_pa
   }
   cp_async_wait<0>();
 
-  // dK = scale * sum dS^T Q; dV as is. Keys past the sequence (padded
-  // layout) get the zeros their accumulators hold.
-  T *gdk = static_cast<T *>(p.dk) + seq.bidx * p.dks.b + kvh * p.dks.h + seq.k_row0 * p.dks.r;
-  T *gdv = static_cast<T *>(p.dv) + seq.bidx * p.dvs.b + kvh * p.dvs.h + seq.k_row0 * p.dvs.r;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t j = j_base + r * 8;
-    if (j >= rows_k) continue;
-#pragma unroll
-    for (int db = 0; db < kDB; ++db) {
-      const int d = db * 8 + 2 * t;
-      if (d < p.D)
-        *reinterpret_cast<uint32_t *>(gdk + j * p.dks.r + d) =
-            E::pack(dk[db][2 * r] * p.scale, dk[db][2 * r + 1] * p.scale);
-      if (d < p.Dv) *reinterpret_cast<uint32_t *>(gdv + j * p.dvs.r + d) = E::pack(dv[db][2 * r], dv[db][2 * r + 1]);
-    }
-  }
+  bwd_store_dkdv<E>(p, blk, j_base, dk, dv, t);
 }
 
 }  // namespace fa_cuda

@@ -34,35 +34,33 @@ __device__ __forceinline__ void band_offsets(int64_t v0, int64_t v1, int64_t x0,
 }
 
 template <bool kMasked, int kMB>
-__device__ __forceinline__ void bwd_p_band_el(float (&st)[kMB][4], const float (&nl)[kMB][2], float scale_log2,
-                                              const int (&lo)[2], const int (&hi)[2]) {
+__device__ __forceinline__ void bwd_p_band_el(float (&st)[kMB][4], const float *l_s, float scale_log2,
+                                              const int (&lo)[2], const int (&hi)[2], int t) {
 #pragma unroll
-  for (int mb = 0; mb < kMB; ++mb)
+  for (int mb = 0; mb < kMB; ++mb) {
+    // -lse2 of the thread's two query columns, read where used: held for
+    // the whole tile they would cost 2 kMB registers
+    const float2 l = *reinterpret_cast<const float2 *>(l_s + mb * 8 + 2 * t);
+    const float nl[2] = {-bwd_lse2(l.x), -bwd_lse2(l.y)};
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int c = e & 1, r = e >> 1, d = mb * 8 + c;
-      float pr = fast_exp2(fmaf(st[mb][e], scale_log2, nl[mb][c]));
+      float pr = fast_exp2(fmaf(st[mb][e], scale_log2, nl[c]));
       if (kMasked && (d < lo[r] || d >= hi[r])) pr = 0.f;
       st[mb][e] = pr;
     }
+  }
 }
 
 template <int kMB>
 __device__ __forceinline__ void bwd_p_band(const fa__band &bd, float (&st)[kMB][4], const float *l_s, float scale_log2,
                                            int64_t m0, int64_t jw, int g, int t) {
-  float nl[kMB][2];  // -lse2 of the thread's query columns
-#pragma unroll
-  for (int mb = 0; mb < kMB; ++mb) {
-    const float2 l = *reinterpret_cast<const float2 *>(l_s + mb * 8 + 2 * t);
-    nl[mb][0] = -bwd_lse2(l.x);
-    nl[mb][1] = -bwd_lse2(l.y);
-  }
   // one test for the warp's 16 keys x 8 kMB queries: tiles inside the band
   // run without a comparison per element; the others compare each query
   // with the rows that see the thread's key (fa__band_rows of that key)
   int lo[2] = {0, 0}, hi[2] = {0, 0};
   if (fa__band_tile_full(&bd, m0, m0 + 8 * kMB, jw, jw + 16)) {
-    bwd_p_band_el<false>(st, nl, scale_log2, lo, hi);
+    bwd_p_band_el<false>(st, l_s, scale_log2, lo, hi, t);
   } else {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -70,7 +68,7 @@ __device__ __forceinline__ void bwd_p_band(const fa__band &bd, float (&st)[kMB][
       fa__band_rows(&bd, jw + g + 8 * r, jw + g + 8 * r + 1, &i0, &i1);
       band_offsets(i0, i1, m0 + 2 * t, 8 * kMB, &lo[r], &hi[r]);
     }
-    bwd_p_band_el<true>(st, nl, scale_log2, lo, hi);
+    bwd_p_band_el<true>(st, l_s, scale_log2, lo, hi, t);
   }
 }
 
@@ -208,6 +206,105 @@ __device__ __forceinline__ void bwd_ds_rows(const fa__cuda_params &p, const seq_
         band_offsets(j0, j1, n0 + 2 * t, 8 * kNB, &lo[r], &hi[r]);
       }
       bwd_ds_rows_band<true>(s, dp, nl, dsum, p.scale_log2, lo, hi);
+    }
+  }
+}
+
+// A dK/dV block's bookkeeping, shared by the mma.sync and wgmma kernels:
+// blockIdx.x = (sequence, kv head), blockIdx.y = its tile of kBN keys from
+// n0; it walks `total` query tiles of kBM rows, n_mt per query head of the
+// group (only those the band lets see its keys).
+struct bwd_block {
+  fa__seq seq;
+  fa__band bd;
+  int64_t b, kvh, n0, rows_k;
+  int mb_lo, n_mt, total, k_valid;
+};
+
+// false: the block's keys lie past the sequence (nothing to do).
+template <int kBN, int kBM>
+__device__ __forceinline__ bool bwd_block_init(const fa__cuda_params &p, bwd_block *k) {
+  const int64_t bkv = blockIdx.x;
+  k->b = bkv / p.Hkv;
+  k->kvh = bkv % p.Hkv;
+  k->seq = fa__seq_get(k->b, p.Lq, p.Lk, p.seqlens_q, p.seqlens_k, p.cu_q, p.cu_k);
+  k->bd = fa__seq_band(&k->seq, p.wl, p.wr, p.bottom_right);
+  k->rows_k = p.varlen ? k->seq.lk : p.Lk;
+  k->n0 = static_cast<int64_t>(blockIdx.y) * kBN;
+  if (k->n0 >= k->rows_k) return false;
+  int64_t i0, i1;
+  fa__band_rows(&k->bd, k->n0, k->n0 + kBN, &i0, &i1);
+  k->mb_lo = static_cast<int>(i0 / kBM);
+  k->n_mt = i1 > i0 ? static_cast<int>((i1 + kBM - 1) / kBM) - k->mb_lo : 0;
+  k->total = k->n_mt * static_cast<int>(p.group);
+  k->k_valid = static_cast<int>(k->seq.lk - k->n0 < kBN ? k->seq.lk - k->n0 : kBN);
+  return true;
+}
+
+// Query head and first row of the block's query tile it.
+template <int kBM>
+__device__ __forceinline__ void bwd_block_tile(const fa__cuda_params &p, const bwd_block &k, int it, int64_t *h,
+                                               int64_t *m0) {
+  *h = k.kvh * p.group + it / k.n_mt;
+  *m0 = static_cast<int64_t>(k.mb_lo + it % k.n_mt) * kBM;
+}
+
+// The block's K and V tiles into shared memory (cp.async, not committed).
+template <int kBN, int kD, int kThreads, bool kAtoms, typename T>
+__device__ __forceinline__ void bwd_load_kv(const fa__cuda_params &p, const bwd_block &k, T *sK, T *sV, int tid) {
+  const fa__seq &seq = k.seq;
+  const T *gk = static_cast<const T *>(p.k) + seq.bidx * p.ks.b + k.kvh * p.ks.h + (seq.k_row0 + k.n0) * p.ks.r;
+  const T *gv = static_cast<const T *>(p.v) + seq.bidx * p.vs.b + k.kvh * p.vs.h + (seq.k_row0 + k.n0) * p.vs.r;
+  load_tile<kBN, kD, kThreads, kAtoms>(sK, gk, p.ks.r, k.k_valid, p.D, p.k, tid);
+  load_tile<kBN, kD, kThreads, kAtoms>(sV, gv, p.vs.r, k.k_valid, p.Dv, p.v, tid);
+}
+
+// Query tile it: Q and dO rows into sQ, sdO, their raw LSE and dsum into
+// sL, sDs (rows past the sequence: zeros). LSE and dsum ride the same
+// cp.async group: a plain load would stall the issuing warps for a full
+// memory round trip every tile.
+template <int kBM, int kD, int kThreads, bool kAtoms, typename T>
+__device__ __forceinline__ void bwd_load_q(const fa__cuda_params &p, const bwd_block &k, int it, T *sQ, T *sdO,
+                                           float *sL, float *sDs, int tid) {
+  const fa__seq &seq = k.seq;
+  int64_t h, m0;
+  bwd_block_tile<kBM>(p, k, it, &h, &m0);
+  const int valid = static_cast<int>(seq.lq - m0 < kBM ? seq.lq - m0 : kBM);
+  const int64_t row = seq.q_row0 + m0;
+  const T *gq = static_cast<const T *>(p.q) + seq.bidx * p.qs.b + h * p.qs.h + row * p.qs.r;
+  const T *gdo = static_cast<const T *>(p.dout) + seq.bidx * p.dos.b + h * p.dos.h + row * p.dos.r;
+  load_tile<kBM, kD, kThreads, kAtoms>(sQ, gq, p.qs.r, valid, p.D, p.q, tid);
+  load_tile<kBM, kD, kThreads, kAtoms>(sdO, gdo, p.dos.r, valid, p.Dv, p.dout, tid);
+  for (int x = tid; x < kBM; x += kThreads) {
+    const bool ok = x < valid;
+    const float *ls = ok ? p.lse + seq.bidx * p.lses.b + h * p.lses.h + (row + x) * p.lses.r : p.lse;
+    const float *ds = ok ? p.dsum + (seq.bidx * p.Hq + h) * p.Lq_rows + row + x : p.dsum;
+    cp_async4(smem_addr(sL + x), ls, ok ? 4 : 0);
+    cp_async4(smem_addr(sDs + x), ds, ok ? 4 : 0);
+  }
+}
+
+// dK = scale * sum dS^T Q and dV of the thread's keys j0 and j0 + 8 (its
+// accumulators in the C layout). Keys past the sequence (padded layout)
+// get the zeros their accumulators hold.
+template <typename E, int kDB>
+__device__ __forceinline__ void bwd_store_dkdv(const fa__cuda_params &p, const bwd_block &k, int64_t j0,
+                                               const float (&dk)[kDB][4], const float (&dv)[kDB][4], int t) {
+  using T = typename E::storage;
+  const fa__seq &seq = k.seq;
+  T *gdk = static_cast<T *>(p.dk) + seq.bidx * p.dks.b + k.kvh * p.dks.h + seq.k_row0 * p.dks.r;
+  T *gdv = static_cast<T *>(p.dv) + seq.bidx * p.dvs.b + k.kvh * p.dvs.h + seq.k_row0 * p.dvs.r;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t j = j0 + r * 8;
+    if (j >= k.rows_k) continue;
+#pragma unroll
+    for (int db = 0; db < kDB; ++db) {
+      const int d = db * 8 + 2 * t;
+      if (d < p.D)
+        *reinterpret_cast<uint32_t *>(gdk + j * p.dks.r + d) =
+            E::pack(dk[db][2 * r] * p.scale, dk[db][2 * r + 1] * p.scale);
+      if (d < p.Dv) *reinterpret_cast<uint32_t *>(gdv + j * p.dvs.r + d) = E::pack(dv[db][2 * r], dv[db][2 * r + 1]);
     }
   }
 }
