@@ -23,16 +23,6 @@ __device__ __forceinline__ float bwd_lse2(float lse) {
 // bwd_ds_band dpt <- dS^T = P^T (dP^T - dsum)
 // l_s, ds_s: the tile's raw LSE and dsum by query; a thread's query columns
 // are 8 mb + 2t and + 1 (one 8-byte load each), its keys jw + g, + 8.
-// [lo, hi): the offsets d (of the thread's columns from 2t on, in a tile
-// at x0) of the columns that are visible, given the visible interval
-// [v0, v1) of the absolute columns; clamped to [0, n] so that the per-element
-// test is two 32-bit comparisons against a compile-time offset.
-__device__ __forceinline__ void band_offsets(int64_t v0, int64_t v1, int64_t x0, int n, int *lo, int *hi) {
-  const int64_t a = v0 - x0, b = v1 - x0;
-  *lo = static_cast<int>(a < 0 ? 0 : a > n ? n : a);
-  *hi = static_cast<int>(b < 0 ? 0 : b > n ? n : b);
-}
-
 template <bool kMasked, int kMB>
 __device__ __forceinline__ void bwd_p_band_el(float (&st)[kMB][4], const float *l_s, float scale_log2,
                                               const int (&lo)[2], const int (&hi)[2], int t) {

@@ -74,9 +74,9 @@ __device__ __forceinline__ void fwd_scores(const fa__cuda_params &p, const seq_c
       for (int r = 0; r < 2; ++r) {
         const int64_t i = r0 + mt * 16 + g + r * 8;
         int64_t j0, j1;
+        int lo, hi;
         fa__band_cols(&c.bd, i, i + 1, &j0, &j1);
-        const int lo = static_cast<int>(j0 - n0 < 0 ? 0 : j0 - n0 > 8 * kNB ? 8 * kNB : j0 - n0);
-        const int hi = static_cast<int>(j1 - n0 < 0 ? 0 : j1 - n0 > 8 * kNB ? 8 * kNB : j1 - n0);
+        band_offsets(j0, j1, n0, 8 * kNB, &lo, &hi);
 #pragma unroll
         for (int nb = 0; nb < kNB; ++nb)
 #pragma unroll

@@ -22,6 +22,19 @@ namespace fa_cuda {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
+// A band cut down to one tile, for the per-element test on tiles the band
+// cuts: [v0, v1) are the visible columns of one row (fa__band_cols of it, or
+// the visible rows of one column, fa__band_rows), x0 the tile's first column
+// as the thread counts it, n its width. [*lo, *hi) are the visible offsets
+// from x0, clamped to [0, n], so that each element's test is two 32-bit
+// compares against an offset known at compile time instead of 64-bit band
+// arithmetic.
+__device__ __forceinline__ void band_offsets(int64_t v0, int64_t v1, int64_t x0, int n, int *lo, int *hi) {
+  const int64_t a = v0 - x0, b = v1 - x0;
+  *lo = static_cast<int>(a < 0 ? 0 : a > n ? n : a);
+  *hi = static_cast<int>(b < 0 ? 0 : b > n ? n : b);
+}
+
 // A tensor element of any float dtype as f32 (bias, the generic path).
 __device__ __forceinline__ float load_any(const void *p, int64_t idx, int dtype) {
   switch (dtype) {
