@@ -42,6 +42,13 @@ SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
 say() { echo "$*" | tee -a "$SUMMARY"; }
 stage() { say "== $1 ($(date +%T))"; }
+# CMocka's verdict lines in a suite log, counted; the failed cases named
+suite_counts() {
+  local failed
+  failed=$(grep -E '^\[  FAILED  \] [^0-9]' "$1" | sort -u)
+  echo "$(grep -c '\[       OK \]' "$1") OK, $(grep -c '\[  SKIPPED \]' "$1") skipped, $(printf '%s' "$failed" | grep -c .) failed"
+  printf '%s' "$failed" | head -10
+}
 
 stage "device"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader | tee -a "$SUMMARY"
@@ -93,7 +100,7 @@ if [ "$MODE" = suite ]; then
   say "ctest exit $?"
   grep -E "Test +#|tests passed|Skipped|Failed|\*\*\*" "$OUT/ctest.log" | head -30 | tee -a "$SUMMARY"
   "$BUILD/tests/test_backend_cuda" >"$OUT/suite_cuda.log" 2>&1
-  say "test_backend_cuda exit $?: $(grep -c '\[       OK \]' "$OUT/suite_cuda.log") OK, $(grep -c '\[  SKIPPED \]' "$OUT/suite_cuda.log") skipped, $(grep -c '\[  FAILED  \]' "$OUT/suite_cuda.log") failed"
+  say "test_backend_cuda exit $?: $(suite_counts "$OUT/suite_cuda.log")"
   grep -E "determin" "$OUT/suite_cuda.log" | tee -a "$SUMMARY"
   stage "done"
   exit 0
@@ -137,7 +144,7 @@ if [ "$MODE" != bench ] && [ "$MODE" != bwd ]; then
   elif [ "$MODE" = dev ]; then
     SUITE=$BUILD/suite_cuda.log
     timeout 300 "$BUILD/tests/test_backend_cuda" >"$SUITE" 2>&1
-    say "test_backend_cuda exit $?: $(grep -c '\[       OK \]' "$SUITE") OK, $(grep -c '\[  SKIPPED \]' "$SUITE") skipped, $(grep -c '\[  FAILED  \]' "$SUITE") failed"
+    say "test_backend_cuda exit $?: $(suite_counts "$SUITE")"
     grep -E "FAILED|ERROR|Error|error" "$SUITE" | head -20 | tee -a "$SUMMARY"
     cp "$SUITE" "$OUT/suite_cuda.log"
   elif [ "$TESTS" = ON ] && [ -d "$BUILD/tests" ]; then
@@ -148,7 +155,7 @@ if [ "$MODE" != bench ] && [ "$MODE" != bwd ]; then
     # the cuda program on its own: its cases must run, not skip
     SUITE=$BUILD/suite_cuda.log
     "$BUILD/tests/test_backend_cuda" >"$SUITE" 2>&1
-    say "test_backend_cuda exit $?: $(grep -c '\[       OK \]' "$SUITE") OK, $(grep -c '\[  SKIPPED \]' "$SUITE") skipped, $(grep -c '\[  FAILED  \]' "$SUITE") failed"
+    say "test_backend_cuda exit $?: $(suite_counts "$SUITE")"
     { echo "== test_backend_cuda on its own"; cat "$SUITE"; } >>"$OUT/ctest.log"
   fi
 fi
@@ -185,12 +192,10 @@ if [ "$MODE" = bwd ]; then
   say "check_cuda exit $?: $(tail -1 "$OUT/check.log")"
   grep -E "FAIL" "$OUT/check.log" | head -20 | tee -a "$SUMMARY"
   SUITE=$OUT/suite_cuda.log
-  # (grep -E "FAILED" "$SUITE" shows which cases failed)
   timeout 200 "$BUILD/tests/test_backend_cuda" >"$SUITE" 2>&1
-  say "test_backend_cuda (wgmma backward) exit $?: $(grep -c '\[       OK \]' "$SUITE") OK, $(grep -c '\[  FAILED  \]' "$SUITE") failed"
+  say "test_backend_cuda (wgmma backward) exit $?: $(suite_counts "$SUITE")"
   FLASHATTN_CUDA_WGMMA_BWD=0 timeout 200 "$BUILD/tests/test_backend_cuda" >"$BUILD/suite_mma.log" 2>&1
-  say "test_backend_cuda (mma.sync backward) exit $?: $(grep -c '\[       OK \]' "$BUILD/suite_mma.log") OK, $(grep -c '\[  FAILED  \]' "$BUILD/suite_mma.log") failed"
-  grep -E "FAILED" "$BUILD/suite_mma.log" | head -10 | tee -a "$SUMMARY"
+  say "test_backend_cuda (mma.sync backward) exit $?: $(suite_counts "$BUILD/suite_mma.log")"
   for tool in memcheck racecheck; do
     timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/check_cuda" \
       bf16_d128_seqlens >>"$OUT/sanitizer.log" 2>&1
