@@ -229,6 +229,14 @@ FA_API fa_status fa_backward(fa_context *ctx, fa_backend backend, const fa_tenso
 FA_API int fa_dropout_keep(double p, uint64_t seed, uint32_t offset, int64_t b, int64_t h, int64_t num_heads, int64_t i,
                            int64_t j);
 
+/* The whole keep-mask of a padded [B, H, Lq, Lk] problem: keep[((b*H + h)*Lq
+ * + i)*Lk + j] = fa_dropout_keep(p, seed, offset, b, h, H, i, j), one byte
+ * each (1 kept, 0 dropped). FA_ERR_DROPOUT for p outside [0, 1),
+ * FA_ERR_BAD_SIZE for a size <= 0 or a product past SIZE_MAX, FA_ERR_NULL_POINTER
+ * for keep; the reason, naming the argument, goes to why (if non-NULL). */
+FA_API fa_status fa_dropout_mask(double p, uint64_t seed, uint32_t offset, int64_t B, int64_t H, int64_t Lq,
+                                 int64_t Lk, uint8_t *keep, char *why, size_t why_size);
+
 #ifdef __cplusplus
 }
 #endif

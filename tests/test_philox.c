@@ -4,6 +4,7 @@
  * rule, and the kept fraction. */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "flashattn.h"
 #include "rules/dropout.h"
@@ -109,12 +110,38 @@ static void test_kept_fraction(void **state) {
   assert_true(diff_seed > 64 && diff_offset > 64 && diff_seed_hi > 64);
 }
 
+/* fa_dropout_mask is fa_dropout_keep for every element, in row-major order,
+ * including a row length that is not a multiple of the four columns one
+ * Philox call serves; bad arguments get their status and a reason. */
+static void test_mask_equals_keep(void **state) {
+  (void)state;
+  enum { B = 2, H = 3, LQ = 5, LK = 7 };
+  uint8_t keep[B * H * LQ * LK];
+  char why[128];
+  assert_int_equal(fa_dropout_mask(0.3, 1234567890123ull, 9, B, H, LQ, LK, keep, why, sizeof why), FA_OK);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < LQ; ++i)
+        for (int j = 0; j < LK; ++j)
+          assert_int_equal(keep[((b * H + h) * LQ + i) * LK + j],
+                           fa_dropout_keep(0.3, 1234567890123ull, 9, b, h, H, i, j));
+  assert_int_equal(fa_dropout_mask(0.0, 1, 0, B, H, LQ, LK, keep, why, sizeof why), FA_OK);
+  for (size_t n = 0; n < sizeof keep; ++n) assert_int_equal(keep[n], 1);
+  assert_int_equal(fa_dropout_mask(1.0, 1, 0, B, H, LQ, LK, keep, why, sizeof why), FA_ERR_DROPOUT);
+  assert_non_null(strstr(why, "p ="));
+  assert_int_equal(fa_dropout_mask(0.5, 1, 0, B, 0, LQ, LK, keep, why, sizeof why), FA_ERR_BAD_SIZE);
+  assert_non_null(strstr(why, "H ="));
+  assert_int_equal(fa_dropout_mask(0.5, 1, 0, INT64_MAX, INT64_MAX, LQ, LK, keep, why, sizeof why), FA_ERR_BAD_SIZE);
+  assert_int_equal(fa_dropout_mask(0.5, 1, 0, B, H, LQ, LK, NULL, why, sizeof why), FA_ERR_NULL_POINTER);
+  assert_non_null(strstr(why, "keep"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_kat_zero),      cmocka_unit_test(test_kat_ones),
       cmocka_unit_test(test_kat_pi),        cmocka_unit_test(test_counter_layout),
       cmocka_unit_test(test_threshold),     cmocka_unit_test(test_public_equals_internal),
-      cmocka_unit_test(test_kept_fraction),
+      cmocka_unit_test(test_kept_fraction), cmocka_unit_test(test_mask_equals_keep),
   };
   return cmocka_run_group_tests_name("philox", tests, NULL, NULL);
 }

@@ -1,5 +1,7 @@
 /* Names of the public enums, and the small value helpers of the API. */
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "../rules/dropout.h"
@@ -105,4 +107,43 @@ int fa_dropout_keep(double p, uint64_t seed, uint32_t offset, int64_t b, int64_t
   if (!(p > 0)) return 1;
   if (!(p < 1)) return 0;
   return fa__dropout_keep(seed, offset, fa__dropout_threshold(p), b * num_heads + h, i, j);
+}
+
+fa_status fa_dropout_mask(double p, uint64_t seed, uint32_t offset, int64_t B, int64_t H, int64_t Lq, int64_t Lk,
+                          uint8_t *keep, char *why, size_t why_size) {
+  if (why && why_size) why[0] = '\0';
+  if (!(p >= 0 && p < 1)) {
+    if (why) snprintf(why, why_size, "p = %g is outside [0, 1)", p);
+    return FA_ERR_DROPOUT;
+  }
+  const int64_t dims[4] = {B, H, Lq, Lk};
+  const char *names[4] = {"B", "H", "Lq", "Lk"};
+  size_t n = 1;
+  for (int d = 0; d < 4; ++d) {
+    if (dims[d] <= 0 || (uint64_t)dims[d] > SIZE_MAX / n) {
+      if (why)
+        snprintf(why, why_size, "%s = %lld must be > 0 (and the mask must fit in memory)", names[d],
+                 (long long)dims[d]);
+      return FA_ERR_BAD_SIZE;
+    }
+    n *= (size_t)dims[d];
+  }
+  if (!keep) {
+    if (why) snprintf(why, why_size, "keep is NULL");
+    return FA_ERR_NULL_POINTER;
+  }
+  if (!(p > 0)) {
+    memset(keep, 1, n);
+    return FA_OK;
+  }
+  const uint32_t threshold = fa__dropout_threshold(p);
+  for (int64_t bh = 0; bh < B * H; ++bh)
+    for (int64_t i = 0; i < Lq; ++i) {
+      uint8_t *row = keep + (size_t)(bh * Lq + i) * (size_t)Lk;
+      for (int64_t j = 0; j < Lk; j += 4) { /* one Philox call serves four columns */
+        const fa__u32x4 r = fa__dropout_words(seed, offset, bh, i, j);
+        for (int64_t c = j; c < j + 4 && c < Lk; ++c) row[c] = r.v[c & 3] < threshold;
+      }
+    }
+  return FA_OK;
 }
