@@ -1,0 +1,335 @@
+"""The one C boundary: include/flashattn.h through ctypes.
+
+Why ctypes (and not a compiled extension, cffi or nanobind): the library
+already has a stable C ABI, so binding it needs no compiler at install time
+beyond the one CMake drives for the library itself, and the package works
+with any Python 3 and any PyTorch (a PyTorch C++ extension breaks on every
+torch upgrade). The price is a few microseconds per call to fill the
+structs below; bench/python_overhead.py measures it.
+
+The structs mirror flashattn.h field for field; ctypes lays them out with
+the platform's C alignment rules, as the compiler does. Nothing here knows
+a rule of attention: masks, dropout, validation and dispatch happen in C.
+"""
+
+import ctypes as C
+import os
+import threading
+from pathlib import Path
+
+# ---- enums (flashattn.h order) ---------------------------------------------
+F32, F64, F16, BF16, BOOL = range(5)
+MEMORY_AUTO, MEMORY_HOST, MEMORY_CUDA = range(3)
+BACKENDS = ("auto", "ref", "cpu", "cuda")
+ISAS = ("auto", "generic", "avx2", "avx512")
+ALIGNS = ("top_left", "bottom_right")
+STATUS_NAMES = (
+    "FA_OK",
+    "FA_ERR_NULL_POINTER",
+    "FA_ERR_BAD_SIZE",
+    "FA_ERR_SHAPE",
+    "FA_ERR_OVERLAP",
+    "FA_ERR_DTYPE",
+    "FA_ERR_DROPOUT",
+    "FA_ERR_HEADS",
+    "FA_ERR_SEQLENS",
+    "FA_ERR_OPTION",
+    "FA_ERR_UNSUPPORTED",
+    "FA_ERR_NO_BACKEND",
+    "FA_ERR_MEMORY_SPACE",
+    "FA_ERR_OUT_OF_MEMORY",
+    "FA_ERR_DEVICE",
+    "FA_ERR_INTERNAL",
+)
+
+
+class Tensor(C.Structure):
+    _fields_ = [
+        ("data", C.c_void_p),
+        ("dtype", C.c_int),
+        ("shape", C.c_int64 * 4),
+        ("stride", C.c_int64 * 4),
+        ("memory", C.c_int),
+    ]
+
+
+class Options(C.Structure):
+    _fields_ = [
+        ("scale", C.c_double),
+        ("softcap", C.c_double),
+        ("causal", C.c_int),
+        ("align", C.c_int),
+        ("use_window", C.c_int),
+        ("window_left", C.c_int64),
+        ("window_right", C.c_int64),
+        ("seqlens_q", C.c_void_p),
+        ("seqlens_k", C.c_void_p),
+        ("cu_seqlens_q", C.c_void_p),
+        ("cu_seqlens_k", C.c_void_p),
+        ("num_seqs", C.c_int64),
+        ("mask", Tensor),
+        ("bias", Tensor),
+        ("alibi_slopes", C.c_void_p),
+        ("dropout_p", C.c_double),
+        ("dropout_seed", C.c_uint64),
+        ("dropout_offset", C.c_uint32),
+        ("deterministic", C.c_int),
+        ("block_q", C.c_int),
+        ("block_k", C.c_int),
+    ]
+
+
+class CpuPlan(C.Structure):
+    _fields_ = [
+        ("isa", C.c_int),
+        ("block_q", C.c_int),
+        ("block_k", C.c_int),
+        ("working_set_bytes", C.c_size_t),
+        ("l1d_bytes", C.c_size_t),
+        ("l2_bytes", C.c_size_t),
+    ]
+
+
+# ---- errors ----------------------------------------------------------------
+class FlashAttnError(Exception):
+    """A call the C library refused or failed; .status is the fa_status name
+    (e.g. "FA_ERR_SHAPE") and the message is the library's, naming the
+    argument. Subclasses are also ValueError, TypeError, ... (below)."""
+
+    def __init__(self, status, message):
+        if not message:
+            message = status
+        elif status not in message:
+            message = f"{message} [{status}]"
+        super().__init__(message)
+        self.status = status
+
+
+class FlashAttnValueError(FlashAttnError, ValueError):
+    pass
+
+
+class FlashAttnTypeError(FlashAttnError, TypeError):
+    pass
+
+
+class UnsupportedError(FlashAttnError, NotImplementedError):
+    """The backend asked for lacks a feature, a dtype or a device."""
+
+
+class FlashAttnMemoryError(FlashAttnError, MemoryError):
+    pass
+
+
+class FlashAttnRuntimeError(FlashAttnError, RuntimeError):
+    pass
+
+
+_ERROR_CLASS = {
+    "FA_ERR_DTYPE": FlashAttnTypeError,
+    "FA_ERR_UNSUPPORTED": UnsupportedError,
+    "FA_ERR_NO_BACKEND": UnsupportedError,
+    "FA_ERR_OUT_OF_MEMORY": FlashAttnMemoryError,
+    "FA_ERR_DEVICE": FlashAttnRuntimeError,
+    "FA_ERR_INTERNAL": FlashAttnRuntimeError,
+}
+
+
+def error(status, message):
+    """The exception for a non-zero fa_status (an int or its name)."""
+    name = STATUS_NAMES[status] if isinstance(status, int) and 0 <= status < len(STATUS_NAMES) else str(status)
+    return _ERROR_CLASS.get(name, FlashAttnValueError)(name, message)
+
+
+# ---- the library -----------------------------------------------------------
+def _library_path():
+    """FLASHATTN_LIBRARY (a libflashattn.so built elsewhere, e.g. by CMake in
+    build/), else the one pip installed beside this file."""
+    env = os.environ.get("FLASHATTN_LIBRARY")
+    if env:
+        return env
+    here = Path(__file__).resolve().parent
+    for name in ("libflashattn.so", "libflashattn.dylib", "flashattn.dll"):
+        if (here / name).exists():
+            return str(here / name)
+    raise ImportError(
+        f"flashattn: libflashattn is not in {here}; install the package with `pip install .` "
+        "or point FLASHATTN_LIBRARY at a libflashattn.so"
+    )
+
+
+def _load():
+    lib = C.CDLL(_library_path())
+    P, i32, i64, vp, cp = C.POINTER, C.c_int, C.c_int64, C.c_void_p, C.c_char_p
+    protos = {
+        "fa_status_name": (cp, [i32]),
+        "fa_backend_available": (i32, [i32, cp, C.c_size_t]),
+        "fa_cuda_device_describe": (i32, [cp, C.c_size_t]),
+        "fa_cpu_isa_supported": (i32, [i32]),
+        "fa_cpu_plan_get": (i32, [i32, i64, i64, i32, i32, P(CpuPlan)]),
+        "fa_context_create": (i32, [P(vp)]),
+        "fa_context_destroy": (None, [vp]),
+        "fa_context_set_threads": (i32, [vp, i32]),
+        "fa_context_set_cpu_isa": (i32, [vp, i32]),
+        "fa_context_set_stream": (i32, [vp, vp]),
+        "fa_context_last_error": (cp, [vp]),
+        "fa_context_last_backend": (i32, [vp]),
+        "fa_context_dispatch_report": (cp, [vp]),
+        "fa_forward": (i32, [vp, i32] + [P(Tensor)] * 3 + [P(Options), P(Tensor), P(Tensor)]),
+        "fa_backward": (i32, [vp, i32] + [P(Tensor)] * 6 + [P(Options)] + [P(Tensor)] * 4),
+        "fa_dropout_mask": (
+            i32,
+            [C.c_double, C.c_uint64, C.c_uint32, i64, i64, i64, i64, C.c_void_p, cp, C.c_size_t],
+        ),
+    }
+    for name, (res, args) in protos.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = res, args
+    return lib
+
+
+lib = _load()
+
+
+# ---- contexts: one per thread (the header's rule), created on first use ----
+class _Context:
+    def __init__(self):
+        self.ptr = C.c_void_p()
+        st = lib.fa_context_create(C.byref(self.ptr))
+        if st != 0:
+            raise error(st, "fa_context_create failed")
+        self.threads = None
+        self.isa = None
+        self.stream = None
+
+    def __del__(self):
+        if self.ptr:
+            lib.fa_context_destroy(self.ptr)
+            self.ptr = C.c_void_p()
+
+    def configure(self, threads, isa, stream):
+        """Sets threads, ISA and stream, calling C only when they change."""
+        if threads != self.threads:
+            st = lib.fa_context_set_threads(self.ptr, threads)
+            if st != 0:
+                raise error(st, self.last_error())
+            self.threads = threads
+        if isa != self.isa:
+            st = lib.fa_context_set_cpu_isa(self.ptr, isa)
+            if st != 0:
+                raise error(st, self.last_error())
+            self.isa = isa
+        if stream != self.stream:
+            st = lib.fa_context_set_stream(self.ptr, stream)
+            if st != 0:
+                raise error(st, self.last_error())
+            self.stream = stream
+
+    def last_error(self):
+        return lib.fa_context_last_error(self.ptr).decode()
+
+    def check(self, status):
+        if status != 0:
+            raise error(status, self.last_error())
+
+
+_local = threading.local()
+
+
+def context():
+    ctx = getattr(_local, "ctx", None)
+    if ctx is None:
+        ctx = _local.ctx = _Context()
+    return ctx
+
+
+# ---- small constructors ----------------------------------------------------
+def tensor(data, dtype, shape, strides, memory):
+    """An fa_tensor; shape and strides (in elements) have 1 to 4 entries."""
+    n = len(shape)
+    shape = tuple(shape) + (1,) * (4 - n)
+    strides = tuple(strides) + (0,) * (4 - n)
+    return Tensor(data, dtype, shape, strides, memory)
+
+
+def code_of(name, names, arg):
+    """The enum value of a name ("cpu", "bottom_right", ...), or ValueError naming arg."""
+    try:
+        return names.index(name)
+    except ValueError:
+        raise ValueError(f"{arg} = {name!r}, expected one of {', '.join(map(repr, names))}") from None
+
+
+def options(
+    *,
+    scale=None,
+    softcap=0.0,
+    causal=False,
+    align="top_left",
+    window=None,
+    seqlens_q=None,
+    seqlens_k=None,
+    cu_seqlens_q=None,
+    cu_seqlens_k=None,
+    num_seqs=0,
+    mask=None,
+    bias=None,
+    alibi_slopes=None,
+    dropout_p=0.0,
+    dropout_seed=0,
+    dropout_offset=0,
+    deterministic=False,
+    block_q=0,
+    block_k=0,
+):
+    """fa_options from the C option names. Pointers (seqlens, slopes) are
+    ints; mask and bias are Tensor structs. Values go to C unchanged (C
+    validates them); only the Python-side shapes of the values are checked
+    here (window is a pair, align a name)."""
+    o = Options()
+    o.scale = 0.0 if scale is None else float(scale)
+    o.softcap = float(softcap or 0.0)
+    o.causal = int(bool(causal))
+    o.align = code_of(align, ALIGNS, "align")
+    if window is not None:
+        try:
+            left, right = window
+        except (TypeError, ValueError):
+            raise ValueError(f"window = {window!r}, expected a pair (left, right); -1 = unbounded") from None
+        o.use_window = int(left >= 0 or right >= 0)
+        o.window_left, o.window_right = int(left), int(right)
+    o.seqlens_q, o.seqlens_k = seqlens_q, seqlens_k
+    o.cu_seqlens_q, o.cu_seqlens_k = cu_seqlens_q, cu_seqlens_k
+    o.num_seqs = int(num_seqs)
+    if mask is not None:
+        o.mask = mask
+    if bias is not None:
+        o.bias = bias
+    o.alibi_slopes = alibi_slopes
+    o.dropout_p = float(dropout_p)
+    if not 0 <= int(dropout_seed) < 2**64:
+        raise ValueError(f"dropout_seed = {dropout_seed} must be in [0, 2**64)")
+    if not 0 <= int(dropout_offset) < 2**32:
+        raise ValueError(f"dropout_offset = {dropout_offset} must be in [0, 2**32)")
+    o.dropout_seed, o.dropout_offset = int(dropout_seed), int(dropout_offset)
+    o.deterministic = int(bool(deterministic))
+    o.block_q, o.block_k = int(block_q), int(block_k)
+    return o
+
+
+def forward(ctx, backend, q, k, v, opt, o, lse):
+    ctx.check(lib.fa_forward(ctx.ptr, backend, q, k, v, opt, o, lse))
+
+
+def backward(ctx, backend, q, k, v, o, do, lse, opt, dq, dk, dv, dbias):
+    ctx.check(lib.fa_backward(ctx.ptr, backend, q, k, v, o, do, lse, opt, dq, dk, dv, dbias))
+
+
+def last_backend():
+    """The backend that ran this thread's last call ("auto" if none did)."""
+    return BACKENDS[lib.fa_context_last_backend(context().ptr)]
+
+
+def dispatch_report():
+    """For this thread's last call: one line per backend, why it was taken or passed over."""
+    return lib.fa_context_dispatch_report(context().ptr).decode()

@@ -1,0 +1,179 @@
+"""The numpy face: attention(q, k, v, **options) -> (o, lse) and
+attention_backward(...) -> (dq, dk, dv[, dbias]) on host memory (ref and cpu).
+
+Options are the C options by their names (fa_options in flashattn.h).
+Arrays are [B, H, L, D] (layout="bhsd") or [B, L, H, D] (layout="bshd");
+any strides work without a copy (a view is described to C by its strides).
+float64 runs on ref; float32, float16 and bfloat16 (ml_dtypes.bfloat16)
+wherever the C library takes them. Masks and biases broadcast the numpy way
+(fewer than 4 dims get leading 1s). Outputs are new arrays in the layout of
+the inputs.
+"""
+
+import numpy as np
+
+from . import _capi
+
+_LAYOUTS = ("bhsd", "bshd")
+
+
+def _dtype_code(a, arg):
+    dt = a.dtype
+    if dt == np.float32:
+        return _capi.F32
+    if dt == np.float64:
+        return _capi.F64
+    if dt == np.float16:
+        return _capi.F16
+    if dt == np.bool_:
+        return _capi.BOOL
+    if dt.name == "bfloat16":  # ml_dtypes.bfloat16 (as JAX and TensorFlow use it)
+        return _capi.BF16
+    raise TypeError(
+        f"{arg}.dtype = {dt}: flashattn takes float64, float32, float16, ml_dtypes.bfloat16 (and bool masks)"
+    )
+
+
+def _array(x, arg):
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{arg} must be a numpy array, got {type(x).__name__}")
+    return x
+
+
+def _elem_strides(a, arg):
+    item = a.itemsize
+    for s in a.strides:
+        if s % item:
+            raise ValueError(f"{arg}.strides = {a.strides} are not whole elements of {item} bytes")
+    return tuple(s // item for s in a.strides)
+
+
+def _tensor(a, arg, layout, ndim=4):
+    """The fa_tensor of a [B, H, L, D] (or [B, L, H, D]) array, without a copy."""
+    a = _array(a, arg)
+    if a.ndim != ndim:
+        want = "[B, H, L, D]" if layout == "bhsd" else "[B, L, H, D]"
+        if ndim == 3:
+            want = "[B, H, L]"
+        raise ValueError(f"{arg} has shape {a.shape}, expected {ndim} dimensions {want}")
+    shape, strides = a.shape, _elem_strides(a, arg)
+    if layout == "bshd" and ndim == 4:
+        shape = (shape[0], shape[2], shape[1], shape[3])
+        strides = (strides[0], strides[2], strides[1], strides[3])
+    return _capi.tensor(a.ctypes.data, _dtype_code(a, arg), shape, strides, _capi.MEMORY_HOST)
+
+
+def _broadcast_tensor(a, arg):
+    """mask / bias: up to 4 dims, leading 1s added as numpy broadcasting does."""
+    a = _array(a, arg)
+    if a.ndim > 4:
+        raise ValueError(f"{arg} has shape {a.shape}, expected at most 4 dimensions [B, H, Lq, Lk]")
+    shape = (1,) * (4 - a.ndim) + a.shape
+    strides = (0,) * (4 - a.ndim) + _elem_strides(a, arg)
+    return _capi.tensor(a.ctypes.data, _dtype_code(a, arg), shape, strides, _capi.MEMORY_HOST)
+
+
+def _int32(x, arg, n=None):
+    """seqlens / cu_seqlens as a contiguous int32 array (C reads a bare pointer,
+    so its length is checked here)."""
+    a = np.ascontiguousarray(x, dtype=np.int32)
+    if a.ndim != 1 or (n is not None and a.shape[0] != n):
+        want = f"[{n}]" if n is not None else "1-d"
+        raise ValueError(f"{arg} has shape {a.shape}, expected {want}")
+    return a
+
+
+def _empty(shape_bhsd, dtype, layout):
+    B, H, L, D = shape_bhsd
+    if layout == "bshd":
+        return np.empty((B, L, H, D), dtype)
+    return np.empty((B, H, L, D), dtype)
+
+
+class _Call:
+    """The arguments of one call, mapped to C, with the arrays kept alive."""
+
+    def __init__(self, q, k, v, layout, opts):
+        if layout not in _LAYOUTS:
+            raise ValueError(f"layout = {layout!r}, expected 'bhsd' ([B, H, L, D]) or 'bshd' ([B, L, H, D])")
+        self.layout = layout
+        self.q, self.k, self.v = (_tensor(x, n, layout) for x, n in ((q, "q"), (k, "k"), (v, "v")))
+        self.keep = []
+        B, Hq = q.shape[0], self.q.shape[1]
+        o = dict(opts)
+        backend = _capi.code_of(o.pop("backend", "auto"), _capi.BACKENDS, "backend")
+        threads = int(o.pop("threads", 0))
+        isa = _capi.code_of(o.pop("isa", "auto"), _capi.ISAS, "isa")
+        for name in ("mask", "bias"):
+            if o.get(name) is not None:
+                self.keep.append(o[name])
+                o[name] = _broadcast_tensor(o[name], name)
+        if o.get("alibi_slopes") is not None:
+            slopes = np.ascontiguousarray(o["alibi_slopes"], dtype=np.float32)
+            if slopes.shape != (Hq,):
+                raise ValueError(f"alibi_slopes has shape {slopes.shape}, expected [{Hq}] (one per query head)")
+            self.keep.append(slopes)
+            o["alibi_slopes"] = slopes.ctypes.data
+        for name in ("seqlens_q", "seqlens_k"):
+            if o.get(name) is not None:
+                a = _int32(o[name], name, B)
+                self.keep.append(a)
+                o[name] = a.ctypes.data
+        cu = [o.get("cu_seqlens_q"), o.get("cu_seqlens_k")]
+        for i, name in enumerate(("cu_seqlens_q", "cu_seqlens_k")):
+            if cu[i] is not None:
+                a = _int32(cu[i], name)
+                self.keep.append(a)
+                o[name] = a.ctypes.data
+                o["num_seqs"] = a.shape[0] - 1
+                if i == 1 and cu[0] is not None and len(cu[0]) != len(cu[1]):
+                    raise ValueError(f"cu_seqlens_q has {len(cu[0])} entries but cu_seqlens_k has {len(cu[1])}")
+        self.backend = backend
+        self.opt = _capi.options(**o)
+        self.ctx = _capi.context()
+        self.ctx.configure(threads, isa, None)
+
+
+def attention(q, k, v, *, layout="bhsd", **options):
+    """O = softmax(score(Q Kᵀ)) V and its log-sum-exp per row.
+
+    Returns (o, lse): o like q but with v's head dim, in the same layout;
+    lse [B, H, Lq] float32 (float64 for float64 inputs), natural log, -inf
+    for rows that see no key (where o is 0).
+
+    Options (flashattn.h's fa_options): causal, align ("top_left" |
+    "bottom_right"), window=(left, right) (-1 = unbounded), scale (default
+    1/sqrt(D)), softcap, alibi_slopes [Hq], bias and mask (broadcast to
+    [B, Hq, Lq, Lk]; mask True = visible), seqlens_q / seqlens_k [B],
+    cu_seqlens_q / cu_seqlens_k [num_seqs + 1] (packed layout: B = 1, L =
+    total tokens), dropout_p, dropout_seed, dropout_offset, block_q,
+    block_k, backend ("auto" | "ref" | "cpu" | "cuda"), threads (cpu; 0 =
+    OpenMP's default), isa ("auto" | "generic" | "avx2" | "avx512").
+    """
+    c = _Call(q, k, v, layout, options)
+    B, Hq, Lq, _ = c.q.shape
+    Dv = c.v.shape[3]
+    o = _empty((B, Hq, Lq, Dv), q.dtype, layout)
+    lse = np.empty((B, Hq, Lq), np.float64 if q.dtype == np.float64 else np.float32)
+    to, tl = _tensor(o, "o", layout), _tensor(lse, "lse", layout, ndim=3)
+    _capi.forward(c.ctx, c.backend, c.q, c.k, c.v, c.opt, to, tl)
+    return o, lse
+
+
+def attention_backward(q, k, v, o, lse, do, *, layout="bhsd", **options):
+    """Gradients of attention(): returns (dq, dk, dv), or (dq, dk, dv, dbias)
+    when a bias is given (dbias has the bias's shape, summed where it
+    broadcasts). Takes the forward's o and lse, the incoming gradient do and
+    the same options (deterministic=True: same bits on every run)."""
+    c = _Call(q, k, v, layout, options)
+    to, tdo = _tensor(o, "o", layout), _tensor(do, "do", layout)
+    tl = _tensor(lse, "lse", layout, ndim=3)
+    dq, dk, dv = (np.empty_like(x) for x in (q, k, v))
+    tdq, tdk, tdv = (_tensor(x, n, layout) for x, n in ((dq, "dq"), (dk, "dk"), (dv, "dv")))
+    dbias = tdb = None
+    bias = options.get("bias")
+    if bias is not None:
+        dbias = np.zeros(bias.shape, bias.dtype)
+        tdb = _broadcast_tensor(dbias, "dbias")
+    _capi.backward(c.ctx, c.backend, c.q, c.k, c.v, to, tdo, tl, c.opt, tdq, tdk, tdv, tdb)
+    return (dq, dk, dv) if dbias is None else (dq, dk, dv, dbias)
