@@ -36,8 +36,12 @@ extern "C" {
 typedef enum fa_status {
   FA_OK = 0,
   FA_ERR_NULL_POINTER,  /* a required pointer is NULL */
-  FA_ERR_BAD_SIZE,      /* a size that must be positive is not */
-  FA_ERR_SHAPE,         /* shapes that disagree with each other */
+  FA_ERR_BAD_SIZE,      /* a size that must be positive is not (B, H, L, D = 0 included) */
+  FA_ERR_SHAPE,         /* shapes that disagree with each other; or a tensor whose byte
+                         * extent sum((shape[d]-1)*|stride[d]|)*element size overflows
+                         * int64, or whose bytes would run below address 0 or past the
+                         * last address; or sizes whose product (B*Hq*Lq*Lk*max(D,Dv))
+                         * exceeds 2^60, beyond what the library can index */
   FA_ERR_OVERLAP,       /* an output overlaps an input or itself */
   FA_ERR_DTYPE,         /* a dtype this call or backend cannot take */
   FA_ERR_DROPOUT,       /* dropout_p outside [0, 1) */

@@ -128,6 +128,61 @@ P(v_batch_zero, c->v.shape[0] = 0)
 P(num_seqs_zero, to_varlen(c); c->opt.num_seqs = 0)
 P(mask_size_zero, c->opt.mask.shape[3] = 0)
 P(bias_size_negative, c->opt.bias.shape[2] = -5)
+P(num_seqs_huge, to_varlen(c); c->opt.num_seqs = INT64_MAX)
+/* zero-size problems, every tensor shaped consistently: refused, not a no-op */
+static void set_dim(call *c, const char *which, int d, int64_t n) {
+  fa_tensor *ts[] = {&c->q, &c->k, &c->v, &c->o, &c->lse, &c->dout, &c->dq, &c->dk, &c->dv};
+  const char *roles = "qkvolOQKV"; /* O = dout, Q/K/V = gradients */
+  for (int i = 0; i < 9; ++i)
+    if (strchr(which, roles[i])) ts[i]->shape[d] = n;
+}
+P(zero_batch, set_dim(c, "qkvolOQKV", 0, 0); c->opt.mask.data = NULL; c->opt.bias.data = NULL; c->pdbias = NULL)
+P(zero_heads, set_dim(c, "qolOQ", 1, 0); c->opt.mask.data = NULL; c->opt.bias.data = NULL; c->pdbias = NULL)
+P(zero_lq, set_dim(c, "qolOQ", 2, 0); c->opt.mask.data = NULL; c->opt.bias.data = NULL; c->pdbias = NULL)
+P(zero_lk, set_dim(c, "kvKV", 2, 0); c->opt.mask.data = NULL; c->opt.bias.data = NULL; c->pdbias = NULL)
+P(zero_d, set_dim(c, "qkQK", 3, 0))
+P(zero_dv, set_dim(c, "voOV", 3, 0))
+/* hostile strides and sizes: byte extents that overflow int64 or wrap the
+ * address space are refused before anything steps along them (issue 12) */
+#define E(x) ((int64_t)1 << (x))
+P(o_stride_2e61, c->o.stride[1] = E(61))
+P(o_stride_2e62, c->o.stride[1] = E(62))
+P(o_stride_neg_2e62, c->o.stride[2] = -E(62))
+P(o_stride_int64_min, c->o.stride[3] = INT64_MIN)
+P(o_below_zero, c->o.stride[0] = -E(58)) /* 2^60 bytes below a heap pointer: past address 0 */
+P(o_sum_overflows, c->o.stride[0] = E(60); c->o.stride[1] = E(60) / 2)
+P(q_stride_2e62, c->q.stride[2] = E(62))
+P(k_stride_neg_2e61, c->k.stride[1] = -E(61))
+P(v_stride_int64_max, c->v.stride[2] = INT64_MAX)
+P(q_data_at_top, c->q.data = (void *)(UINTPTR_MAX - 64)) /* never dereferenced: refused first */
+P(k_below_zero, c->k.stride[2] = -E(57))
+P(mask_stride_2e62, c->opt.mask.stride[3] = E(62))
+P(mask_below_zero, c->opt.mask.stride[0] = -E(60))
+P(bias_stride_int64_max, c->opt.bias.stride[2] = INT64_MAX)
+P(bias_stride_neg_2e61, c->opt.bias.stride[1] = -E(61))
+P(lse_stride_2e62, c->lse.stride[2] = E(62))
+P(lse_in_stride_neg_2e62, c->lse.stride[1] = -E(62))
+P(dout_stride_2e61, c->dout.stride[3] = E(61))
+P(dq_stride_int64_min, c->dq.stride[0] = INT64_MIN)
+P(dk_stride_2e62, c->dk.stride[2] = E(62))
+P(dv_stride_neg_2e61, c->dv.stride[1] = -E(61))
+P(dbias_stride_2e61, c->dbias.stride[1] = E(61))
+P(dbias_data_at_top, c->dbias.data = (void *)(UINTPTR_MAX - 16))
+/* sizes whose product no backend could index: broadcast inputs (stride 0)
+ * describe them with no memory at all */
+static void huge_keys(call *c, int64_t n) {
+  c->k.shape[2] = c->v.shape[2] = c->dk.shape[2] = c->dv.shape[2] = n;
+  c->k.stride[0] = c->k.stride[1] = c->k.stride[2] = 0;
+  c->v.stride[0] = c->v.stride[1] = c->v.stride[2] = 0;
+  c->opt.mask.data = NULL, c->opt.bias.data = NULL, c->pdbias = NULL;
+}
+P(k_len_int64_max, huge_keys(c, INT64_MAX))
+P(k_len_2e58, huge_keys(c, E(58)))
+P(q_heads_huge, c->q.shape[1] = c->o.shape[1] = c->lse.shape[1] = E(62); c->q.stride[1] = 0; c->opt.mask.data = NULL;
+  c->opt.bias.data = NULL)
+P(q_len_huge, c->q.shape[2] = c->o.shape[2] = c->lse.shape[2] = E(58); c->q.stride[2] = 0; c->opt.mask.data = NULL;
+  c->opt.bias.data = NULL)
+#undef E
 /* shapes that disagree */
 P(k_headdim, c->k.shape[3] = D + 1)
 P(k_batch, c->k.shape[0] = B + 1)
@@ -228,6 +283,18 @@ static const bad g_bad[] = {
     {"num_seqs 0", F, num_seqs_zero, FA_ERR_BAD_SIZE, "num_seqs"},
     {"mask size 0", F, mask_size_zero, FA_ERR_BAD_SIZE, "mask"},
     {"bias size -5", F, bias_size_negative, FA_ERR_BAD_SIZE, "bias"},
+    {"num_seqs INT64_MAX", F, num_seqs_huge, FA_ERR_BAD_SIZE, "num_seqs"},
+    {"B = 0 everywhere", F, zero_batch, FA_ERR_BAD_SIZE, "q"},
+    {"B = 0 everywhere (backward)", BW, zero_batch, FA_ERR_BAD_SIZE, "q"},
+    {"H = 0", F, zero_heads, FA_ERR_BAD_SIZE, "q"},
+    {"H = 0 (backward)", BW, zero_heads, FA_ERR_BAD_SIZE, "q"},
+    {"Lq = 0", F, zero_lq, FA_ERR_BAD_SIZE, "q"},
+    {"Lq = 0 (backward)", BW, zero_lq, FA_ERR_BAD_SIZE, "q"},
+    {"Lk = 0", F, zero_lk, FA_ERR_BAD_SIZE, "k"},
+    {"Lk = 0 (backward)", BW, zero_lk, FA_ERR_BAD_SIZE, "k"},
+    {"D = 0", F, zero_d, FA_ERR_BAD_SIZE, "q"},
+    {"Dv = 0", F, zero_dv, FA_ERR_BAD_SIZE, "v"},
+    {"Dv = 0 (backward)", BW, zero_dv, FA_ERR_BAD_SIZE, "v"},
     {"k head dim != q's", F, k_headdim, FA_ERR_SHAPE, "k"},
     {"k batch != q's", F, k_batch, FA_ERR_SHAPE, "k"},
     {"v length != k's", F, v_len, FA_ERR_SHAPE, "v"},
@@ -243,6 +310,35 @@ static const bad g_bad[] = {
     {"dbias shape != bias's", BW, dbias_shape, FA_ERR_SHAPE, "dbias"},
     {"packed layout with batch 2", F, varlen_batch, FA_ERR_SHAPE, "q"},
     {"Hq not a multiple of Hkv", F, heads_not_multiple, FA_ERR_HEADS, "q"},
+    {"o stride[1] = 2^61", F, o_stride_2e61, FA_ERR_SHAPE, "o"},
+    {"o stride[1] = 2^62", F, o_stride_2e62, FA_ERR_SHAPE, "o"},
+    {"o stride[2] = -2^62", F, o_stride_neg_2e62, FA_ERR_SHAPE, "o"},
+    {"o stride[3] = INT64_MIN", F, o_stride_int64_min, FA_ERR_SHAPE, "o"},
+    {"o stride[0] = -2^58 (below address 0)", F, o_below_zero, FA_ERR_SHAPE, "o"},
+    {"o strides 2^60, 2^59 (the sum overflows)", F, o_sum_overflows, FA_ERR_SHAPE, "o"},
+    {"o stride[1] = 2^61 (backward input)", BW, o_stride_2e61, FA_ERR_SHAPE, "o"},
+    {"q stride[2] = 2^62", F, q_stride_2e62, FA_ERR_SHAPE, "q"},
+    {"q stride[2] = 2^62 (backward)", BW, q_stride_2e62, FA_ERR_SHAPE, "q"},
+    {"k stride[1] = -2^61", F, k_stride_neg_2e61, FA_ERR_SHAPE, "k"},
+    {"k stride[2] = -2^57 (below address 0)", F, k_below_zero, FA_ERR_SHAPE, "k"},
+    {"v stride[2] = INT64_MAX", F, v_stride_int64_max, FA_ERR_SHAPE, "v"},
+    {"q data 64 bytes before the last address", F, q_data_at_top, FA_ERR_SHAPE, "q"},
+    {"mask stride[3] = 2^62", F, mask_stride_2e62, FA_ERR_SHAPE, "mask"},
+    {"mask stride[0] = -2^60 (below address 0)", F, mask_below_zero, FA_ERR_SHAPE, "mask"},
+    {"bias stride[2] = INT64_MAX", F, bias_stride_int64_max, FA_ERR_SHAPE, "bias"},
+    {"bias stride[1] = -2^61 (backward)", BW, bias_stride_neg_2e61, FA_ERR_SHAPE, "bias"},
+    {"lse stride[2] = 2^62", F, lse_stride_2e62, FA_ERR_SHAPE, "lse"},
+    {"lse stride[1] = -2^62 (backward input)", BW, lse_in_stride_neg_2e62, FA_ERR_SHAPE, "lse"},
+    {"dout stride[3] = 2^61", BW, dout_stride_2e61, FA_ERR_SHAPE, "dout"},
+    {"dq stride[0] = INT64_MIN", BW, dq_stride_int64_min, FA_ERR_SHAPE, "dq"},
+    {"dk stride[2] = 2^62", BW, dk_stride_2e62, FA_ERR_SHAPE, "dk"},
+    {"dv stride[1] = -2^61", BW, dv_stride_neg_2e61, FA_ERR_SHAPE, "dv"},
+    {"dbias stride[1] = 2^61", BW, dbias_stride_2e61, FA_ERR_SHAPE, "dbias"},
+    {"dbias data 16 bytes before the last address", BW, dbias_data_at_top, FA_ERR_SHAPE, "dbias"},
+    {"Lk = INT64_MAX, k and v broadcast", F, k_len_int64_max, FA_ERR_SHAPE, "k"},
+    {"Lk = 2^58, k and v broadcast (backward)", BW, k_len_2e58, FA_ERR_SHAPE, "k"},
+    {"Hq = 2^62, q broadcast", F, q_heads_huge, FA_ERR_SHAPE, "q"},
+    {"Lq = 2^58, q broadcast", F, q_len_huge, FA_ERR_SHAPE, "q"},
     {"q bool", F, q_bool, FA_ERR_DTYPE, "q"},
     {"q dtype 42", F, q_not_a_dtype, FA_ERR_DTYPE, "q"},
     {"k f64 vs q f32", F, k_f64, FA_ERR_DTYPE, "k"},
@@ -298,27 +394,36 @@ static const bad g_bad[] = {
 #undef F
 #undef BW
 
+/* Each entry on ref and on cpu (when built): validation runs before any
+ * backend, so the named backend must not change the answer. */
 static void test_bad(void **state) {
   const bad *b = (const bad *)*state;
-  fa_context *ctx = NULL;
-  assert_int_equal(fa_context_create(&ctx), FA_OK);
-  call c;
-  call_init(&c, b->backward, ctx);
-  b->perturb(&c);
-  poison_outputs();
-  const fa_status st = run(&c, b->backward);
-  const char *msg = fa_context_last_error(ctx);
-  if (st != b->want)
-    fail_msg("%s: returned %s, expected %s (message: \"%s\")", b->name, fa_status_name(st), fa_status_name(b->want),
-             c.ctx ? msg : "");
-  if (b->arg) {
-    if (!msg[0]) fail_msg("%s: empty message", b->name);
-    if (!names_arg(msg, b->arg)) fail_msg("%s: message \"%s\" does not name %s", b->name, msg, b->arg);
-    if (!strstr(msg, fa_status_name(b->want))) fail_msg("%s: message \"%s\" does not say its status", b->name, msg);
-    assert_int_equal(fa_context_last_backend(ctx), FA_BACKEND_AUTO);
+  const fa_backend backends[] = {FA_BACKEND_REF, FA_BACKEND_CPU};
+  for (int i = 0; i < 2; ++i) {
+    if (fa_backend_available(backends[i], NULL, 0) != FA_OK) continue;
+    fa_context *ctx = NULL;
+    assert_int_equal(fa_context_create(&ctx), FA_OK);
+    call c;
+    call_init(&c, b->backward, ctx);
+    c.backend = backends[i];
+    b->perturb(&c);
+    poison_outputs();
+    const fa_status st = run(&c, b->backward);
+    const char *msg = fa_context_last_error(ctx);
+    const char *on = fa_backend_name(backends[i]);
+    if (st != b->want)
+      fail_msg("%s on %s: returned %s, expected %s (message: \"%s\")", b->name, on, fa_status_name(st),
+               fa_status_name(b->want), c.ctx ? msg : "");
+    if (b->arg) {
+      if (!msg[0]) fail_msg("%s on %s: empty message", b->name, on);
+      if (!names_arg(msg, b->arg)) fail_msg("%s on %s: message \"%s\" does not name %s", b->name, on, msg, b->arg);
+      if (!strstr(msg, fa_status_name(b->want)))
+        fail_msg("%s on %s: message \"%s\" does not say its status", b->name, on, msg);
+      assert_int_equal(fa_context_last_backend(ctx), FA_BACKEND_AUTO);
+    }
+    expect_untouched(b->name);
+    fa_context_destroy(ctx);
   }
-  expect_untouched(b->name);
-  fa_context_destroy(ctx);
 }
 
 /* The unperturbed calls are valid, so each failure above has one cause. */
@@ -344,6 +449,67 @@ static void test_baseline_valid(void **state) {
   c.sq[0] = 0, c.sq[1] = LQ, c.sk[0] = LK, c.sk[1] = 0;
   c.opt.seqlens_q = c.sq, c.opt.seqlens_k = c.sk;
   assert_int_equal(run(&c, 0), FA_OK);
+  fa_context_destroy(ctx);
+}
+
+/* Issue 12's two calls as filed: an f32 o [1, 2, 8, 8] with stride[1] = 2^61
+ * (accepted, then written through a wrapped pointer) and 2^62 (accepted,
+ * head 1 written over head 0). Both are refused now, on ref and cpu, and no
+ * byte of o changes. */
+static void test_issue12_hostile_o_stride(void **state) {
+  (void)state;
+  const int64_t shape[4] = {1, 2, 8, 8};
+  tbuf q, k, v, o;
+  tbuf *all[] = {&q, &k, &v, &o};
+  for (int i = 0; i < 4; ++i) tb_alloc(all[i], FA_F32, shape, 4, TL_BHLD, 0, FA_MEMORY_AUTO);
+  for (int i = 0; i < 3; ++i) memset(tb_view(all[i]), 0, all[i]->span);
+  const fa_backend backends[] = {FA_BACKEND_REF, FA_BACKEND_CPU};
+  const int64_t strides[] = {(int64_t)1 << 61, (int64_t)1 << 62};
+  fa_context *ctx = NULL;
+  assert_int_equal(fa_context_create(&ctx), FA_OK);
+  for (int b = 0; b < 2; ++b) {
+    if (fa_backend_available(backends[b], NULL, 0) != FA_OK) continue;
+    for (int s = 0; s < 2; ++s) {
+      fa_tensor ot = o.t;
+      ot.stride[1] = strides[s];
+      tb_poison(&o);
+      const fa_status st = fa_forward(ctx, backends[b], &q.t, &k.t, &v.t, NULL, &ot, NULL);
+      if (st != FA_ERR_SHAPE)
+        fail_msg("o stride[1] = %lld on %s: %s, expected FA_ERR_SHAPE", (long long)strides[s],
+                 fa_backend_name(backends[b]), fa_status_name(st));
+      const char *msg = fa_context_last_error(ctx);
+      assert_true(names_arg(msg, "o") && strstr(msg, "stride[1]") && strstr(msg, "overflows"));
+      assert_true(tb_all_poison(&o) && tb_guards_ok(&o));
+    }
+    /* and the same tensors with o's own strides are fine */
+    assert_int_equal(fa_forward(ctx, backends[b], &q.t, &k.t, &v.t, NULL, &o.t, NULL), FA_OK);
+  }
+  fa_context_destroy(ctx);
+  for (int i = 0; i < 4; ++i) tb_free(all[i]);
+}
+
+/* Strides that are never stepped along are free, however hostile: those of
+ * size-1 (broadcast) dims and lse's ignored stride[3]. */
+static void test_free_strides_accepted(void **state) {
+  (void)state;
+  fa_context *ctx = NULL;
+  assert_int_equal(fa_context_create(&ctx), FA_OK);
+  for (int bw = 0; bw < 2; ++bw) {
+    call c;
+    call_init(&c, bw, ctx);
+    c.lse.stride[3] = INT64_MIN;
+    c.opt.bias.shape[0] = 1, c.opt.bias.stride[0] = INT64_MAX;
+    c.opt.mask.shape[1] = 1, c.opt.mask.stride[1] = INT64_MIN;
+    c.dbias.shape[0] = 1, c.dbias.stride[0] = -((int64_t)1 << 62);
+    for (int b = FA_BACKEND_REF; b <= FA_BACKEND_CPU; ++b) {
+      if (fa_backend_available((fa_backend)b, NULL, 0) != FA_OK) continue;
+      c.backend = (fa_backend)b;
+      poison_outputs();
+      const fa_status st = run(&c, bw);
+      if (st != FA_OK)
+        fail_msg("%s on %s: %s", bw ? "backward" : "forward", fa_backend_name(c.backend), fa_context_last_error(ctx));
+    }
+  }
   fa_context_destroy(ctx);
 }
 
@@ -476,12 +642,14 @@ static int teardown(void **state) {
 
 int main(void) {
   enum { NBAD = sizeof g_bad / sizeof g_bad[0] };
-  struct CMUnitTest tests[NBAD + 4];
+  struct CMUnitTest tests[NBAD + 6];
   int n = 0;
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_baseline_valid);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_error_cleared);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_host_marked_cuda);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_api_helpers);
+  tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_issue12_hostile_o_stride);
+  tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_free_strides_accepted);
   for (int i = 0; i < NBAD; ++i)
     tests[n++] = (struct CMUnitTest){g_bad[i].name, test_bad, NULL, NULL, (void *)&g_bad[i]};
   return _cmocka_run_group_tests("bad_input", tests, (size_t)n, setup, teardown);

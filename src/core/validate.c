@@ -68,50 +68,97 @@ static fa_status broadcastable(fa_tensor *t, const char *name, const int64_t *lo
   return FA_OK;
 }
 
+/* |x| as an unsigned 64-bit number (INT64_MIN included). */
+static uint64_t abs_u64(int64_t x) {
+  return x < 0 ? 0u - (uint64_t)x : (uint64_t)x;
+}
+
 /* Byte range [lo, hi) a tensor's elements can touch. */
 typedef struct extent {
   const char *name;
   uintptr_t lo, hi;
 } extent;
 
-static extent extent_of(const fa_tensor *t, const char *name, int ndim) {
-  const size_t es = fa_dtype_size(t->dtype);
-  intptr_t lo = 0, hi = 0;
+/* The byte range of t, or FA_ERR_SHAPE when it cannot be one: its byte
+ * extent sum((shape[d] - 1) * |stride[d]|) * element size (plus the last
+ * element) overflows int64, or [lo, hi) taken from the data pointer runs
+ * below address 0 or past the last address. Without this a hostile stride
+ * (2^61 on an f32 tensor) wraps the pointer arithmetic of every backend,
+ * and the overlap checks below, which compare these ranges, are fooled by
+ * the wrap. Dims of size 1 are never stepped along: their stride is free. */
+static fa_status extent_of(const fa_tensor *t, const char *name, int ndim, extent *e, fa__err *err) {
+  const uint64_t es = fa_dtype_size(t->dtype);
+  const uint64_t max_elems = (uint64_t)INT64_MAX / es - 1; /* lo + hi, so that (lo + hi + 1) * es fits */
+  uint64_t lo = 0, hi = 0;                                 /* elements below / above data */
   for (int d = 0; d < ndim; ++d) {
-    const intptr_t span = (intptr_t)(t->shape[d] - 1) * (intptr_t)t->stride[d] * (intptr_t)es;
-    if (span < 0)
+    if (t->shape[d] <= 1) continue;
+    uint64_t span;
+    if (__builtin_mul_overflow((uint64_t)(t->shape[d] - 1), abs_u64(t->stride[d]), &span) || span > max_elems)
+      FAIL(FA_ERR_SHAPE, "%s->stride[%d] = %lld with shape[%d] = %lld: the tensor's byte extent overflows", name, d,
+           (long long)t->stride[d], d, (long long)t->shape[d]);
+    if (t->stride[d] < 0)
       lo += span;
     else
       hi += span;
+    if (lo + hi > max_elems) /* each is <= max_elems < 2^63: the sum does not wrap */
+      FAIL(FA_ERR_SHAPE, "%s->stride[%d] = %lld: the tensor's byte extent overflows", name, d, (long long)t->stride[d]);
   }
-  extent e;
-  e.name = name;
-  e.lo = (uintptr_t)t->data + (uintptr_t)lo;
-  e.hi = (uintptr_t)t->data + (uintptr_t)hi + es;
-  return e;
+  const uint64_t base = (uint64_t)(uintptr_t)t->data, below = lo * es, above = (hi + 1) * es;
+  if (below > base)
+    FAIL(FA_ERR_SHAPE, "%s: its negative strides reach %llu bytes below data = %p, past address 0", name,
+         (unsigned long long)below, t->data);
+  if (above > (uint64_t)UINTPTR_MAX - base)
+    FAIL(FA_ERR_SHAPE, "%s: its strides reach %llu bytes above data = %p, past the last address", name,
+         (unsigned long long)above, t->data);
+  e->name = name;
+  e->lo = (uintptr_t)(base - below);
+  e->hi = (uintptr_t)(base + above);
+  return FA_OK;
 }
 
 /* An output must not write one element twice: sorted by stride, each
- * dimension's stride must clear the whole extent of the smaller ones. */
+ * dimension's stride must clear the whole extent of the smaller ones.
+ * Runs after extent_of accepted t, so every (shape - 1) * |stride| fits in
+ * int64 and shape * |stride| in uint64. */
 static fa_status output_injective(const fa_tensor *t, const char *name, int ndim, fa__err *err) {
   int order[4] = {0, 1, 2, 3};
   for (int a = 0; a < ndim; ++a)
     for (int b = a + 1; b < ndim; ++b)
-      if (llabs((long long)t->stride[order[b]]) < llabs((long long)t->stride[order[a]])) {
+      if (abs_u64(t->stride[order[b]]) < abs_u64(t->stride[order[a]])) {
         const int tmp = order[a];
         order[a] = order[b];
         order[b] = tmp;
       }
-  long long span = 1; /* elements covered by the dims so far */
+  uint64_t span = 1; /* elements covered by the dims so far */
   for (int a = 0; a < ndim; ++a) {
     const int d = order[a];
     if (t->shape[d] == 1) continue;
-    const long long s = llabs((long long)t->stride[d]);
+    const uint64_t s = abs_u64(t->stride[d]);
     if (s < span)
       FAIL(FA_ERR_OVERLAP, "%s: stride[%d] = %lld makes elements of %s overlap each other", name, d,
            (long long)t->stride[d], name);
-    span = s * t->shape[d];
+    span = s * (uint64_t)t->shape[d];
   }
+  return FA_OK;
+}
+
+/* Every size product a backend forms (a head's Lq x Lk scores in ref, the
+ * elements of a tensor, tile and row counts) is a product of some of B,
+ * Hq, Lq, Lk and max(D, Dv). Bounding the product of all five by 2^60 keeps
+ * each of those, in bytes, inside int64 and size_t. Only inputs that
+ * broadcast with stride 0 can describe such sizes at all: an output's own
+ * extent already bounds its element count. */
+static fa_status sizes_fit(int64_t B, int64_t Hq, int64_t Lq, int64_t Lk, int64_t D, int64_t Dv, fa__err *err) {
+  uint64_t limit = (uint64_t)1 << 60;
+  if ((uint64_t)SIZE_MAX / 16 < limit) limit = (uint64_t)SIZE_MAX / 16;
+  const int64_t dims[5] = {B, Hq, Lq, Lk, D > Dv ? D : Dv};
+  uint64_t n = 1;
+  for (int i = 0; i < 5; ++i)
+    if (__builtin_mul_overflow(n, (uint64_t)dims[i], &n) || n > limit)
+      FAIL(FA_ERR_SHAPE,
+           "q and k: the sizes B = %lld, Hq = %lld, Lq = %lld, Lk = %lld, max(D, Dv) = %lld multiply to more than "
+           "%llu, more than the library can index",
+           (long long)B, (long long)Hq, (long long)Lq, (long long)Lk, (long long)dims[4], (unsigned long long)limit);
   return FA_OK;
 }
 
@@ -292,6 +339,9 @@ fa_status fa__problem_build(fa__problem *p, const fa__call *c, fa__err *err) {
     FAIL(FA_ERR_OPTION, "opt->seqlens_q/k and opt->cu_seqlens_q/k cannot both be given");
   if (varlen && o->num_seqs <= 0)
     FAIL(FA_ERR_BAD_SIZE, "opt->num_seqs = %lld must be > 0 with cu_seqlens", (long long)o->num_seqs);
+  if (varlen && (o->num_seqs > INT32_MAX || (uint64_t)o->num_seqs >= SIZE_MAX / sizeof(int32_t)))
+    FAIL(FA_ERR_BAD_SIZE, "opt->num_seqs = %lld is more than the 2^31 - 1 sequences int32 offsets can describe",
+         (long long)o->num_seqs);
 
   const int64_t Bt = c->q->shape[0], Hq = c->q->shape[1], Lq = c->q->shape[2], D = c->q->shape[3];
   const int64_t Hkv = c->k->shape[1], Lk = c->k->shape[2], Dv = c->v->shape[3];
@@ -316,6 +366,7 @@ fa_status fa__problem_build(fa__problem *p, const fa__call *c, fa__err *err) {
       CHECK(need_shape(c->dv, "dv", 4, c->v->shape, err));
     }
   }
+  CHECK(sizes_fit(varlen ? o->num_seqs : Bt, Hq, Lq, Lk, D, Dv, err));
 
   /* memory space */
   fa_tensor q = *c->q, k = *c->k, v = *c->v, out = *c->o, lse, dout, dq, dk, dv, mask = o->mask, bias = o->bias, dbias;
@@ -347,6 +398,24 @@ fa_status fa__problem_build(fa__problem *p, const fa__call *c, fa__err *err) {
     CHECK(resolve_memory(ts, names, 12, &p->memory, err));
   }
 
+  /* byte extents, before anything below (or a backend) steps along a stride */
+  extent outs[5], ins[8];
+  int no = 0, ni = 0;
+  CHECK(extent_of(&q, "q", 4, &ins[ni++], err));
+  CHECK(extent_of(&k, "k", 4, &ins[ni++], err));
+  CHECK(extent_of(&v, "v", 4, &ins[ni++], err));
+  if (bwd) {
+    CHECK(extent_of(&out, "o", 4, &ins[ni++], err));
+    CHECK(extent_of(&dout, "dout", 4, &ins[ni++], err));
+    CHECK(extent_of(&lse, "lse", 3, &ins[ni++], err));
+    CHECK(extent_of(&dq, "dq", 4, &outs[no++], err));
+    CHECK(extent_of(&dk, "dk", 4, &outs[no++], err));
+    CHECK(extent_of(&dv, "dv", 4, &outs[no++], err));
+  } else {
+    CHECK(extent_of(&out, "o", 4, &outs[no++], err));
+    if (has_lse) CHECK(extent_of(&lse, "lse", 3, &outs[no++], err));
+  }
+
   /* lengths */
   int64_t B = Bt, maxq = Lq, maxk = Lk;
   if (varlen) {
@@ -364,52 +433,35 @@ fa_status fa__problem_build(fa__problem *p, const fa__call *c, fa__err *err) {
     if (mask.dtype != FA_BOOL) FAIL(FA_ERR_DTYPE, "opt->mask->dtype = %s, expected bool", fa_dtype_name(mask.dtype));
     CHECK(need_sizes(&mask, "opt->mask", 4, err));
     CHECK(broadcastable(&mask, "opt->mask", logical, err));
+    CHECK(extent_of(&mask, "opt->mask", 4, &ins[ni++], err));
   }
   if (has_bias) {
     if (!is_float_dtype(bias.dtype))
       FAIL(FA_ERR_DTYPE, "opt->bias->dtype = %s, expected f32, f64, f16 or bf16", fa_dtype_name(bias.dtype));
     CHECK(need_sizes(&bias, "opt->bias", 4, err));
     CHECK(broadcastable(&bias, "opt->bias", logical, err));
+    CHECK(extent_of(&bias, "opt->bias", 4, &ins[ni++], err));
   }
   if (want_dbias) {
     if (!is_float_dtype(dbias.dtype))
       FAIL(FA_ERR_DTYPE, "dbias->dtype = %s, expected f32, f64, f16 or bf16", fa_dtype_name(dbias.dtype));
     CHECK(need_shape(&dbias, "dbias", 4, o->bias.shape, err));
+    CHECK(extent_of(&dbias, "dbias", 4, &outs[no++], err));
     CHECK(output_injective(&dbias, "dbias", 4, err));
     for (int d = 0; d < 4; ++d) /* summed dims: the backend accumulates into index 0 */
       if (dbias.shape[d] == 1) dbias.stride[d] = 0;
   }
 
   /* overlap: outputs must not alias inputs or each other */
-  {
-    extent outs[5], ins[8];
-    int no = 0, ni = 0;
-    ins[ni++] = extent_of(&q, "q", 4);
-    ins[ni++] = extent_of(&k, "k", 4);
-    ins[ni++] = extent_of(&v, "v", 4);
-    if (has_mask) ins[ni++] = extent_of(&mask, "opt->mask", 4);
-    if (has_bias) ins[ni++] = extent_of(&bias, "opt->bias", 4);
-    if (bwd) {
-      ins[ni++] = extent_of(&out, "o", 4);
-      ins[ni++] = extent_of(&dout, "dout", 4);
-      ins[ni++] = extent_of(&lse, "lse", 3);
-      CHECK(output_injective(&dq, "dq", 4, err));
-      CHECK(output_injective(&dk, "dk", 4, err));
-      CHECK(output_injective(&dv, "dv", 4, err));
-      outs[no++] = extent_of(&dq, "dq", 4);
-      outs[no++] = extent_of(&dk, "dk", 4);
-      outs[no++] = extent_of(&dv, "dv", 4);
-      if (want_dbias) outs[no++] = extent_of(&dbias, "dbias", 4);
-    } else {
-      CHECK(output_injective(&out, "o", 4, err));
-      outs[no++] = extent_of(&out, "o", 4);
-      if (has_lse) {
-        CHECK(output_injective(&lse, "lse", 3, err));
-        outs[no++] = extent_of(&lse, "lse", 3);
-      }
-    }
-    CHECK(no_overlap(outs, no, ins, ni, err));
+  if (bwd) {
+    CHECK(output_injective(&dq, "dq", 4, err));
+    CHECK(output_injective(&dk, "dk", 4, err));
+    CHECK(output_injective(&dv, "dv", 4, err));
+  } else {
+    CHECK(output_injective(&out, "o", 4, err));
+    if (has_lse) CHECK(output_injective(&lse, "lse", 3, err));
   }
+  CHECK(no_overlap(outs, no, ins, ni, err));
 
   /* resolved problem */
   p->B = B;
