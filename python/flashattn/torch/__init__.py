@@ -1,0 +1,31 @@
+"""flashattn for PyTorch: CPU tensors run on the cpu backend, CUDA tensors on
+the cuda backend (current device and stream), with autograd, through the
+torch.library custom ops flashattn::fwd and flashattn::bwd (torch.compile
+traces them without graph breaks).
+
+- attention(q, k, v, **options): every C option by name, [B, H, L, D]
+- flash_attn_func and friends: FlashAttention 2's interface, [B, L, H, D]
+- scaled_dot_product_attention: torch SDPA's interface, [B, H, L, D]
+"""
+
+from ._attention import attention
+from ._flash_attn import (
+    flash_attn_func,
+    flash_attn_kvpacked_func,
+    flash_attn_qkvpacked_func,
+    flash_attn_varlen_func,
+    flash_attn_varlen_kvpacked_func,
+    flash_attn_varlen_qkvpacked_func,
+)
+from ._sdpa import scaled_dot_product_attention
+
+__all__ = [
+    "attention",
+    "flash_attn_func",
+    "flash_attn_kvpacked_func",
+    "flash_attn_qkvpacked_func",
+    "flash_attn_varlen_func",
+    "flash_attn_varlen_kvpacked_func",
+    "flash_attn_varlen_qkvpacked_func",
+    "scaled_dot_product_attention",
+]

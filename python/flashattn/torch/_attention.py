@@ -1,0 +1,141 @@
+"""attention(): every C option by its name on torch tensors, with autograd.
+The FlashAttention- and SDPA-compatible functions are thin maps onto it.
+
+CPU tensors run on the cpu backend (float64 on ref), CUDA tensors on the
+cuda backend, on the current stream of the tensors' device; no copies
+between host and device.
+"""
+
+import torch
+
+from . import _ops
+
+
+def _padded4(t, arg):
+    """mask / bias with leading size-1 dims up to [B, H, Lq, Lk] (a view)."""
+    if t is None:
+        return None
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{arg} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() > 4:
+        raise ValueError(f"{arg} has shape {tuple(t.shape)}, expected at most 4 dims [B, H, Lq, Lk]")
+    return t[(None,) * (4 - t.dim())]
+
+
+def _int32(t, arg, device, n=None):
+    """seqlens / cu_seqlens as contiguous int32 on the tensors' device (C reads
+    a bare pointer, so the length is checked here)."""
+    if t is None:
+        return None
+    t = torch.as_tensor(t, device=device)
+    if t.dim() != 1 or (n is not None and t.shape[0] != n):
+        raise ValueError(f"{arg} has shape {tuple(t.shape)}, expected [{n if n is not None else 'n'}]")
+    return t.to(torch.int32).contiguous()
+
+
+def _rng(dropout_p, seed, offset):
+    """(seed, offset) for dropout as a CPU int64 tensor, drawn from torch's
+    generator unless given (so torch.manual_seed makes runs repeatable)."""
+    if not dropout_p:
+        return None
+    if seed is None:
+        return torch.stack([torch.randint(0, 2**62, (), dtype=torch.int64), torch.tensor(offset, dtype=torch.int64)])
+    if not 0 <= seed < 2**64:
+        raise ValueError(f"dropout_seed = {seed} must be in [0, 2**64)")
+    return torch.tensor([seed - 2**64 if seed >= 2**63 else seed, offset], dtype=torch.int64)
+
+
+def _check_4d(t, arg, layout):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{arg} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != 4:
+        raise ValueError(f"{arg} has shape {tuple(t.shape)}, expected 4 dims {layout}")
+
+
+def attention(
+    q,
+    k,
+    v,
+    *,
+    causal=False,
+    align="top_left",
+    window=None,
+    scale=None,
+    softcap=0.0,
+    alibi_slopes=None,
+    bias=None,
+    mask=None,
+    seqlens_q=None,
+    seqlens_k=None,
+    cu_seqlens_q=None,
+    cu_seqlens_k=None,
+    dropout_p=0.0,
+    dropout_seed=None,
+    dropout_offset=0,
+    deterministic=False,
+    backend="auto",
+    layout="bhsd",
+    return_lse=False,
+):
+    """flashattn's attention on torch tensors, every option of the C library.
+
+    q [B, Hq, Lq, D], k [B, Hkv, Lk, D], v [B, Hkv, Lk, Dv] (layout="bshd":
+    [B, L, H, D]); returns o (same layout), and lse [B, Hq, Lq] float32 if
+    return_lse. Differentiable in q, k, v and bias. Options as in
+    flashattn.attention (numpy); dropout_seed=None draws the seed from
+    torch's generator.
+    """
+    if layout not in ("bhsd", "bshd"):
+        raise ValueError(f"layout = {layout!r}, expected 'bhsd' ([B, H, L, D]) or 'bshd' ([B, L, H, D])")
+    want = "[B, H, L, D]" if layout == "bhsd" else "[B, L, H, D]"
+    for t, n in ((q, "q"), (k, "k"), (v, "v")):
+        _check_4d(t, n, want)
+    if layout == "bshd":
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    if align not in ("top_left", "bottom_right"):
+        raise ValueError(f"align = {align!r}, expected 'top_left' or 'bottom_right'")
+    if window is None:
+        wl, wr = -1, -1
+    else:
+        try:
+            wl, wr = (int(x) for x in window)
+        except (TypeError, ValueError):
+            raise ValueError(f"window = {window!r}, expected a pair (left, right); -1 = unbounded") from None
+    dev, B, Hq = q.device, q.shape[0], q.shape[1]
+    if alibi_slopes is not None:
+        alibi_slopes = torch.as_tensor(alibi_slopes, device=dev)
+        if alibi_slopes.dim() == 2 and alibi_slopes.shape[0] == 1:
+            alibi_slopes = alibi_slopes[0]
+        if tuple(alibi_slopes.shape) != (Hq,):
+            raise ValueError(
+                f"alibi_slopes has shape {tuple(alibi_slopes.shape)}, expected ({Hq},) (one slope per query head, "
+                "the same for every batch)"
+            )
+        alibi_slopes = alibi_slopes.to(torch.float32).contiguous()
+    if cu_seqlens_q is not None and cu_seqlens_k is not None and len(cu_seqlens_q) != len(cu_seqlens_k):
+        raise ValueError(f"cu_seqlens_q has {len(cu_seqlens_q)} entries but cu_seqlens_k has {len(cu_seqlens_k)}")
+    o, lse = _ops.fwd(
+        q,
+        k,
+        v,
+        _padded4(mask, "mask"),
+        _padded4(bias, "bias"),
+        alibi_slopes,
+        _int32(seqlens_q, "seqlens_q", dev, B),
+        _int32(seqlens_k, "seqlens_k", dev, B),
+        _int32(cu_seqlens_q, "cu_seqlens_q", dev),
+        _int32(cu_seqlens_k, "cu_seqlens_k", dev),
+        _rng(dropout_p, dropout_seed, dropout_offset),
+        float(scale or 0.0),
+        float(softcap or 0.0),
+        bool(causal),
+        align == "bottom_right",
+        wl,
+        wr,
+        float(dropout_p),
+        bool(deterministic),
+        backend,
+    )
+    if layout == "bshd":
+        o = o.transpose(1, 2)
+    return (o, lse) if return_lse else o
