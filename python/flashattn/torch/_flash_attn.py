@@ -34,7 +34,7 @@ def _fa_call(
         v,
         causal=causal,
         align="bottom_right",
-        window=tuple(window_size) if window_size is not None else None,
+        window=window_size,
         scale=softmax_scale,
         softcap=softcap,
         alibi_slopes=alibi_slopes,
