@@ -101,15 +101,17 @@ def dropout_keep(shape, p, seed=0, offset=0):
     try:
         B, H, Lq, Lk = (int(n) for n in shape)
     except (TypeError, ValueError):
-        raise ValueError(f"shape = {shape!r}, expected (B, H, Lq, Lk)") from None
+        raise _capi.invalid(f"shape = {shape!r}, expected (B, H, Lq, Lk)", "FA_ERR_BAD_SIZE") from None
     if not 0 <= int(seed) < 2**64:
-        raise ValueError(f"seed = {seed} must be in [0, 2**64)")
+        raise _capi.invalid(f"seed = {seed} must be in [0, 2**64)", "FA_ERR_DROPOUT")
     if not 0 <= int(offset) < 2**32:
-        raise ValueError(f"offset = {offset} must be in [0, 2**32)")
+        raise _capi.invalid(f"offset = {offset} must be in [0, 2**32)", "FA_ERR_DROPOUT")
     n = B * H * Lq * Lk if min(B, H, Lq, Lk) > 0 else 0
     keep = _np.empty(max(n, 1), _np.uint8)
     why = _C.create_string_buffer(256)
-    st = _capi.lib.fa_dropout_mask(float(p), int(seed), int(offset), B, H, Lq, Lk, keep.ctypes.data, why, len(why))
+    st = _capi.lib.fa_dropout_mask(
+        float(p), int(seed), int(offset), B, H, Lq, Lk, keep.ctypes.data, why, len(why)
+    )
     if st != 0:
         raise _capi.error(st, f"dropout_keep: {why.value.decode()}")
     return keep.view(_np.bool_).reshape(B, H, Lq, Lk)

@@ -137,8 +137,17 @@ _ERROR_CLASS = {
 
 def error(status, message):
     """The exception for a non-zero fa_status (an int or its name)."""
-    name = STATUS_NAMES[status] if isinstance(status, int) and 0 <= status < len(STATUS_NAMES) else str(status)
+    name = (
+        STATUS_NAMES[status] if isinstance(status, int) and 0 <= status < len(STATUS_NAMES) else str(status)
+    )
     return _ERROR_CLASS.get(name, FlashAttnValueError)(name, message)
+
+
+def invalid(message, status="FA_ERR_OPTION"):
+    """A bad argument caught before the C call (a name, a Python type, an
+    array's rank): the exception C would raise for that status, so that every
+    bad input is a FlashAttnError (FA_ERR_DTYPE: a TypeError, else ValueError)."""
+    return error(status, message)
 
 
 # ---- the library -----------------------------------------------------------
@@ -253,11 +262,11 @@ def tensor(data, dtype, shape, strides, memory):
 
 
 def code_of(name, names, arg):
-    """The enum value of a name ("cpu", "bottom_right", ...), or ValueError naming arg."""
+    """The enum value of a name ("cpu", "bottom_right", ...), or FlashAttnValueError naming arg."""
     try:
         return names.index(name)
     except ValueError:
-        raise ValueError(f"{arg} = {name!r}, expected one of {', '.join(map(repr, names))}") from None
+        raise invalid(f"{arg} = {name!r}, expected one of {', '.join(map(repr, names))}") from None
 
 
 def options(
@@ -295,7 +304,7 @@ def options(
         try:
             left, right = window
         except (TypeError, ValueError):
-            raise ValueError(f"window = {window!r}, expected a pair (left, right); -1 = unbounded") from None
+            raise invalid(f"window = {window!r}, expected a pair (left, right); -1 = unbounded") from None
         o.use_window = int(left >= 0 or right >= 0)
         o.window_left, o.window_right = int(left), int(right)
     o.seqlens_q, o.seqlens_k = seqlens_q, seqlens_k
@@ -308,9 +317,9 @@ def options(
     o.alibi_slopes = alibi_slopes
     o.dropout_p = float(dropout_p)
     if not 0 <= int(dropout_seed) < 2**64:
-        raise ValueError(f"dropout_seed = {dropout_seed} must be in [0, 2**64)")
+        raise invalid(f"dropout_seed = {dropout_seed} must be in [0, 2**64)", "FA_ERR_DROPOUT")
     if not 0 <= int(dropout_offset) < 2**32:
-        raise ValueError(f"dropout_offset = {dropout_offset} must be in [0, 2**32)")
+        raise invalid(f"dropout_offset = {dropout_offset} must be in [0, 2**32)", "FA_ERR_DROPOUT")
     o.dropout_seed, o.dropout_offset = int(dropout_seed), int(dropout_offset)
     o.deterministic = int(bool(deterministic))
     o.block_q, o.block_k = int(block_q), int(block_k)

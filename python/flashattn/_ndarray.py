@@ -10,11 +10,15 @@ wherever the C library takes them. Masks and biases broadcast the numpy way
 the inputs.
 """
 
+import inspect
+
 import numpy as np
 
 from . import _capi
 
 _LAYOUTS = ("bhsd", "bshd")
+# fa_options by name (num_seqs is derived from cu_seqlens), and the context's settings
+_OPTIONS = set(inspect.signature(_capi.options).parameters) - {"num_seqs"}
 
 
 def _dtype_code(a, arg):
@@ -29,14 +33,15 @@ def _dtype_code(a, arg):
         return _capi.BOOL
     if dt.name == "bfloat16":  # ml_dtypes.bfloat16 (as JAX and TensorFlow use it)
         return _capi.BF16
-    raise TypeError(
-        f"{arg}.dtype = {dt}: flashattn takes float64, float32, float16, ml_dtypes.bfloat16 (and bool masks)"
+    raise _capi.invalid(
+        f"{arg}.dtype = {dt}: flashattn takes float64, float32, float16, ml_dtypes.bfloat16 (and bool masks)",
+        "FA_ERR_DTYPE",
     )
 
 
 def _array(x, arg):
     if not isinstance(x, np.ndarray):
-        raise TypeError(f"{arg} must be a numpy array, got {type(x).__name__}")
+        raise _capi.invalid(f"{arg} must be a numpy array, got {type(x).__name__}", "FA_ERR_DTYPE")
     return x
 
 
@@ -44,7 +49,9 @@ def _elem_strides(a, arg):
     item = a.itemsize
     for s in a.strides:
         if s % item:
-            raise ValueError(f"{arg}.strides = {a.strides} are not whole elements of {item} bytes")
+            raise _capi.invalid(
+                f"{arg}.strides = {a.strides} are not whole elements of {item} bytes", "FA_ERR_SHAPE"
+            )
     return tuple(s // item for s in a.strides)
 
 
@@ -55,7 +62,7 @@ def _tensor(a, arg, layout, ndim=4):
         want = "[B, H, L, D]" if layout == "bhsd" else "[B, L, H, D]"
         if ndim == 3:
             want = "[B, H, L]"
-        raise ValueError(f"{arg} has shape {a.shape}, expected {ndim} dimensions {want}")
+        raise _capi.invalid(f"{arg} has shape {a.shape}, expected {ndim} dimensions {want}", "FA_ERR_SHAPE")
     shape, strides = a.shape, _elem_strides(a, arg)
     if layout == "bshd" and ndim == 4:
         shape = (shape[0], shape[2], shape[1], shape[3])
@@ -67,7 +74,9 @@ def _broadcast_tensor(a, arg):
     """mask / bias: up to 4 dims, leading 1s added as numpy broadcasting does."""
     a = _array(a, arg)
     if a.ndim > 4:
-        raise ValueError(f"{arg} has shape {a.shape}, expected at most 4 dimensions [B, H, Lq, Lk]")
+        raise _capi.invalid(
+            f"{arg} has shape {a.shape}, expected at most 4 dimensions [B, H, Lq, Lk]", "FA_ERR_SHAPE"
+        )
     shape = (1,) * (4 - a.ndim) + a.shape
     strides = (0,) * (4 - a.ndim) + _elem_strides(a, arg)
     return _capi.tensor(a.ctypes.data, _dtype_code(a, arg), shape, strides, _capi.MEMORY_HOST)
@@ -76,11 +85,15 @@ def _broadcast_tensor(a, arg):
 def _int32(x, arg, n=None):
     """seqlens / cu_seqlens as a contiguous int32 array (C reads a bare pointer,
     so its length is checked here)."""
-    a = np.ascontiguousarray(x, dtype=np.int32)
+    a = np.asarray(x)
+    if a.dtype.kind not in "iu":
+        raise _capi.invalid(f"{arg}.dtype = {a.dtype}, expected integers (int32)", "FA_ERR_DTYPE")
     if a.ndim != 1 or (n is not None and a.shape[0] != n):
         want = f"[{n}]" if n is not None else "1-d"
-        raise ValueError(f"{arg} has shape {a.shape}, expected {want}")
-    return a
+        raise _capi.invalid(f"{arg} has shape {a.shape}, expected {want}", "FA_ERR_SEQLENS")
+    if a.size and (a.min() < -(2**31) or a.max() >= 2**31):
+        raise _capi.invalid(f"{arg} has values outside int32", "FA_ERR_SEQLENS")
+    return np.ascontiguousarray(a, dtype=np.int32)
 
 
 def _empty(shape_bhsd, dtype, layout):
@@ -95,7 +108,9 @@ class _Call:
 
     def __init__(self, q, k, v, layout, opts):
         if layout not in _LAYOUTS:
-            raise ValueError(f"layout = {layout!r}, expected 'bhsd' ([B, H, L, D]) or 'bshd' ([B, L, H, D])")
+            raise _capi.invalid(
+                f"layout = {layout!r}, expected 'bhsd' ([B, H, L, D]) or 'bshd' ([B, L, H, D])"
+            )
         self.layout = layout
         self.q, self.k, self.v = (_tensor(x, n, layout) for x, n in ((q, "q"), (k, "k"), (v, "v")))
         self.keep = []
@@ -104,6 +119,11 @@ class _Call:
         backend = _capi.code_of(o.pop("backend", "auto"), _capi.BACKENDS, "backend")
         threads = int(o.pop("threads", 0))
         isa = _capi.code_of(o.pop("isa", "auto"), _capi.ISAS, "isa")
+        unknown = sorted(set(o) - _OPTIONS)
+        if unknown:
+            raise _capi.invalid(
+                f"unknown option {unknown[0]!r}; the options are {', '.join(sorted(_OPTIONS))}"
+            )
         for name in ("mask", "bias"):
             if o.get(name) is not None:
                 self.keep.append(o[name])
@@ -111,7 +131,10 @@ class _Call:
         if o.get("alibi_slopes") is not None:
             slopes = np.ascontiguousarray(o["alibi_slopes"], dtype=np.float32)
             if slopes.shape != (Hq,):
-                raise ValueError(f"alibi_slopes has shape {slopes.shape}, expected [{Hq}] (one per query head)")
+                raise _capi.invalid(
+                    f"alibi_slopes has shape {slopes.shape}, expected [{Hq}] (one per query head)",
+                    "FA_ERR_SHAPE",
+                )
             self.keep.append(slopes)
             o["alibi_slopes"] = slopes.ctypes.data
         for name in ("seqlens_q", "seqlens_k"):
@@ -127,7 +150,10 @@ class _Call:
                 o[name] = a.ctypes.data
                 o["num_seqs"] = a.shape[0] - 1
                 if i == 1 and cu[0] is not None and len(cu[0]) != len(cu[1]):
-                    raise ValueError(f"cu_seqlens_q has {len(cu[0])} entries but cu_seqlens_k has {len(cu[1])}")
+                    raise _capi.invalid(
+                        f"cu_seqlens_q has {len(cu[0])} entries but cu_seqlens_k has {len(cu[1])}",
+                        "FA_ERR_SEQLENS",
+                    )
         self.backend = backend
         self.opt = _capi.options(**o)
         self.ctx = _capi.context()
