@@ -29,7 +29,7 @@ for o in $objs; do
     fail=1
     continue
   fi
-  if [ "$o" -nt "$log" ]; then
+  if [ -n "$(find "$o" -newer "$log")" ]; then
     echo "FAIL: $log is older than its object"
     fail=1
   fi
