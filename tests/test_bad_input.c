@@ -182,6 +182,13 @@ P(q_heads_huge, c->q.shape[1] = c->o.shape[1] = c->lse.shape[1] = E(62); c->q.st
   c->opt.bias.data = NULL)
 P(q_len_huge, c->q.shape[2] = c->o.shape[2] = c->lse.shape[2] = E(58); c->q.stride[2] = 0; c->opt.mask.data = NULL;
   c->opt.bias.data = NULL)
+/* misaligned data (found by the fuzzer: a float stored at an odd address
+ * is undefined behaviour, UBSan stopped in the cpu forward) */
+P(o_misaligned, c->o.data = (char *)c->o.data + 1)
+P(q_misaligned, c->q.data = (char *)c->q.data + 2)
+P(dk_misaligned, c->dk.data = (char *)c->dk.data + 3)
+P(bias_misaligned, c->opt.bias.data = (char *)c->opt.bias.data + 1)
+P(seqlens_k_misaligned, c->opt.seqlens_k = (const int32_t *)(const void *)((const char *)c->sk + 1))
 #undef E
 /* shapes that disagree */
 P(k_headdim, c->k.shape[3] = D + 1)
@@ -339,6 +346,11 @@ static const bad g_bad[] = {
     {"Lk = 2^58, k and v broadcast (backward)", BW, k_len_2e58, FA_ERR_SHAPE, "k"},
     {"Hq = 2^62, q broadcast", F, q_heads_huge, FA_ERR_SHAPE, "q"},
     {"Lq = 2^58, q broadcast", F, q_len_huge, FA_ERR_SHAPE, "q"},
+    {"o data misaligned by 1 byte", F, o_misaligned, FA_ERR_SHAPE, "o"},
+    {"q data misaligned by 2 bytes", F, q_misaligned, FA_ERR_SHAPE, "q"},
+    {"dk data misaligned by 3 bytes", BW, dk_misaligned, FA_ERR_SHAPE, "dk"},
+    {"bias data misaligned", F, bias_misaligned, FA_ERR_SHAPE, "bias"},
+    {"seqlens_k misaligned", F, seqlens_k_misaligned, FA_ERR_OPTION, "seqlens_k"},
     {"q bool", F, q_bool, FA_ERR_DTYPE, "q"},
     {"q dtype 42", F, q_not_a_dtype, FA_ERR_DTYPE, "q"},
     {"k f64 vs q f32", F, k_f64, FA_ERR_DTYPE, "k"},
@@ -513,6 +525,47 @@ static void test_free_strides_accepted(void **state) {
   fa_context_destroy(ctx);
 }
 
+/* Valid calls the fuzzer broke (each was a sanitizer report before its
+ * fix), on ref and cpu: window edges near INT64_MAX (diag(i) + right
+ * overflowed; now the same as an unbounded window), tile sizes of INT_MAX
+ * (the cpu plan padded them past INT_MAX), and a head dimension of 1 whose
+ * never-used stride is 2^62 (the cpu micro-kernel formed row pointers
+ * from it). */
+static void test_fuzzer_findings_valid(void **state) {
+  (void)state;
+  fa_context *ctx = NULL;
+  assert_int_equal(fa_context_create(&ctx), FA_OK);
+  for (int bw = 0; bw < 2; ++bw)
+    for (int b = FA_BACKEND_REF; b <= FA_BACKEND_CPU; ++b) {
+      if (fa_backend_available((fa_backend)b, NULL, 0) != FA_OK) continue;
+      for (int v = 0; v < 3; ++v) {
+        call c;
+        call_init(&c, bw, ctx);
+        c.backend = (fa_backend)b;
+        if (v == 0) {
+          c.opt.use_window = 1, c.opt.window_left = INT64_MAX, c.opt.window_right = INT64_MAX - 1;
+          c.opt.align = FA_ALIGN_BOTTOM_RIGHT;
+        } else if (v == 1) {
+          c.opt.block_q = 0x7fffffff, c.opt.block_k = 0x7fffffff;
+        } else {
+          fa_tensor *ts[] = {&c.q, &c.k, &c.dq, &c.dk};
+          for (int i = 0; i < 4; ++i) ts[i]->shape[3] = 1, ts[i]->stride[3] = (int64_t)1 << 62;
+        }
+        poison_outputs();
+        const fa_status st = run(&c, bw);
+        if (st != FA_OK)
+          fail_msg("case %d %s on %s: %s", v, bw ? "backward" : "forward", fa_backend_name(c.backend),
+                   fa_context_last_error(ctx));
+      }
+    }
+  fa_cpu_plan plan;
+  if (fa_backend_available(FA_BACKEND_CPU, NULL, 0) == FA_OK) {
+    assert_int_equal(fa_cpu_plan_get(FA_ISA_AUTO, 64, 64, 0x7fffffff, 0x7fffffff, &plan), FA_OK);
+    assert_true(plan.block_q > 0 && plan.block_q <= 65536 && plan.block_k > 0 && plan.block_k <= 65536);
+  }
+  fa_context_destroy(ctx);
+}
+
 /* An error then a success: the message is cleared. */
 static void test_error_cleared(void **state) {
   (void)state;
@@ -642,7 +695,7 @@ static int teardown(void **state) {
 
 int main(void) {
   enum { NBAD = sizeof g_bad / sizeof g_bad[0] };
-  struct CMUnitTest tests[NBAD + 6];
+  struct CMUnitTest tests[NBAD + 7];
   int n = 0;
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_baseline_valid);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_error_cleared);
@@ -650,6 +703,7 @@ int main(void) {
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_api_helpers);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_issue12_hostile_o_stride);
   tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_free_strides_accepted);
+  tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_fuzzer_findings_valid);
   for (int i = 0; i < NBAD; ++i)
     tests[n++] = (struct CMUnitTest){g_bad[i].name, test_bad, NULL, NULL, (void *)&g_bad[i]};
   return _cmocka_run_group_tests("bad_input", tests, (size_t)n, setup, teardown);

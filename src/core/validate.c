@@ -104,6 +104,9 @@ static fa_status extent_of(const fa_tensor *t, const char *name, int ndim, exten
       FAIL(FA_ERR_SHAPE, "%s->stride[%d] = %lld: the tensor's byte extent overflows", name, d, (long long)t->stride[d]);
   }
   const uint64_t base = (uint64_t)(uintptr_t)t->data, below = lo * es, above = (hi + 1) * es;
+  if (base % es != 0) /* the backends load whole elements: a misaligned one is undefined behaviour in C */
+    FAIL(FA_ERR_SHAPE, "%s->data = %p is not aligned to its %u-byte %s elements", name, t->data, (unsigned)es,
+         fa_dtype_name(t->dtype));
   if (below > base)
     FAIL(FA_ERR_SHAPE, "%s: its negative strides reach %llu bytes below data = %p, past address 0", name,
          (unsigned long long)below, t->data);
@@ -310,6 +313,14 @@ fa_status fa__problem_build(fa__problem *p, const fa__call *c, fa__err *err) {
     if (c->lse && c->lse->data) CHECK(need_tensor(c->lse, "lse", err));
   }
   CHECK(check_options(o, err));
+  {
+    const void *arrays[] = {o->seqlens_q, o->seqlens_k, o->cu_seqlens_q, o->cu_seqlens_k, o->alibi_slopes};
+    const char *names[] = {"opt->seqlens_q", "opt->seqlens_k", "opt->cu_seqlens_q", "opt->cu_seqlens_k",
+                           "opt->alibi_slopes"};
+    for (int i = 0; i < 5; ++i)
+      if ((uintptr_t)arrays[i] % 4 != 0)
+        FAIL(FA_ERR_OPTION, "%s = %p is not aligned to its 4-byte elements", names[i], arrays[i]);
+  }
 
   /* dtypes */
   const fa_dtype dt = c->q->dtype;
@@ -463,6 +474,19 @@ fa_status fa__problem_build(fa__problem *p, const fa__call *c, fa__err *err) {
   }
   CHECK(no_overlap(outs, no, ins, ni, err));
 
+  /* A size-1 dimension is never stepped along, so its stride is not
+   * checked above, however hostile; the backends get 0 there, so that no
+   * address is ever formed from it (a kernel that computes row pointers it
+   * does not load from would otherwise overflow a pointer). lse's shape[3]
+   * and stride[3] mean nothing. */
+  {
+    fa_tensor *ts[] = {&q, &k, &v, &out, &lse, &dout, &dq, &dk, &dv, &mask, &bias, &dbias};
+    for (int i = 0; i < 12; ++i)
+      for (int d = 0; d < 4; ++d)
+        if (ts[i]->shape[d] == 1) ts[i]->stride[d] = 0;
+    lse.stride[3] = 0;
+  }
+
   /* resolved problem */
   p->B = B;
   p->Hq = Hq;
@@ -500,6 +524,11 @@ fa_status fa__problem_build(fa__problem *p, const fa__call *c, fa__err *err) {
     p->window_right = o->window_right < 0 ? -1 : o->window_right;
   }
   if (o->causal) p->window_right = 0; /* causal AND window: j <= diag(i) + min(right, 0) */
+  /* A window edge farther than any row-to-key distance bounds nothing, and
+   * diag(i) - left, diag(i) + right would overflow int64 near INT64_MAX: cut
+   * both to Lq + Lk, which every |diag(i) - j| stays below (same result). */
+  if (p->window_left > maxq + maxk) p->window_left = maxq + maxk;
+  if (p->window_right > maxq + maxk) p->window_right = maxq + maxk;
   p->bottom_right = o->align == FA_ALIGN_BOTTOM_RIGHT;
   p->dropout_p = o->dropout_p;
   if (o->dropout_p > 0) {

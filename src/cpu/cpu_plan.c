@@ -13,6 +13,14 @@ static int clampi(int x, int lo, int hi) {
   return x < lo ? lo : x > hi ? hi : x;
 }
 
+/* Asked-for tile sizes are cut to this: no cache holds a larger tile, and
+ * padding (fa__cpu_pad) and tile products of sizes near INT_MAX overflow
+ * int. The backends cut them to the problem's lengths as well. */
+enum { FA_CPU_BLOCK_MAX = 1 << 16 };
+static int block_cap(int b) {
+  return b > FA_CPU_BLOCK_MAX ? FA_CPU_BLOCK_MAX : b;
+}
+
 /* Forward. The query tile is the vector dimension of both products: a
  * whole number of micro-tile widths (48 = 3 AVX-512 vectors = 2 AVX2
  * micro-tiles; 32 for the portable kernels). Its Q^T panel (D x bq) is
@@ -27,6 +35,7 @@ static int clampi(int x, int lo, int hi) {
 fa__cpu_blocks fa__cpu_blocks_forward(const fa__cpu_kernels *kt, int64_t D, int64_t Dv, int block_q, int block_k) {
   const fa__cpuinfo *ci = fa__cpuinfo_get();
   fa__cpu_blocks b;
+  block_q = block_cap(block_q), block_k = block_cap(block_k);
   b.bq = block_q > 0 ? block_q : kt->isa == FA_ISA_GENERIC ? 32 : 48;
   if (block_k > 0) {
     b.bk = block_k;
@@ -93,6 +102,7 @@ void fa__cpu_forward_group_override(int bk, int *group, int64_t *chunk) {
 fa__cpu_blocks fa__cpu_blocks_backward(const fa__cpu_kernels *kt, int64_t D, int64_t Dv, int block_q, int block_k) {
   const fa__cpuinfo *ci = fa__cpuinfo_get();
   fa__cpu_blocks b;
+  block_q = block_cap(block_q), block_k = block_cap(block_k);
   b.bq = block_q > 0 ? block_q : 64;
   if (block_k > 0) {
     b.bk = block_k;

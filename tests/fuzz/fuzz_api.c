@@ -1,0 +1,547 @@
+/* libFuzzer target for the public API (issue 12): fa_forward / fa_backward
+ * on ref and cpu with fa_tensor / fa_options decoded from the input bytes.
+ *
+ * What it decodes: the pass and backend; B, Hq, Hkv, Lq, Lk, D, Dv (small
+ * mostly, sometimes 0, negative or huge); per tensor (q, k, v, o, lse,
+ * dout, dq, dk, dv, dbias, mask, bias) a NULL pointer or NULL data, a dtype
+ * (invalid enum values included), a memory space, shape perturbations,
+ * strides (contiguous, [B, L, H, D], padded, reversed, 0, arbitrary small,
+ * or hostile: +-2^61, 2^62, INT64_MIN/MAX) and a placement (its own slice
+ * of a shared arena, or over another tensor's slice); every option (scale,
+ * softcap, causal, align, window, dropout, seed, offset, deterministic,
+ * block sizes, ALiBi slopes, seqlens / cu_seqlens and their contents,
+ * num_seqs, mask and bias of any broadcast shape).
+ *
+ * Why accepted calls can only touch memory we own: every tensor whose byte
+ * extent we can compute and that is at most SLICE_CAP lives inside one
+ * malloc'ed arena (ASan watches its edges). A tensor whose extent
+ * overflows, or is larger than that, is given a data pointer from which its
+ * extent wraps around the address space (near the last address, or near
+ * address 0), so validation must refuse it: if the library accepts it, the
+ * first access crashes and the fuzzer reports it.
+ *
+ * What it checks:
+ *  - the status is FA_OK or one of the documented ones (FA_ERR_INTERNAL or
+ *    an unknown value is a finding);
+ *  - on failure: the context's message is non-empty and says the status's
+ *    name, and no byte of the arena changed (outputs untouched);
+ *  - on success: the message is empty, no byte outside the outputs'
+ *    elements changed (inputs, padding, other tensors), and no output
+ *    element overlaps an input element or another output element;
+ *  - sanitizers (ASan, UBSan) and libFuzzer's own timeout and RSS limit
+ *    catch the rest. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flashattn.h"
+
+enum { SLICE_CAP = 256 << 10, WORK_CAP = 1 << 20, MAX_ELEMS = 1 << 18 };
+
+/* ---- the byte reader ---------------------------------------------------- */
+
+typedef struct reader {
+  const uint8_t *p;
+  size_t n;
+} reader;
+
+static uint8_t u8(reader *r) {
+  if (!r->n) return 0;
+  --r->n;
+  return *r->p++;
+}
+static uint32_t u32(reader *r) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= (uint32_t)u8(r) << (8 * i);
+  return v;
+}
+static uint64_t u64(reader *r) {
+  return (uint64_t)u32(r) | (uint64_t)u32(r) << 32;
+}
+
+#define E(x) ((int64_t)1 << (x))
+static const int64_t k_hostile[] = {0,     -1,     -2,    E(31),  -E(31),    E(32),     E(40),         E(58),    -E(58),
+                                    E(61), -E(61), E(62), -E(62), INT64_MAX, INT64_MIN, INT64_MAX - 1, E(60) + 1};
+enum { NHOSTILE = sizeof k_hostile / sizeof k_hostile[0] };
+
+/* A size: 1..8 mostly (hd: 1..16), sometimes 0 or a hostile value. */
+static int64_t dim(reader *r, int hd) {
+  const uint8_t b = u8(r);
+  if (b < 240) return 1 + b % (hd ? 16 : 8);
+  return k_hostile[b % NHOSTILE];
+}
+
+/* ---- tensors -------------------------------------------------------------- */
+
+enum { T_Q, T_K, T_V, T_O, T_LSE, T_DOUT, T_DQ, T_DK, T_DV, T_DBIAS, T_MASK, T_BIAS, NT };
+static const char *const k_names[NT] = {"q", "k", "v", "o", "lse", "dout", "dq", "dk", "dv", "dbias", "mask", "bias"};
+
+typedef struct tdesc {
+  fa_tensor t;
+  int ndim;     /* 4, 3 for lse */
+  int present;  /* 0: pass a NULL fa_tensor pointer */
+  int place;    /* 0: own slice, 1: over tensor `over`, 2: fake address (extent too large) */
+  int over;     /* index of the tensor it is placed over */
+  uint64_t off; /* byte offset inside that tensor's slice */
+  uint64_t lo;  /* bytes below data */
+  uint64_t hi;  /* bytes from data to the end of the last element */
+  int overflow; /* extent not computable */
+  int misalign; /* data not aligned to the element size (must be refused) */
+  size_t at;    /* offset of data in the arena (place 0/1) */
+} tdesc;
+
+static size_t esize(fa_dtype dt) {
+  switch (dt) {
+    case FA_F32: return 4;
+    case FA_F64: return 8;
+    case FA_F16:
+    case FA_BF16: return 2;
+    case FA_BOOL: return 1;
+  }
+  return 1; /* invalid dtypes are refused before any access */
+}
+
+/* The extent as validation computes it: dims of size <= 1 never stepped. */
+static void extent(tdesc *d) {
+  const uint64_t es = esize(d->t.dtype);
+  uint64_t lo = 0, hi = 0;
+  d->overflow = 0;
+  for (int i = 0; i < d->ndim; ++i) {
+    if (d->t.shape[i] <= 1) continue;
+    const int64_t s = d->t.stride[i];
+    const uint64_t as = s < 0 ? 0u - (uint64_t)s : (uint64_t)s;
+    uint64_t span;
+    if (__builtin_mul_overflow((uint64_t)(d->t.shape[i] - 1), as, &span) || span > (uint64_t)INT64_MAX) {
+      d->overflow = 1;
+      return;
+    }
+    uint64_t *side = s < 0 ? &lo : &hi;
+    if (__builtin_add_overflow(*side, span, side)) {
+      d->overflow = 1;
+      return;
+    }
+  }
+  if (__builtin_mul_overflow(lo, es, &d->lo) || __builtin_mul_overflow(hi + 1, es, &d->hi) || hi + 1 == 0)
+    d->overflow = 1;
+}
+
+/* A size as a layout sees it: hostile ones (they get refused) count as 1. */
+static int64_t sz(int64_t x) {
+  return x > 0 && x < E(20) ? x : 1;
+}
+
+/* Strides for a logical shape. */
+static void strides(reader *r, tdesc *d) {
+  int64_t *sh = d->t.shape, *st = d->t.stride;
+  int64_t s[4] = {0}, n = 1;
+  const uint8_t mode = u8(r);
+  int64_t pad = 0;
+  switch (mode % 16) {
+    case 0:
+    case 1:
+    case 2:
+    case 3:
+    case 4:
+    case 5:
+    case 6:
+    default: /* contiguous */
+      for (int i = 3; i >= 0; --i) s[i] = n, n *= sz(sh[i]);
+      break;
+    case 7: /* [B, L, H, D] */ s[3] = 1, s[1] = sz(sh[3]), s[2] = sz(sh[3]) * sz(sh[1]), s[0] = s[2] * sz(sh[2]); break;
+    case 8: /* padded */
+      pad = 1 + u8(r) % 5;
+      for (int i = 3; i >= 0; --i) s[i] = n, n = n * (sz(sh[i])) + pad;
+      break;
+    case 9: /* reversed: every stride negative */
+      for (int i = 3; i >= 0; --i) s[i] = -n, n *= sz(sh[i]);
+      break;
+    case 10:
+    case 11: /* arbitrary small strides, any sign, 0 included */
+      for (int i = 0; i < 4; ++i) s[i] = (int8_t)u8(r) % 24;
+      break;
+    case 12:
+    case 13: /* contiguous, one stride hostile */
+      for (int i = 3; i >= 0; --i) s[i] = n, n *= sz(sh[i]);
+      s[u8(r) % 4] = k_hostile[u8(r) % NHOSTILE];
+      break;
+    case 14: /* all strides raw 64-bit */
+      for (int i = 0; i < 4; ++i) s[i] = (int64_t)u64(r);
+      break;
+    case 15: /* contiguous, one dim with stride 0 */
+      for (int i = 3; i >= 0; --i) s[i] = n, n *= sz(sh[i]);
+      s[u8(r) % 4] = 0;
+      break;
+  }
+  memcpy(st, s, sizeof s);
+}
+
+/* One tensor of logical shape want (ndim dims), default dtype dt. */
+static void decode_tensor(reader *r, tdesc *d, int idx, const int64_t want[4], int ndim, fa_dtype dt) {
+  memset(d, 0, sizeof *d);
+  d->ndim = ndim;
+  d->present = 1;
+  const uint8_t flags = u8(r);
+  if (flags == 255) d->present = 0;
+  d->t.dtype = dt;
+  const uint8_t dtb = u8(r);
+  if (dtb >= 240) d->t.dtype = (fa_dtype)(dtb < 250 ? dtb % 6 : (int)(int8_t)dtb); /* 5, negative: invalid */
+  d->t.memory = FA_MEMORY_AUTO;
+  const uint8_t mb = u8(r);
+  if (mb >= 248)
+    d->t.memory = (fa_memory)(mb % 5); /* CUDA, 3, 4: refused here */
+  else if (mb >= 128)
+    d->t.memory = FA_MEMORY_HOST;
+  for (int i = 0; i < 4; ++i) d->t.shape[i] = i < ndim ? want[i] : 1;
+  const uint8_t sb = u8(r);
+  if (sb >= 224) d->t.shape[sb % 4] = dim(r, 0); /* a shape that disagrees (or broadcasts) */
+  strides(r, d);
+  extent(d);
+  const uint8_t pb = u8(r);
+  d->misalign = pb == 231 && esize(d->t.dtype) > 1;
+  if (pb >= 232 && idx > 0) {
+    d->place = 1;
+    d->over = u8(r) % idx;
+    d->off = u8(r);
+  }
+  if (d->overflow || d->lo > SLICE_CAP || d->hi > SLICE_CAP) d->place = 2;
+  d->t.data = (void *)1; /* set once the arena exists; NULL data decided here */
+  if (flags >= 250 && flags < 255) d->t.data = NULL;
+}
+
+/* ---- the arena and its checks ---------------------------------------------- */
+
+/* Adds 1 to map[] at every byte of every element of d (at most MAX_ELEMS
+ * elements; returns 0 if there were more). */
+static int mark(const tdesc *d, const unsigned char *arena, unsigned char *map) {
+  int64_t n[4] = {1, 1, 1, 1};
+  uint64_t total = 1;
+  for (int i = 0; i < d->ndim; ++i) {
+    n[i] = d->t.shape[i] > 0 ? d->t.shape[i] : 0;
+    if (n[i] > MAX_ELEMS) return 0;
+    total *= (uint64_t)n[i];
+    if (total > MAX_ELEMS) return 0;
+  }
+  const size_t es = esize(d->t.dtype);
+  const unsigned char *base = (const unsigned char *)d->t.data;
+  for (int64_t a = 0; a < n[0]; ++a)
+    for (int64_t b = 0; b < n[1]; ++b)
+      for (int64_t c = 0; c < n[2]; ++c)
+        for (int64_t e = 0; e < n[3]; ++e) {
+          const int64_t off = (n[0] > 1 ? a * d->t.stride[0] : 0) + (n[1] > 1 ? b * d->t.stride[1] : 0) +
+                              (n[2] > 1 ? c * d->t.stride[2] : 0) + (n[3] > 1 ? e * d->t.stride[3] : 0);
+          const unsigned char *p = base + off * (int64_t)es;
+          for (size_t k = 0; k < es; ++k) {
+            unsigned char *m = &map[p - arena + (ptrdiff_t)k];
+            if (*m < 255) ++*m;
+          }
+        }
+  return 1;
+}
+
+/* The call being checked, printed with a finding. */
+static const tdesc *g_t;
+static const unsigned char *g_arena;
+static int g_bwd, g_backend;
+
+static void finding(const char *what, fa_status st, const char *msg) {
+  fprintf(stderr, "fuzz_api: %s (status %s, message \"%s\")\n", what, fa_status_name(st), msg ? msg : "");
+  fprintf(stderr, "  %s on backend %d\n", g_bwd ? "fa_backward" : "fa_forward", g_backend);
+  for (int i = 0; g_t && i < NT; ++i) {
+    const tdesc *d = &g_t[i];
+    fprintf(stderr,
+            "  %-5s present %d data %s%+lld dtype %d shape [%lld %lld %lld %lld] stride [%lld %lld %lld %lld]\n",
+            k_names[i], d->present, d->t.data ? (d->place == 2 ? "fake" : "arena") : "NULL",
+            d->t.data && d->place != 2 ? (long long)((const unsigned char *)d->t.data - g_arena) : 0LL, (int)d->t.dtype,
+            (long long)d->t.shape[0], (long long)d->t.shape[1], (long long)d->t.shape[2], (long long)d->t.shape[3],
+            (long long)d->t.stride[0], (long long)d->t.stride[1], (long long)d->t.stride[2], (long long)d->t.stride[3]);
+  }
+  abort();
+}
+
+static uint64_t g_rng;
+static uint32_t rnd(void) {
+  g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
+  return (uint32_t)(g_rng >> 16);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  reader r = {data, size};
+  static fa_context *ctx;
+  if (!ctx) {
+    if (fa_context_create(&ctx) != FA_OK) abort();
+    fa_context_set_threads(ctx, 1);
+  }
+
+  /* ---- the call ---- */
+  const uint8_t head = u8(&r);
+  const int bwd = head & 1;
+  fa_backend backend = (head >> 1) & 1 ? FA_BACKEND_CPU : FA_BACKEND_REF;
+  if ((head >> 2) == 63) backend = (fa_backend)(int8_t)u8(&r); /* AUTO, CUDA, invalid */
+  const int null_ctx = head == 0xfe;
+  const int fill = (head >> 2) & 3; /* how the arena is filled */
+
+  const int64_t B = dim(&r, 0), Hkv = dim(&r, 0), g = dim(&r, 0), Lq = dim(&r, 0), Lk = dim(&r, 0);
+  const int64_t D = dim(&r, 1), Dv = dim(&r, 1);
+  const int64_t Hq = g > 0 && g < 16 && Hkv > 0 && Hkv < 16 ? g * Hkv : g; /* usually a multiple of Hkv */
+  const fa_dtype dt = (fa_dtype)(u8(&r) % 4);
+
+  /* options */
+  fa_options o;
+  fa_options_init(&o);
+  const uint8_t ob = u8(&r);
+  o.causal = ob & 1;
+  o.align = (ob >> 1) & 1 ? FA_ALIGN_BOTTOM_RIGHT : FA_ALIGN_TOP_LEFT;
+  if (ob == 0xff) o.align = (fa_align)(int8_t)u8(&r);
+  o.use_window = (ob >> 2) & 1;
+  if (o.use_window) {
+    const uint8_t wb = u8(&r);
+    o.window_left = wb < 200 ? (int64_t)(wb % 12) - 2 : k_hostile[wb % NHOSTILE];
+    const uint8_t wr = u8(&r);
+    o.window_right = wr < 200 ? (int64_t)(wr % 12) - 2 : k_hostile[wr % NHOSTILE];
+  }
+  if ((ob >> 3) & 1) {
+    static const double scales[] = {0.0, 0.125, 1.0, -1.0, 1e4, -1e30, 1e300, NAN, INFINITY, 5e-324};
+    o.scale = scales[u8(&r) % 10];
+  }
+  if ((ob >> 4) & 1) {
+    static const double caps[] = {0.0, 1.0, 30.0, 1e-300, -1.0, NAN, INFINITY, 1e300};
+    o.softcap = caps[u8(&r) % 8];
+  }
+  if ((ob >> 5) & 1) {
+    static const double ps[] = {0.0, 0.1, 0.5, 0.999999, 1.0, -0.1, NAN, 1e-9};
+    o.dropout_p = ps[u8(&r) % 8];
+    o.dropout_seed = u64(&r);
+    o.dropout_offset = u32(&r);
+  }
+  o.deterministic = (ob >> 6) & 1;
+  if ((ob >> 7) & 1) {
+    static const int blocks[] = {0, 1, 3, 16, 64, 1000, -1, 0x7fffffff};
+    const uint8_t bb = u8(&r);
+    o.block_q = blocks[bb % 8];
+    o.block_k = blocks[(bb >> 3) % 8];
+  }
+
+  /* lengths: 0 none, 1 seqlens, 2 cu_seqlens */
+  const uint8_t lb = u8(&r);
+  const int lenmode = lb % 3 == 0 ? 0 : lb % 7 == 1 ? 2 : lb % 7 == 2 ? 1 : 0;
+  int32_t *seq_q = NULL, *seq_k = NULL, *cu_q = NULL, *cu_k = NULL;
+  int64_t nseq = 0, Bt = B, Lqt = Lq, Lkt = Lk, maxq = Lq, maxk = Lk;
+  if (lenmode == 1 && B > 0 && B <= 4096) {
+    seq_q = (int32_t *)malloc((size_t)B * sizeof(int32_t));
+    seq_k = (int32_t *)malloc((size_t)B * sizeof(int32_t));
+    for (int64_t b = 0; b < B; ++b) {
+      const uint8_t x = u8(&r), y = u8(&r);
+      seq_q[b] = x < 250 ? (int32_t)(x % (Lq > 0 && Lq < 100 ? Lq + 1 : 9)) : (int32_t)(x - 253) * 1000;
+      seq_k[b] = y < 250 ? (int32_t)(y % (Lk > 0 && Lk < 100 ? Lk + 1 : 9)) : (int32_t)(y - 253) * 1000;
+    }
+    if (lb & 8) free(seq_q), seq_q = NULL;
+    if (lb & 16) free(seq_k), seq_k = NULL;
+  } else if (lenmode == 2) {
+    const uint8_t nb = u8(&r);
+    nseq = nb < 240 ? 1 + nb % 6 : k_hostile[nb % NHOSTILE];
+    Bt = 1;
+    if (nseq > 0 && nseq <= 64) {
+      cu_q = (int32_t *)malloc((size_t)(nseq + 1) * sizeof(int32_t));
+      cu_k = (int32_t *)malloc((size_t)(nseq + 1) * sizeof(int32_t));
+      cu_q[0] = cu_k[0] = 0;
+      maxq = maxk = 0;
+      for (int64_t b = 0; b < nseq; ++b) {
+        const uint8_t x = u8(&r), y = u8(&r);
+        cu_q[b + 1] = cu_q[b] + (x < 250 ? x % 6 : (int32_t)x - 252);
+        cu_k[b + 1] = cu_k[b] + (y < 250 ? y % 6 : (int32_t)y - 252);
+        if (cu_q[b + 1] - cu_q[b] > maxq) maxq = cu_q[b + 1] - cu_q[b];
+        if (cu_k[b + 1] - cu_k[b] > maxk) maxk = cu_k[b + 1] - cu_k[b];
+      }
+      if (u8(&r) & 1) cu_q[0] = 1;
+      Lqt = cu_q[nseq] > 0 ? cu_q[nseq] : 1;
+      Lkt = cu_k[nseq] > 0 ? cu_k[nseq] : 1;
+      if (maxq == 0) maxq = 1;
+      if (maxk == 0) maxk = 1;
+    }
+    if (lb & 8) { /* one of the pair missing, or seqlens too */
+      free(cu_k);
+      cu_k = NULL;
+    }
+  }
+  o.seqlens_q = seq_q, o.seqlens_k = seq_k;
+  o.cu_seqlens_q = cu_q, o.cu_seqlens_k = cu_k;
+  o.num_seqs = nseq;
+  if (lenmode == 2 && !cu_q && !cu_k && nseq > 64) { /* hostile num_seqs: the library must refuse before reading */
+    static const int32_t small[2] = {0, 0};
+    if (nseq <= INT32_MAX) nseq = 0; /* would read nseq + 1 entries: we cannot give them */
+    o.cu_seqlens_q = o.cu_seqlens_k = nseq ? small : NULL;
+    o.num_seqs = nseq;
+  }
+  float *slopes = NULL;
+  if ((lb & 32) && Hq > 0 && Hq <= 4096) {
+    slopes = (float *)malloc((size_t)Hq * sizeof(float));
+    for (int64_t h = 0; h < Hq; ++h) slopes[h] = (float)(u8(&r) % 17) / 8.0f - (h == 3 ? 3.0f : 0.0f);
+    o.alibi_slopes = slopes;
+  }
+
+  /* tensors */
+  const int64_t sq[4] = {Bt, Hq, Lqt, D}, sk[4] = {Bt, Hkv, Lkt, D}, sv[4] = {Bt, Hkv, Lkt, Dv},
+                so[4] = {Bt, Hq, Lqt, Dv};
+  const int64_t Bl = lenmode == 2 ? nseq : Bt;
+  int64_t sm[4] = {Bl, Hq, maxq, maxk}, sb[4] = {Bl, Hq, maxq, maxk};
+  const uint8_t bc = u8(&r); /* broadcast dims of mask (low nibble) and bias */
+  for (int i = 0; i < 4; ++i) {
+    if ((bc >> i) & 1) sm[i] = 1;
+    if ((bc >> (4 + i)) & 1) sb[i] = 1;
+  }
+  tdesc t[NT];
+  const int64_t *shapes[NT] = {sq, sk, sv, so, so, so, sq, sk, sv, sb, sm, sb};
+  for (int i = 0; i < NT; ++i) {
+    fa_dtype tdt = dt;
+    if (i == T_LSE) tdt = dt == FA_F64 && backend == FA_BACKEND_REF ? FA_F64 : FA_F32;
+    if (i == T_MASK) tdt = FA_BOOL;
+    if (i == T_BIAS || i == T_DBIAS) tdt = (fa_dtype)(u8(&r) % 4);
+    decode_tensor(&r, &t[i], i, shapes[i], i == T_LSE ? 3 : 4, tdt);
+  }
+  /* the library reads q->shape[0] seqlens and q->shape[1] slopes: give it
+   * that many when q's shape was perturbed (and agrees with the rest) */
+  {
+    const int64_t nb = t[T_Q].t.shape[0], nh = t[T_Q].t.shape[1];
+    int32_t **sl[2] = {&seq_q, &seq_k};
+    for (int i = 0; i < 2; ++i)
+      if (*sl[i] && nb != B) {
+        int32_t *n = nb > 0 && nb <= 65536 ? (int32_t *)calloc((size_t)nb, sizeof(int32_t)) : NULL;
+        if (n) memcpy(n, *sl[i], (size_t)(nb < B ? nb : B) * sizeof(int32_t));
+        free(*sl[i]);
+        *sl[i] = n;
+      }
+    o.seqlens_q = seq_q, o.seqlens_k = seq_k;
+    if (slopes && nh != Hq) {
+      float *n = nh > 0 && nh <= 65536 ? (float *)calloc((size_t)nh, sizeof(float)) : NULL;
+      free(slopes);
+      slopes = n;
+      o.alibi_slopes = slopes;
+    }
+  }
+  const uint8_t extra = u8(&r);
+  const int no_opt = (extra >> 5) == 7; /* opt = NULL: defaults, no mask or bias */
+  const int has_lse = bwd || !(extra & 1), has_mask = !no_opt && ((extra >> 1) & 1),
+            has_bias = !no_opt && ((extra >> 2) & 1), has_dbias = bwd && has_bias && ((extra >> 3) & 1);
+
+  /* Sizes that validation accepts but that would take minutes (broadcast
+   * inputs of any length): not worth an execution. */
+  {
+    const int varlen = !no_opt && (o.cu_seqlens_q || o.cu_seqlens_k);
+    const int64_t dims[5] = {varlen ? o.num_seqs : t[T_Q].t.shape[0], t[T_Q].t.shape[1], t[T_Q].t.shape[2],
+                             t[T_K].t.shape[2],
+                             t[T_Q].t.shape[3] > t[T_V].t.shape[3] ? t[T_Q].t.shape[3] : t[T_V].t.shape[3]};
+    uint64_t w = 1;
+    int sane = 1;
+    for (int i = 0; i < 5; ++i)
+      if (dims[i] <= 0 || __builtin_mul_overflow(w, (uint64_t)dims[i], &w)) sane = 0;
+    if (sane && w > WORK_CAP && w <= ((uint64_t)1 << 60)) goto out;
+  }
+
+  /* the arena: slices for place-0 tensors, place-1 ones inside them */
+  size_t total = 64;
+  for (int i = 0; i < NT; ++i)
+    if (t[i].place == 0) {
+      t[i].at = total + (size_t)t[i].lo + (size_t)t[i].misalign;
+      total = (total + (size_t)(t[i].lo + t[i].hi) + 1 + 64 + 7) / 8 * 8;
+    }
+  for (int i = 0; i < NT; ++i)
+    if (t[i].place == 1) {
+      const tdesc *u = &t[t[i].over];
+      size_t at = u->place == 2 ? 64 : u->at + (size_t)t[i].off;
+      if (at < t[i].lo) at = (size_t)t[i].lo;
+      if (at + t[i].hi > total) at = total > t[i].hi ? total - (size_t)t[i].hi : 0;
+      if (at < t[i].lo || at + t[i].hi > total) {
+        t[i].place = 0; /* does not fit: its own slice after all */
+        t[i].at = total + (size_t)t[i].lo + (size_t)t[i].misalign;
+        total = (total + (size_t)(t[i].lo + t[i].hi) + 1 + 64 + 7) / 8 * 8;
+      } else {
+        t[i].at = at - (t[i].misalign ? 0 : at % esize(t[i].t.dtype)); /* lo is whole elements: still >= lo */
+      }
+    }
+  unsigned char *arena = (unsigned char *)malloc(total), *before = (unsigned char *)malloc(total);
+  unsigned char *outmap = (unsigned char *)calloc(total, 1), *inmap = (unsigned char *)calloc(total, 1);
+  if (!arena || !before || !outmap || !inmap) abort();
+  g_rng = 0x9e3779b97f4a7c15ull ^ size;
+  for (size_t i = 0; i < total; ++i) {
+    switch (fill) {
+      case 0: arena[i] = (unsigned char)rnd(); break;                       /* anything: NaN, Inf, huge */
+      case 1: arena[i] = i % 4 == 3 ? 0x3e : (unsigned char)rnd(); break;   /* f32 ~ 0.1..0.5 */
+      case 2: arena[i] = i % 2 == 1 ? 0x3c : (unsigned char)rnd(); break;   /* f16 / bf16-ish small */
+      default: arena[i] = i % 4 == 3 ? 0x7f : i % 4 == 2 ? 0x80 : 0; break; /* f32 Inf */
+    }
+  }
+  for (int i = 0; i < NT; ++i) {
+    if (!t[i].t.data) continue;
+    if (t[i].place == 2) {
+      /* extent larger than we could give: make it wrap the address space */
+      t[i].t.data =
+          t[i].hi > SLICE_CAP || t[i].overflow ? (void *)(UINTPTR_MAX - SLICE_CAP) : (void *)(uintptr_t)SLICE_CAP;
+    } else {
+      t[i].t.data = arena + t[i].at;
+    }
+  }
+  memcpy(before, arena, total);
+  g_t = t, g_arena = arena, g_bwd = bwd, g_backend = (int)backend;
+
+  fa_tensor *p[NT];
+  for (int i = 0; i < NT; ++i) p[i] = t[i].present ? &t[i].t : NULL;
+  if (!has_lse) p[T_LSE] = (extra & 16) ? NULL : (t[T_LSE].t.data = NULL, &t[T_LSE].t);
+  o.mask = has_mask && p[T_MASK] ? t[T_MASK].t : (fa_tensor){0};
+  o.bias = has_bias && p[T_BIAS] ? t[T_BIAS].t : (fa_tensor){0};
+  if (!has_dbias) p[T_DBIAS] = NULL;
+  const fa_options *popt = no_opt ? NULL : &o;
+
+  fa_context *c = null_ctx ? NULL : ctx;
+  fa_status st;
+  if (bwd)
+    st = fa_backward(c, backend, p[T_Q], p[T_K], p[T_V], p[T_O], p[T_DOUT], p[T_LSE], popt, p[T_DQ], p[T_DK], p[T_DV],
+                     p[T_DBIAS]);
+  else
+    st = fa_forward(c, backend, p[T_Q], p[T_K], p[T_V], popt, p[T_O], p[T_LSE]);
+
+  /* ---- the checks ---- */
+  const char *msg = c ? fa_context_last_error(c) : NULL;
+  if ((int)st < FA_OK || (int)st > FA_ERR_INTERNAL) finding("a status outside fa_status", st, msg);
+  if (st == FA_ERR_INTERNAL || st == FA_ERR_DEVICE) finding("an internal or device error", st, msg);
+  if (null_ctx) {
+    if (st != FA_ERR_NULL_POINTER) finding("NULL context not refused", st, msg);
+  } else if (st != FA_OK) {
+    if (!msg || !msg[0]) finding("a failure with an empty message", st, msg);
+    if (!strstr(msg, fa_status_name(st))) finding("a message that does not say its status", st, msg);
+  } else if (msg[0]) {
+    finding("a success with a message", st, msg);
+  }
+  if (st != FA_OK) {
+    if (memcmp(before, arena, total) != 0) finding("a refused call wrote memory", st, msg);
+  } else {
+    /* what may change: the elements of the outputs, each written once */
+    const int outs_f[] = {T_O, T_LSE}, outs_b[] = {T_DQ, T_DK, T_DV, T_DBIAS};
+    const int *outs = bwd ? outs_b : outs_f, nout = bwd ? 4 : 2;
+    for (int k = 0; k < nout; ++k) {
+      const tdesc *d = &t[outs[k]];
+      if (!p[outs[k]] || !d->t.data) continue;
+      if (d->place == 2) finding("accepted a tensor whose extent wraps the address space", st, k_names[outs[k]]);
+      if (!mark(d, arena, outmap)) finding("accepted an output with more elements than memory", st, k_names[outs[k]]);
+    }
+    const int ins_f[] = {T_Q, T_K, T_V, T_MASK, T_BIAS}, ins_b[] = {T_Q, T_K, T_V, T_MASK, T_BIAS, T_O, T_DOUT, T_LSE};
+    const int *ins = bwd ? ins_b : ins_f, nin = bwd ? 8 : 5;
+    for (int k = 0; k < nin; ++k) {
+      const tdesc *d = &t[ins[k]];
+      if ((ins[k] == T_MASK && !has_mask) || (ins[k] == T_BIAS && !has_bias)) continue;
+      if (!p[ins[k]] || !d->t.data) continue;
+      if (d->place == 2) finding("accepted a tensor whose extent wraps the address space", st, k_names[ins[k]]);
+      mark(d, arena, inmap); /* inputs may broadcast (stride 0): counts over 1 are fine */
+    }
+    for (size_t i = 0; i < total; ++i) {
+      if (outmap[i] > 1) finding("accepted outputs whose elements overlap", st, "");
+      if (outmap[i] && inmap[i]) finding("accepted an output over an input", st, "");
+      if (!outmap[i] && arena[i] != before[i]) finding("a write outside the outputs", st, "");
+    }
+  }
+  free(arena), free(before), free(outmap), free(inmap);
+out:
+  free(seq_q), free(seq_k), free(cu_q), free(cu_k), free(slopes);
+  return 0;
+}
