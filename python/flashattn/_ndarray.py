@@ -96,11 +96,12 @@ def _int32(x, arg, n=None):
     return np.ascontiguousarray(a, dtype=np.int32)
 
 
-def _empty(shape_bhsd, dtype, layout):
+def _empty(shape_bhsd, dtype, layout, zeroed):
     B, H, L, D = shape_bhsd
+    new = np.zeros if zeroed else np.empty
     if layout == "bshd":
-        return np.empty((B, L, H, D), dtype)
-    return np.empty((B, H, L, D), dtype)
+        return new((B, L, H, D), dtype)
+    return new((B, H, L, D), dtype)
 
 
 class _Call:
@@ -155,6 +156,9 @@ class _Call:
                         "FA_ERR_SEQLENS",
                     )
         self.backend = backend
+        # C leaves rows past the last packed sequence untouched; here outputs
+        # are new arrays, so those rows are defined: o = 0, lse = -inf, grads 0
+        self.packed = cu[0] is not None or cu[1] is not None
         self.opt = _capi.options(**o)
         self.ctx = _capi.context()
         self.ctx.configure(threads, isa, None)
@@ -179,8 +183,10 @@ def attention(q, k, v, *, layout="bhsd", **options):
     c = _Call(q, k, v, layout, options)
     B, Hq, Lq, _ = c.q.shape
     Dv = c.v.shape[3]
-    o = _empty((B, Hq, Lq, Dv), q.dtype, layout)
+    o = _empty((B, Hq, Lq, Dv), q.dtype, layout, c.packed)
     lse = np.empty((B, Hq, Lq), np.float64 if q.dtype == np.float64 else np.float32)
+    if c.packed:
+        lse.fill(-np.inf)
     to, tl = _tensor(o, "o", layout), _tensor(lse, "lse", layout, ndim=3)
     _capi.forward(c.ctx, c.backend, c.q, c.k, c.v, c.opt, to, tl)
     return o, lse
@@ -194,7 +200,7 @@ def attention_backward(q, k, v, o, lse, do, *, layout="bhsd", **options):
     c = _Call(q, k, v, layout, options)
     to, tdo = _tensor(o, "o", layout), _tensor(do, "do", layout)
     tl = _tensor(lse, "lse", layout, ndim=3)
-    dq, dk, dv = (np.empty_like(x) for x in (q, k, v))
+    dq, dk, dv = ((np.zeros_like if c.packed else np.empty_like)(x) for x in (q, k, v))
     tdq, tdk, tdv = (_tensor(x, n, layout) for x, n in ((dq, "dq"), (dk, "dk"), (dv, "dv")))
     dbias = tdb = None
     bias = options.get("bias")

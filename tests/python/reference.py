@@ -90,9 +90,9 @@ def attention(
     keep=None,
 ):
     """Returns a dict: o, lse, row_dead [B, Hq, Lq] (rows with nothing
-    visible), row_defined (rows inside a sequence: the packed layout leaves
-    rows past the last sequence alone), key_seen [B, Hkv, Lk]; with do also
-    dq, dk, dv and dbias (bias's shape, summed where it broadcasts)."""
+    visible: padding past seqlens_q, rows past the last packed sequence
+    included), key_seen [B, Hkv, Lk]; with do also dq, dk, dv and dbias
+    (bias's shape, summed where it broadcasts)."""
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
     B, Hq, Lq, D = q.shape
     Hkv, Lk, Dv = k.shape[1], k.shape[2], v.shape[3]
@@ -108,8 +108,7 @@ def attention(
 
     o = np.zeros((B, Hq, Lq, Dv))
     lse = np.full((B, Hq, Lq), -np.inf)
-    row_dead = np.ones((B, Hq, Lq), bool)  # padded rows past seqlens_q see nothing
-    row_defined = np.full((B, Hq, Lq), cu_seqlens_q is None)
+    row_dead = np.ones((B, Hq, Lq), bool)  # rows in no sequence see nothing
     key_seen = np.zeros((B, Hkv, Lk), bool)
     grads = do is not None
     if grads:
@@ -123,7 +122,6 @@ def attention(
         kb = k[bt][kv_of][:, rk]  # [Hq, lk, D]
         vb = v[bt][kv_of][:, rk]
         lq, lk = qb.shape[1], kb.shape[1]
-        row_defined[bt, :, rq] = True
         if lq == 0:
             continue
         vis, diag, j = _band(lq, lk, causal, align, window)
@@ -173,7 +171,7 @@ def attention(
             dk[bt, kv_of[h], rk] += dkb[h]
             dv[bt, kv_of[h], rk] += dvb[h]
 
-    out = dict(o=o, lse=lse, row_dead=row_dead, row_defined=row_defined, key_seen=key_seen)
+    out = dict(o=o, lse=lse, row_dead=row_dead, key_seen=key_seen)
     if grads:
         out.update(dq=dq, dk=dk, dv=dv)
         if bias is not None:
