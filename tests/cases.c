@@ -10,6 +10,9 @@ static const int32_t sq_3[] = {17, 5, 0}, sk_3[] = {9, 0, 17};
 static const int32_t sq_br[] = {3, 17, 1}, sk_br[] = {17, 4, 9};
 static const int32_t sq_ev[] = {33, 20}, sk_ev[] = {7, 65};
 static const int32_t sk_none[] = {0, 0};
+static const int32_t s_one[] = {1, 1};
+static const int32_t sq_last[] = {1, 3}, sk_last[] = {16, 48};
+static const int32_t cu_ones[] = {0, 1, 2, 3};
 
 /* packed: seq 1 has no queries, seq 2 no keys (its rows see nothing) */
 static const int32_t cu_q4[] = {0, 5, 5, 22, 23}, cu_k4[] = {0, 7, 19, 19, 31};
@@ -134,6 +137,38 @@ const tcase tc_cases[] = {
      .block_q = 256, .block_k = 512},
     {"blocks_16x32_L130", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 130, .Lk = 130, .D = 32, .Dv = 32, .causal = 1,
      .use_window = 1, .wl = 40, .wr = -1, .block_q = 16, .block_k = 32, .dtypes = TD_F32},
+
+    /* ---- L = 1 and Lk = 1 with every option ---- */
+    {"L1_causal_tl", .B = 2, .Hq = 4, .Hkv = 2, .Lq = 1, .Lk = 1, .D = 8, .Dv = 8, .causal = 1},
+    {"L1_causal_br_window", SMALL, .Lq = 1, .Lk = 1, .D = 8, .Dv = 8, .causal = 1, .align = FA_ALIGN_BOTTOM_RIGHT,
+     .use_window = 1, .wl = 0, .wr = 0},
+    {"L1_softcap_alibi_bias_dbias", .B = 2, .Hq = 4, .Hkv = 2, .Lq = 1, .Lk = 1, .D = 8, .Dv = 8, .softcap = 2.0,
+     .alibi = 1, .bias = 1, .dbias = 1},
+    {"L1_mask_dropout", SMALL, .Lq = 1, .Lk = 1, .D = 8, .Dv = 8, .mask = 1, .mask_keep = 0.5, .dropout_p = 0.3,
+     .seed = 11},
+    {"L1_seqlens", SMALL, .Lq = 1, .Lk = 1, .D = 8, .Dv = 8, .seqlens_q = s_one, .seqlens_k = sk_none},
+    {"L1_varlen_everything", .B = 3, .Hq = 2, .Hkv = 1, .D = 8, .Dv = 8, .cu_q = cu_ones, .cu_k = cu_ones, .causal = 1,
+     .align = FA_ALIGN_BOTTOM_RIGHT, .mask = 1, .bias = 1, .dbias = 1, .alibi = 1, .softcap = 3.0, .dropout_p = 0.2,
+     .seed = 3},
+    {"Lk1_causal_br_q7_gqa", .B = 2, .Hq = 4, .Hkv = 2, .Lq = 7, .Lk = 1, .D = 8, .Dv = 8, .causal = 1,
+     .align = FA_ALIGN_BOTTOM_RIGHT, .bias = 1, .dbias = 1}, /* rows 0..5 see nothing, row 6 key 0 */
+    {"Lk1_window_dropout_alibi", SMALL, .Lq = 5, .Lk = 1, .D = 8, .Dv = 8, .use_window = 1, .wl = 2, .wr = 0,
+     .alibi = 1, .dropout_p = 0.4, .seed = 8},
+    {"Lq1_Lk1_D256", .B = 1, .Hq = 1, .Hkv = 1, .Lq = 1, .Lk = 1, .D = 256, .Dv = 64, .dtypes = TD_F32 | TD_BF16},
+
+    /* ---- a row whose only visible key is the last of a key tile ---- */
+    {"diag_only_last_of_tile_16", SMALL, .Lq = 33, .Lk = 33, .D = 8, .Dv = 8, .use_window = 1, .wl = 0, .wr = 0,
+     .block_q = 16, .block_k = 16}, /* rows 15, 31: key 15, 31 */
+    {"diag_only_default_blocks", .B = 1, .Hq = 2, .Hkv = 1, .Lq = 130, .Lk = 130, .D = 8, .Dv = 8, .causal = 1,
+     .use_window = 1, .wl = 0, .dtypes = TD_F32 | TD_F16}, /* row bk - 1 sees key bk - 1 whatever bk is */
+    {"seqlens_last_key_of_tile", .B = 2, .Hq = 2, .Hkv = 2, .Lq = 3, .Lk = 48, .D = 8, .Dv = 8, .seqlens_q = sq_last,
+     .seqlens_k = sk_last, .causal = 1, .align = FA_ALIGN_BOTTOM_RIGHT, .use_window = 1, .wl = 0,
+     .block_k = 16}, /* the last row of each sequence sees key 15 / 47 alone */
+
+    /* ---- scores of magnitude 1e4 with every transform ---- */
+    {"large_scores_1e4_everything", .B = 1, .Hq = 4, .Hkv = 2, .Lq = 17, .Lk = 33, .D = 16, .Dv = 16, .mag = 100.0,
+     .causal = 1, .align = FA_ALIGN_BOTTOM_RIGHT, .mask = 1, .bias = 1, .dbias = 1, .alibi = 1, .dropout_p = 0.1,
+     .seed = 21, .dtypes = TD_F32 | TD_F64},
 
     /* ---- everything at once ---- */
     {"everything",
