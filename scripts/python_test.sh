@@ -6,8 +6,8 @@
 # BUILD_DIR (what dev.sh passes: its ctest build) is not used: pip builds the
 # C library itself, in build/python (kept, so a second run is incremental).
 # The venv is build/venv, made with --system-site-packages so that a torch
-# installed for this Python is visible (the torch tests show as skipped
-# where torch is not importable). pytest, numpy and ml_dtypes are installed
+# installed for this Python (or in the venv python3 runs from) is visible;
+# the torch tests show as skipped where torch is not importable. pytest, numpy and ml_dtypes are installed
 # into it. Environment: PYTHON (default python3); FLASHATTN_WITH_CUDA (0
 # leaves the cuda backend out; default: 0 when no GPU is usable here, else
 # the package's default, compiled when nvcc is found); FLASHATTN_CUDA_ARCHS.
@@ -66,6 +66,14 @@ if ! { [ -x "$vpy" ] && "$vpy" -m pip --version >/dev/null 2>&1; }; then
   rm -rf "$venv"
   "$py" -m venv --system-site-packages "$venv"
 fi
+# When python3 is itself a venv (PATH from `source .../activate`), its packages
+# (torch) are not the system site of a venv made from it: add them below ours.
+pth=$("$vpy" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_flashattn_outer_env.pth
+"$py" -c 'import site, sys
+if sys.prefix != sys.base_prefix:
+    for p in site.getsitepackages():
+        print(f"import site; site.addsitedir({p!r})")' >"$pth"
+[ -s "$pth" ] || rm -f "$pth"
 pip=("$vpy" -m pip --disable-pip-version-check)
 
 # Test dependencies, and the build backend: the package is built without
