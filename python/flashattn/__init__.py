@@ -109,9 +109,7 @@ def dropout_keep(shape, p, seed=0, offset=0):
     n = B * H * Lq * Lk if min(B, H, Lq, Lk) > 0 else 0
     keep = _np.empty(max(n, 1), _np.uint8)
     why = _C.create_string_buffer(256)
-    st = _capi.lib.fa_dropout_mask(
-        float(p), int(seed), int(offset), B, H, Lq, Lk, keep.ctypes.data, why, len(why)
-    )
+    st = _capi.lib.fa_dropout_mask(float(p), int(seed), int(offset), B, H, Lq, Lk, keep.ctypes.data, why, len(why))
     if st != 0:
         raise _capi.error(st, f"dropout_keep: {why.value.decode()}")
     return keep.view(_np.bool_).reshape(B, H, Lq, Lk)

@@ -137,9 +137,7 @@ _ERROR_CLASS = {
 
 def error(status, message):
     """The exception for a non-zero fa_status (an int or its name)."""
-    name = (
-        STATUS_NAMES[status] if isinstance(status, int) and 0 <= status < len(STATUS_NAMES) else str(status)
-    )
+    name = STATUS_NAMES[status] if isinstance(status, int) and 0 <= status < len(STATUS_NAMES) else str(status)
     return _ERROR_CLASS.get(name, FlashAttnValueError)(name, message)
 
 

@@ -49,9 +49,7 @@ def _elem_strides(a, arg):
     item = a.itemsize
     for s in a.strides:
         if s % item:
-            raise _capi.invalid(
-                f"{arg}.strides = {a.strides} are not whole elements of {item} bytes", "FA_ERR_SHAPE"
-            )
+            raise _capi.invalid(f"{arg}.strides = {a.strides} are not whole elements of {item} bytes", "FA_ERR_SHAPE")
     return tuple(s // item for s in a.strides)
 
 
@@ -74,9 +72,7 @@ def _broadcast_tensor(a, arg):
     """mask / bias: up to 4 dims, leading 1s added as numpy broadcasting does."""
     a = _array(a, arg)
     if a.ndim > 4:
-        raise _capi.invalid(
-            f"{arg} has shape {a.shape}, expected at most 4 dimensions [B, H, Lq, Lk]", "FA_ERR_SHAPE"
-        )
+        raise _capi.invalid(f"{arg} has shape {a.shape}, expected at most 4 dimensions [B, H, Lq, Lk]", "FA_ERR_SHAPE")
     shape = (1,) * (4 - a.ndim) + a.shape
     strides = (0,) * (4 - a.ndim) + _elem_strides(a, arg)
     return _capi.tensor(a.ctypes.data, _dtype_code(a, arg), shape, strides, _capi.MEMORY_HOST)
@@ -109,9 +105,7 @@ class _Call:
 
     def __init__(self, q, k, v, layout, opts):
         if layout not in _LAYOUTS:
-            raise _capi.invalid(
-                f"layout = {layout!r}, expected 'bhsd' ([B, H, L, D]) or 'bshd' ([B, L, H, D])"
-            )
+            raise _capi.invalid(f"layout = {layout!r}, expected 'bhsd' ([B, H, L, D]) or 'bshd' ([B, L, H, D])")
         self.layout = layout
         self.q, self.k, self.v = (_tensor(x, n, layout) for x, n in ((q, "q"), (k, "k"), (v, "v")))
         self.keep = []
@@ -122,9 +116,7 @@ class _Call:
         isa = _capi.code_of(o.pop("isa", "auto"), _capi.ISAS, "isa")
         unknown = sorted(set(o) - _OPTIONS)
         if unknown:
-            raise _capi.invalid(
-                f"unknown option {unknown[0]!r}; the options are {', '.join(sorted(_OPTIONS))}"
-            )
+            raise _capi.invalid(f"unknown option {unknown[0]!r}; the options are {', '.join(sorted(_OPTIONS))}")
         for name in ("mask", "bias"):
             if o.get(name) is not None:
                 self.keep.append(o[name])

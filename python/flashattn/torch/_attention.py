@@ -8,6 +8,8 @@ between host and device.
 
 import torch
 
+from .. import _capi
+
 from . import _ops
 
 
@@ -16,9 +18,9 @@ def _padded4(t, arg):
     if t is None:
         return None
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{arg} must be a torch.Tensor, got {type(t).__name__}")
+        raise _capi.invalid(f"{arg} must be a torch.Tensor, got {type(t).__name__}", "FA_ERR_DTYPE")
     if t.dim() > 4:
-        raise ValueError(f"{arg} has shape {tuple(t.shape)}, expected at most 4 dims [B, H, Lq, Lk]")
+        raise _capi.invalid(f"{arg} has shape {tuple(t.shape)}, expected at most 4 dims [B, H, Lq, Lk]", "FA_ERR_SHAPE")
     return t[(None,) * (4 - t.dim())]
 
 
@@ -29,7 +31,9 @@ def _int32(t, arg, device, n=None):
         return None
     t = torch.as_tensor(t, device=device)
     if t.dim() != 1 or (n is not None and t.shape[0] != n):
-        raise ValueError(f"{arg} has shape {tuple(t.shape)}, expected [{n if n is not None else 'n'}]")
+        raise _capi.invalid(
+            f"{arg} has shape {tuple(t.shape)}, expected [{n if n is not None else 'n'}]", "FA_ERR_SHAPE"
+        )
     return t.to(torch.int32).contiguous()
 
 
@@ -41,15 +45,15 @@ def _rng(dropout_p, seed, offset):
     if seed is None:
         return torch.stack([torch.randint(0, 2**62, (), dtype=torch.int64), torch.tensor(offset, dtype=torch.int64)])
     if not 0 <= seed < 2**64:
-        raise ValueError(f"dropout_seed = {seed} must be in [0, 2**64)")
+        raise _capi.invalid(f"dropout_seed = {seed} must be in [0, 2**64)")
     return torch.tensor([seed - 2**64 if seed >= 2**63 else seed, offset], dtype=torch.int64)
 
 
 def _check_4d(t, arg, layout):
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{arg} must be a torch.Tensor, got {type(t).__name__}")
+        raise _capi.invalid(f"{arg} must be a torch.Tensor, got {type(t).__name__}", "FA_ERR_DTYPE")
     if t.dim() != 4:
-        raise ValueError(f"{arg} has shape {tuple(t.shape)}, expected 4 dims {layout}")
+        raise _capi.invalid(f"{arg} has shape {tuple(t.shape)}, expected 4 dims {layout}", "FA_ERR_SHAPE")
 
 
 def attention(
@@ -86,34 +90,34 @@ def attention(
     torch's generator.
     """
     if layout not in ("bhsd", "bshd"):
-        raise ValueError(f"layout = {layout!r}, expected 'bhsd' ([B, H, L, D]) or 'bshd' ([B, L, H, D])")
+        raise _capi.invalid(f"layout = {layout!r}, expected 'bhsd' ([B, H, L, D]) or 'bshd' ([B, L, H, D])")
     want = "[B, H, L, D]" if layout == "bhsd" else "[B, L, H, D]"
     for t, n in ((q, "q"), (k, "k"), (v, "v")):
         _check_4d(t, n, want)
     if layout == "bshd":
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     if align not in ("top_left", "bottom_right"):
-        raise ValueError(f"align = {align!r}, expected 'top_left' or 'bottom_right'")
+        raise _capi.invalid(f"align = {align!r}, expected 'top_left' or 'bottom_right'")
     if window is None:
         wl, wr = -1, -1
     else:
         try:
             wl, wr = (int(x) for x in window)
         except (TypeError, ValueError):
-            raise ValueError(f"window = {window!r}, expected a pair (left, right); -1 = unbounded") from None
+            raise _capi.invalid(f"window = {window!r}, expected a pair (left, right); -1 = unbounded") from None
     dev, B, Hq = q.device, q.shape[0], q.shape[1]
     if alibi_slopes is not None:
         alibi_slopes = torch.as_tensor(alibi_slopes, device=dev)
         if alibi_slopes.dim() == 2 and alibi_slopes.shape[0] == 1:
             alibi_slopes = alibi_slopes[0]
         if tuple(alibi_slopes.shape) != (Hq,):
-            raise ValueError(
+            raise _capi.invalid(
                 f"alibi_slopes has shape {tuple(alibi_slopes.shape)}, expected ({Hq},) (one slope per query head, "
                 "the same for every batch)"
             )
         alibi_slopes = alibi_slopes.to(torch.float32).contiguous()
     if cu_seqlens_q is not None and cu_seqlens_k is not None and len(cu_seqlens_q) != len(cu_seqlens_k):
-        raise ValueError(f"cu_seqlens_q has {len(cu_seqlens_q)} entries but cu_seqlens_k has {len(cu_seqlens_k)}")
+        raise _capi.invalid(f"cu_seqlens_q has {len(cu_seqlens_q)} entries but cu_seqlens_k has {len(cu_seqlens_k)}")
     o, lse = _ops.fwd(
         q,
         k,

@@ -97,7 +97,7 @@ def flash_attn_qkvpacked_func(
 ):
     """qkv [B, L, 3, H, D] -> out [B, L, H, D]."""
     if qkv.dim() != 5 or qkv.shape[2] != 3:
-        raise ValueError(f"qkv has shape {tuple(qkv.shape)}, expected [B, L, 3, H, D]")
+        raise _capi.invalid(f"qkv has shape {tuple(qkv.shape)}, expected [B, L, 3, H, D]", "FA_ERR_SHAPE")
     return flash_attn_func(
         qkv[:, :, 0],
         qkv[:, :, 1],
@@ -130,7 +130,7 @@ def flash_attn_kvpacked_func(
 ):
     """q [B, Lq, Hq, D], kv [B, Lk, 2, Hkv, D] -> out [B, Lq, Hq, D]."""
     if kv.dim() != 5 or kv.shape[2] != 2:
-        raise ValueError(f"kv has shape {tuple(kv.shape)}, expected [B, Lk, 2, Hkv, D]")
+        raise _capi.invalid(f"kv has shape {tuple(kv.shape)}, expected [B, Lk, 2, Hkv, D]", "FA_ERR_SHAPE")
     return flash_attn_func(
         q,
         kv[:, :, 0],
@@ -174,7 +174,7 @@ def flash_attn_varlen_func(
         raise _capi.error("FA_ERR_UNSUPPORTED", "block_table: paged KV caches are not supported by flashattn yet")
     for t, n in ((q, "q"), (k, "k"), (v, "v")):
         if t.dim() != 3:
-            raise ValueError(f"{n} has shape {tuple(t.shape)}, expected [total, H, D]")
+            raise _capi.invalid(f"{n} has shape {tuple(t.shape)}, expected [total, H, D]", "FA_ERR_SHAPE")
     out, lse = _fa_call(
         q[None],
         k[None],
@@ -211,7 +211,7 @@ def flash_attn_varlen_qkvpacked_func(
 ):
     """qkv [total, 3, H, D] -> out [total, H, D]."""
     if qkv.dim() != 4 or qkv.shape[1] != 3:
-        raise ValueError(f"qkv has shape {tuple(qkv.shape)}, expected [total, 3, H, D]")
+        raise _capi.invalid(f"qkv has shape {tuple(qkv.shape)}, expected [total, 3, H, D]", "FA_ERR_SHAPE")
     return flash_attn_varlen_func(
         qkv[:, 0],
         qkv[:, 1],
@@ -252,7 +252,7 @@ def flash_attn_varlen_kvpacked_func(
 ):
     """q [total_q, Hq, D], kv [total_k, 2, Hkv, D] -> out [total_q, Hq, D]."""
     if kv.dim() != 4 or kv.shape[1] != 2:
-        raise ValueError(f"kv has shape {tuple(kv.shape)}, expected [total_k, 2, Hkv, D]")
+        raise _capi.invalid(f"kv has shape {tuple(kv.shape)}, expected [total_k, 2, Hkv, D]", "FA_ERR_SHAPE")
     return flash_attn_varlen_func(
         q,
         kv[:, 0],

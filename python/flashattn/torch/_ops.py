@@ -29,7 +29,9 @@ def _code(t, arg):
     try:
         return _DTYPES[t.dtype]
     except KeyError:
-        raise TypeError(f"{arg}.dtype = {t.dtype}: flashattn takes float32, float64, float16, bfloat16") from None
+        raise _capi.invalid(
+            f"{arg}.dtype = {t.dtype}: flashattn takes float32, float64, float16, bfloat16", "FA_ERR_DTYPE"
+        ) from None
 
 
 def _fa(t, arg):
@@ -167,6 +169,9 @@ def fwd(
     )
     o = alloc_like(q, v.shape[-1])
     lse = torch.empty(q.shape[:3], dtype=_lse_dtype(q), device=q.device)
+    if cu_seqlens_q is not None:  # C writes only the rows of the packed sequences: define the rest
+        o.zero_()
+        lse.fill_(float("-inf"))
     c.run(_capi.forward, _fa(q, "q"), _fa(k, "k"), _fa(v, "v"), c.opt, _fa(o, "o"), _fa(lse, "lse"))
     return o, lse
 
@@ -246,6 +251,9 @@ def bwd(
         backend,
     )
     dq, dk, dv = alloc_like(q, q.shape[-1]), alloc_like(k, k.shape[-1]), alloc_like(v, v.shape[-1])
+    if cu_seqlens_q is not None:  # rows past the last packed sequence get no gradient
+        for t in (dq, dk, dv):
+            t.zero_()
     dbias = torch.zeros(bias.shape, dtype=bias.dtype, device=bias.device) if want_dbias else q.new_empty(0)
     c.run(
         _capi.backward,

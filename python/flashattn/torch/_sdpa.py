@@ -9,6 +9,8 @@ the dropout mask comes from flashattn's Philox rule.
 
 import torch
 
+from .. import _capi
+
 from ._attention import attention
 
 
@@ -17,14 +19,14 @@ def scaled_dot_product_attention(
 ):
     """query [B, Hq, Lq, D] (or [B, Lq, D]), key/value [B, Hkv, Lk, D|Dv] -> [B, Hq, Lq, Dv]."""
     if attn_mask is not None and is_causal:
-        raise ValueError("attn_mask and is_causal: give one of them (as torch's SDPA requires)")
+        raise _capi.invalid("attn_mask and is_causal: give one of them (as torch's SDPA requires)")
     three = query.dim() == 3
     if three:
         query, key, value = query[:, None], key[:, None], value[:, None]
     if query.dim() != 4:
-        raise ValueError(f"query has shape {tuple(query.shape)}, expected [B, H, L, D] or [B, L, D]")
+        raise _capi.invalid(f"query has shape {tuple(query.shape)}, expected [B, H, L, D] or [B, L, D]", "FA_ERR_SHAPE")
     if not enable_gqa and key.dim() == 4 and query.shape[1] != key.shape[1]:
-        raise ValueError(
+        raise _capi.invalid(
             f"query has {query.shape[1]} heads and key {key.shape[1]}: pass enable_gqa=True for grouped-query attention"
         )
     mask = bias = None
