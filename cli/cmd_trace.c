@@ -8,6 +8,7 @@
 
 #include "args.h"
 #include "cli.h"
+#include "flashattn.h"
 #include "rules/online_softmax.h"
 
 #define MAX_KEYS 64
@@ -30,7 +31,8 @@ static void help(void) {
       "  --scores LIST    the row's scores (default 1,2,3); -inf = a masked key\n"
       "  --values LIST    one value per key (default 10,20,40)\n"
       "  --merge          also: each tile on its own, then the partial states merged\n"
-      "                   (how split-K / flash-decoding combine work from several threads)\n"
+      "                   (how split-K / flash-decoding combine work from several threads),\n"
+      "                   and the tiles as partial results through fa_merge_states\n"
       "\n"
       "example: flashattn trace --tile 1 --scores 0,2,1,3 --values 1,2,3,4\n");
 }
@@ -75,6 +77,42 @@ static void trace_merge(const double *s, const double *v, int n, int tile) {
     total = merged;
   }
   printf("  merged o = acc / l = %.6g\n", total_acc * fa__osm_inv_l(&total));
+
+  /* The same merge through the public call: each tile as a finished partial
+   * result (o_k = acc_k / l_k, lse_k = m_k + log l_k), as split-KV, ring
+   * attention or a cache's shared prefix hand them over. */
+  printf("\nthrough fa_merge_states: each tile as a partial result (o_k, lse_k)\n");
+  double o_parts[MAX_KEYS], lse_parts[MAX_KEYS];
+  fa_tensor to[MAX_KEYS], tl[MAX_KEYS];
+  int nparts = 0;
+  for (int t0 = 0; t0 < n; t0 += tile, ++nparts) {
+    const int nt = n - t0 < tile ? n - t0 : tile;
+    fa__osm part = fa__osm_init();
+    fa__osm_update(&part, s + t0, nt, p);
+    double acc = 0;
+    for (int j = 0; j < nt; ++j) acc += p[j] * v[t0 + j];
+    o_parts[nparts] = acc * fa__osm_inv_l(&part);
+    lse_parts[nparts] = fa__osm_lse(&part);
+    to[nparts] = fa_tensor_contiguous(&o_parts[nparts], FA_F64, 1, 1, 1, 1);
+    tl[nparts] = fa_tensor_contiguous(&lse_parts[nparts], FA_F64, 1, 1, 1, 1);
+    printf("  part %d: o = %.6g  lse = %.6g\n", nparts + 1, o_parts[nparts], lse_parts[nparts]);
+  }
+  double o = NAN, lse = NAN;
+  fa_tensor tout = fa_tensor_contiguous(&o, FA_F64, 1, 1, 1, 1), tlse = fa_tensor_contiguous(&lse, FA_F64, 1, 1, 1, 1);
+  fa_context *ctx = NULL;
+  if (fa_context_create(&ctx) != FA_OK || fa_merge_states(ctx, FA_BACKEND_REF, nparts, to, tl, &tout, &tlse) != FA_OK) {
+    printf("  fa_merge_states failed: %s\n", ctx ? fa_context_last_error(ctx) : "no context");
+    fa_context_destroy(ctx);
+    return;
+  }
+  fa_context_destroy(ctx);
+  /* the merged state relative to m = max lse_k: l = sum exp(lse_k - m), acc = o * l */
+  double m = -INFINITY, l = 0;
+  for (int k = 0; k < nparts; ++k) m = lse_parts[k] > m ? lse_parts[k] : m;
+  if (m != -INFINITY)
+    for (int k = 0; k < nparts; ++k) l += exp(lse_parts[k] - m);
+  print_state("  merged: ", m, l, o * l);
+  printf("  o = %.10g    lse = %.10g\n", o, lse);
 }
 
 int fa_cli_trace(int argc, char **argv) {

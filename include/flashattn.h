@@ -46,7 +46,8 @@ typedef enum fa_status {
   FA_ERR_DTYPE,         /* a dtype this call or backend cannot take */
   FA_ERR_DROPOUT,       /* dropout_p outside [0, 1) */
   FA_ERR_HEADS,         /* Hq is not a multiple of Hkv */
-  FA_ERR_SEQLENS,       /* seqlens / cu_seqlens values out of range */
+  FA_ERR_SEQLENS,       /* seqlens / cu_seqlens / cache_seqlens / block_table values out of range
+                         * (a KV cache that would grow past its capacity included) */
   FA_ERR_OPTION,        /* another option has a value out of range */
   FA_ERR_UNSUPPORTED,   /* the chosen backend lacks a feature the call uses */
   FA_ERR_NO_BACKEND,    /* backend not compiled in, or no device here */
@@ -227,6 +228,70 @@ FA_API fa_status fa_backward(fa_context *ctx, fa_backend backend, const fa_tenso
                              const fa_tensor *v, const fa_tensor *o, const fa_tensor *dout, const fa_tensor *lse,
                              const fa_options *opt, fa_tensor *dq, fa_tensor *dk, fa_tensor *dv, fa_tensor *dbias);
 
+/* ---- decode: merging partial results, KV caches ----------------------- */
+
+/* Merges n >= 1 partial results of the same queries over disjoint key sets
+ * (split-KV, ring attention, a shared prefix attended apart) into the
+ * result over all the keys: per row, with lse = log(sum_i exp(lse_i)),
+ *   o = sum_i exp(lse_i - lse) * o_i
+ * (the online-softmax merge of DESIGN.md). Rows where every lse_i = -inf
+ * give o = 0, lse = -inf. o_parts[i] [B,H,L,Dv] share one float dtype;
+ * lse_parts[i] [B,H,L] are f32 (or f64); o is [B,H,L,Dv] of any float dtype,
+ * lse (f32 or f64; may be NULL) [B,H,L]. Host memory: ref and cpu (and auto)
+ * run it, in float64; cuda answers FA_ERR_UNSUPPORTED for now. */
+FA_API fa_status fa_merge_states(fa_context *ctx, fa_backend backend, int n, const fa_tensor *o_parts,
+                                 const fa_tensor *lse_parts, fa_tensor *o, fa_tensor *lse);
+
+/* A KV cache for fa_forward_kvcache (FlashAttention's flash_attn_with_kvcache).
+ * Key j of sequence b lives at
+ *   contiguous (block_table NULL): k_cache[b, h, j, :]   (k_cache [B, Hkv, Lcap, D])
+ *   paged: k_cache[block_table[b * block_table_stride + j / page_size], h, j % page_size, :]
+ *          (k_cache [num_pages, Hkv, page_size, D] in logical order; the memory layout
+ *          of vLLM / FlashAttention, [num_pages, page_size, Hkv, D], is the strides
+ *          {page_size*Hkv*D, D, Hkv*D, 1})
+ * v_cache likewise with Dv. Sequence b holds cache_seqlens[b] valid keys;
+ * the call first writes k_new/v_new (if given) at positions cache_seqlens[b]
+ * .. cache_seqlens[b] + L_new - 1, then attends to all cache_seqlens[b] +
+ * L_new keys. cache_seqlens is not updated (the caller adds L_new). */
+typedef struct fa_kvcache {
+  fa_tensor k_cache, v_cache;
+  const int32_t *cache_seqlens; /* [B] int32, same memory as q */
+
+  /* paged KV: [B, max_blocks] int32 page indices (same memory as q); NULL = contiguous.
+   * Only the entries of pages a sequence uses are read (and checked). */
+  const int32_t *block_table;
+  int64_t max_blocks;         /* entries per sequence: capacity = max_blocks * page_size */
+  int64_t block_table_stride; /* elements between rows of block_table; 0 = max_blocks */
+
+  /* new tokens, [B, Hkv, L_new, D] and [B, Hkv, L_new, Dv]; data NULL = none */
+  fa_tensor k_new, v_new;
+
+  /* rotary embedding (RoPE), f32 [rotary_len, rotary_dim / 2] rows contiguous,
+   * same memory as q; NULL = none. Rotates the first rotary_dim dims of q row i
+   * at position cache_seqlens[b] + i and of k_new row t at cache_seqlens[b] + t
+   * (before it is written): pairs (x[2t], x[2t+1]) if interleaved (GPT-J), else
+   * (x[t], x[t + rotary_dim/2]) (GPT-NeoX):  x1' = x1 cos - x2 sin, x2' = x1 sin + x2 cos. */
+  const float *rotary_cos, *rotary_sin;
+  int64_t rotary_len, rotary_dim;
+  int rotary_interleaved;
+
+  /* keys split across this many partial results merged at the end; 0 = the
+   * backend chooses. Results for a given value are the same bits on every
+   * run and thread count. */
+  int num_splits;
+} fa_kvcache;
+
+/* Decode / chunked-prefill attention against a KV cache: q [B,Hq,Lq,D] ->
+ * o [B,Hq,Lq,Dv], lse [B,Hq,Lq] (f32; may be NULL). Options: scale, softcap,
+ * causal, window, ALiBi, always aligned bottom-right (the new queries are
+ * the last rows: opt->align is not read); GQA/MQA through Hq = g * Hkv.
+ * Refused with FA_ERR_OPTION: mask, bias, dropout, seqlens_*, cu_seqlens_*
+ * (cache_seqlens says the lengths). Nothing is written (the cache included)
+ * when the call fails its checks. No backward. q, caches, k_new, v_new and
+ * o share one dtype. ref and cpu run it; cuda answers FA_ERR_UNSUPPORTED. */
+FA_API fa_status fa_forward_kvcache(fa_context *ctx, fa_backend backend, const fa_tensor *q, const fa_kvcache *cache,
+                                    const fa_options *opt, fa_tensor *o, fa_tensor *lse);
+
 /* ---- dropout keep-mask, for users who reproduce a run ------------------ */
 
 /* 1 if element (b, h, i, j) is kept by dropout with (p, seed, offset). */
@@ -238,8 +303,8 @@ FA_API int fa_dropout_keep(double p, uint64_t seed, uint32_t offset, int64_t b, 
  * each (1 kept, 0 dropped). FA_ERR_DROPOUT for p outside [0, 1),
  * FA_ERR_BAD_SIZE for a size <= 0 or a product past SIZE_MAX, FA_ERR_NULL_POINTER
  * for keep; the reason, naming the argument, goes to why (if non-NULL). */
-FA_API fa_status fa_dropout_mask(double p, uint64_t seed, uint32_t offset, int64_t B, int64_t H, int64_t Lq,
-                                 int64_t Lk, uint8_t *keep, char *why, size_t why_size);
+FA_API fa_status fa_dropout_mask(double p, uint64_t seed, uint32_t offset, int64_t B, int64_t H, int64_t Lq, int64_t Lk,
+                                 uint8_t *keep, char *why, size_t why_size);
 
 #ifdef __cplusplus
 }

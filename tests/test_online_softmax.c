@@ -2,6 +2,7 @@
  * the literature, merges equal to the one-shot softmax, the rows that see
  * nothing, and the same example through fa_forward on ref. */
 #include <math.h>
+#include <string.h>
 
 #include "flashattn.h"
 #include "rules/online_softmax.h"
@@ -136,11 +137,108 @@ static void test_through_fa_forward(void **state) {
   fa_context_destroy(ctx);
 }
 
+/* fa_merge_states: the seeds' blocks [1, 2] and [3] (V = [10, 20, 40]) as
+ * partial results merge to the one-shot o = 32.405; n-way merges of random
+ * parts over f32 and f64 equal the softmax over all keys; rows where every
+ * part saw nothing give o = 0, lse = -inf; bad arguments are named. */
+static void test_merge_states_public(void **state) {
+  (void)state;
+  fa_context *ctx;
+  assert_int_equal(fa_context_create(&ctx), FA_OK);
+  const double e = exp(1.0);
+  double o_parts[2] = {(10 * e + 20 * e * e) / (e + e * e), 40.0}, lse_parts[2] = {log(e + e * e), 3.0};
+  fa_tensor to[2], tl[2];
+  for (int k = 0; k < 2; ++k) {
+    to[k] = fa_tensor_contiguous(&o_parts[k], FA_F64, 1, 1, 1, 1);
+    tl[k] = fa_tensor_contiguous(&lse_parts[k], FA_F64, 1, 1, 1, 1);
+  }
+  double o = NAN, lse = NAN;
+  fa_tensor tout = fa_tensor_contiguous(&o, FA_F64, 1, 1, 1, 1), tlse = fa_tensor_contiguous(&lse, FA_F64, 1, 1, 1, 1);
+  for (int be = FA_BACKEND_AUTO; be <= FA_BACKEND_CPU; ++be) {
+    if (be == FA_BACKEND_CPU && fa_backend_available(FA_BACKEND_CPU, NULL, 0) != FA_OK) continue;
+    o = lse = NAN;
+    assert_int_equal(fa_merge_states(ctx, (fa_backend)be, 2, to, tl, &tout, &tlse), FA_OK);
+    assert_near(o, 32.405, 1e-3);
+    assert_near(o, (10 * e + 20 * e * e + 40 * e * e * e) / (e + e * e + e * e * e), 1e-12);
+    assert_near(lse, log(e + e * e + e * e * e), 1e-12);
+  }
+
+  /* 4 parts, [2, 3, 5, 4] (o f32, lse f32), against the softmax of all keys */
+  enum { NP = 4, B = 2, H = 3, L = 5, DV = 4, NK = 6 };
+  static float op[NP][B * H * L * DV], lp[NP][B * H * L], of[B * H * L * DV], lf[B * H * L];
+  static double sc[NP][B * H * L][NK], vv[NP][NK][DV];
+  unsigned r = 12345;
+  for (int k = 0; k < NP; ++k) {
+    for (int j = 0; j < NK; ++j)
+      for (int d = 0; d < DV; ++d) vv[k][j][d] = (double)((r = r * 1103515245u + 12345u) >> 16 & 1023) / 100.0 - 5;
+    for (int row = 0; row < B * H * L; ++row) {
+      double m = -INFINITY, l = 0, acc[DV] = {0};
+      for (int j = 0; j < NK; ++j) {
+        sc[k][row][j] = (double)((r = r * 1103515245u + 12345u) >> 16 & 1023) / 64.0 - 8;
+        if (row % 5 == 2 || (row % 5 == 3 && k != 1)) sc[k][row][j] = -INFINITY; /* row%5==2 sees nothing */
+        m = fmax(m, sc[k][row][j]);
+      }
+      for (int j = 0; j < NK && m != -INFINITY; ++j) {
+        const double w = exp(sc[k][row][j] - m);
+        l += w;
+        for (int d = 0; d < DV; ++d) acc[d] += w * vv[k][j][d];
+      }
+      for (int d = 0; d < DV; ++d) op[k][row * DV + d] = l > 0 ? (float)(acc[d] / l) : 0.0f;
+      lp[k][row] = l > 0 ? (float)(m + log(l)) : -INFINITY;
+    }
+  }
+  fa_tensor pto[NP], ptl[NP];
+  for (int k = 0; k < NP; ++k) {
+    pto[k] = fa_tensor_contiguous(op[k], FA_F32, B, H, L, DV);
+    ptl[k] = fa_tensor_contiguous(lp[k], FA_F32, B, H, L, 1);
+  }
+  fa_tensor fo = fa_tensor_contiguous(of, FA_F32, B, H, L, DV), fl = fa_tensor_contiguous(lf, FA_F32, B, H, L, 1);
+  assert_int_equal(fa_merge_states(ctx, FA_BACKEND_AUTO, NP, pto, ptl, &fo, &fl), FA_OK);
+  for (int row = 0; row < B * H * L; ++row) {
+    double m = -INFINITY, l = 0, acc[DV] = {0};
+    for (int k = 0; k < NP; ++k)
+      for (int j = 0; j < NK; ++j) m = fmax(m, sc[k][row][j]);
+    for (int k = 0; k < NP && m != -INFINITY; ++k)
+      for (int j = 0; j < NK; ++j) {
+        const double w = exp(sc[k][row][j] - m);
+        l += w;
+        for (int d = 0; d < DV; ++d) acc[d] += w * vv[k][j][d];
+      }
+    if (l == 0) {
+      assert_true(lf[row] == -INFINITY);
+      for (int d = 0; d < DV; ++d) assert_true(of[row * DV + d] == 0.0f);
+      continue;
+    }
+    assert_near(lf[row], m + log(l), 1e-5 * (1 + fabs(m)));
+    for (int d = 0; d < DV; ++d) assert_near(of[row * DV + d], acc[d] / l, 1e-5 * 10);
+  }
+
+  /* bad arguments: named, outputs untouched */
+  o = 7;
+  assert_int_equal(fa_merge_states(ctx, FA_BACKEND_REF, 0, to, tl, &tout, &tlse), FA_ERR_BAD_SIZE);
+  assert_non_null(strstr(fa_context_last_error(ctx), "n = 0"));
+  assert_int_equal(fa_merge_states(ctx, FA_BACKEND_REF, 2, NULL, tl, &tout, &tlse), FA_ERR_NULL_POINTER);
+  assert_non_null(strstr(fa_context_last_error(ctx), "o_parts"));
+  assert_int_equal(fa_merge_states(ctx, FA_BACKEND_REF, 2, pto, tl, &tout, &tlse), FA_ERR_SHAPE);
+  assert_non_null(strstr(fa_context_last_error(ctx), "o_parts[0]"));
+  fa_tensor alias = to[1];
+  alias.data = &o;
+  fa_tensor bad[2] = {to[0], alias};
+  assert_int_equal(fa_merge_states(ctx, FA_BACKEND_REF, 2, bad, tl, &tout, &tlse), FA_ERR_OVERLAP);
+  assert_non_null(strstr(fa_context_last_error(ctx), "o_parts[1]"));
+  assert_true(o == 7);
+  if (fa_backend_available(FA_BACKEND_CUDA, NULL, 0) == FA_OK) {
+    assert_int_equal(fa_merge_states(ctx, FA_BACKEND_CUDA, 2, to, tl, &tout, &tlse), FA_ERR_UNSUPPORTED);
+  }
+  fa_context_destroy(ctx);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_worked_example), cmocka_unit_test(test_merge_1_2__3_4),
-      cmocka_unit_test(test_merge_0_2__1_3), cmocka_unit_test(test_nothing_visible),
-      cmocka_unit_test(test_large_scores),   cmocka_unit_test(test_through_fa_forward),
+      cmocka_unit_test(test_worked_example),      cmocka_unit_test(test_merge_1_2__3_4),
+      cmocka_unit_test(test_merge_0_2__1_3),      cmocka_unit_test(test_nothing_visible),
+      cmocka_unit_test(test_large_scores),        cmocka_unit_test(test_through_fa_forward),
+      cmocka_unit_test(test_merge_states_public),
   };
   return cmocka_run_group_tests_name("online_softmax", tests, NULL, NULL);
 }

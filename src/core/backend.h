@@ -35,6 +35,10 @@ typedef struct fa__backend {
   fa_status (*supports)(const fa__problem *p, fa__err *err);
   fa_status (*forward)(const fa__problem *p, fa__err *err);
   fa_status (*backward)(const fa__problem *p, fa__err *err);
+  /* fa_forward_kvcache (p->kvcache set): append k_new/v_new, then attend.
+   * NULL: the backend does not take the kv-cache call (dispatch refuses it
+   * with FA_ERR_UNSUPPORTED). */
+  fa_status (*forward_kvcache)(const fa__problem *p, fa__err *err);
 } fa__backend;
 
 /* The backend compiled in for id, or NULL. */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "context.h"
+#include "kv_host.h"
 #include "validate.h"
 
 /* Order in which `auto` tries backends for each memory space: fastest first. */
@@ -35,7 +36,15 @@ static fa_status try_backend(fa_backend id, const fa__problem *p, fa__err *err) 
   }
   fa_status st = be->available(err);
   if (st != FA_OK) return st;
-  return be->supports(p, err);
+  st = be->supports(p, err);
+  if (st == FA_OK && p->kvcache && !be->forward_kvcache) {
+    fa__err_set(err,
+                "%s has no fa_forward_kvcache yet (missing: the append/rotary kernel that writes k_new/v_new into "
+                "the cache, paged K/V addressing and the split-KV decode kernels with their merge)",
+                be->name);
+    st = FA_ERR_UNSUPPORTED;
+  }
+  return st;
 }
 
 static fa_status run(fa_context *ctx, fa_backend backend, const fa__call *call) {
@@ -97,7 +106,9 @@ static fa_status run(fa_context *ctx, fa_backend backend, const fa__call *call) 
     char threads[24] = "OpenMP's default";
     if (p.threads > 0) snprintf(threads, sizeof threads, "%d", p.threads);
     if (fa_cpu_plan_get(p.isa, p.D, p.Dv, p.block_q, p.block_k, &plan) == FA_OK) {
-      if (p.pass == FA__FORWARD)
+      if (p.kvcache)
+        report_add(ctx, "cpu: isa %s, kv-cache decode path, threads: %s\n", fa_cpu_isa_name(plan.isa), threads);
+      else if (p.pass == FA__FORWARD)
         report_add(ctx, "cpu: isa %s, tiles %d x %d (%zu bytes hot per tile step), threads: %s\n",
                    fa_cpu_isa_name(plan.isa), plan.block_q, plan.block_k, plan.working_set_bytes, threads);
       else /* the backward sizes its own tiles per problem */
@@ -107,7 +118,9 @@ static fa_status run(fa_context *ctx, fa_backend backend, const fa__call *call) 
   }
 
   const fa__backend *be = fa__backend_get(chosen);
-  st = p.pass == FA__FORWARD ? be->forward(&p, &err) : be->backward(&p, &err);
+  st = p.kvcache               ? be->forward_kvcache(&p, &err)
+       : p.pass == FA__FORWARD ? be->forward(&p, &err)
+                               : be->backward(&p, &err);
   if (st != FA_OK) return fa__fail(ctx, st, err.msg);
   ctx->last_backend = chosen;
   return FA_OK;
@@ -145,4 +158,57 @@ fa_status fa_backward(fa_context *ctx, fa_backend backend, const fa_tensor *q, c
   c.dbias = dbias;
   c.opt = opt;
   return run(ctx, backend, &c);
+}
+
+fa_status fa_forward_kvcache(fa_context *ctx, fa_backend backend, const fa_tensor *q, const fa_kvcache *cache,
+                             const fa_options *opt, fa_tensor *o, fa_tensor *lse) {
+  fa__call c;
+  memset(&c, 0, sizeof c);
+  c.pass = FA__FORWARD;
+  c.kvcache = 1;
+  c.cache = cache;
+  c.q = q;
+  c.o = o;
+  c.lse = lse;
+  c.opt = opt;
+  return run(ctx, backend, &c);
+}
+
+fa_status fa_merge_states(fa_context *ctx, fa_backend backend, int n, const fa_tensor *o_parts,
+                          const fa_tensor *lse_parts, fa_tensor *o, fa_tensor *lse) {
+  if (!ctx) return FA_ERR_NULL_POINTER;
+  ctx->last_error[0] = '\0';
+  ctx->report[0] = '\0';
+  ctx->last_backend = FA_BACKEND_AUTO;
+  if ((int)backend < FA_BACKEND_AUTO || backend >= FA_BACKEND_COUNT)
+    return fa__fail(ctx, FA_ERR_OPTION, "backend: not an fa_backend value");
+  fa__err err = {{0}};
+  fa_memory where;
+  fa_status st = fa__merge_check(n, o_parts, lse_parts, o, lse, &where, &err);
+  if (st != FA_OK) return fa__fail(ctx, st, err.msg);
+  fa_backend chosen =
+      backend == FA_BACKEND_AUTO ? (where == FA_MEMORY_CUDA ? FA_BACKEND_CUDA : FA_BACKEND_CPU) : backend;
+  if (chosen == FA_BACKEND_CPU && !fa__backend_get(FA_BACKEND_CPU) && backend == FA_BACKEND_AUTO)
+    chosen = FA_BACKEND_REF;
+  if (!fa__backend_get(chosen)) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "%s backend is not compiled into this build", fa_backend_name(chosen));
+    return fa__fail(ctx, FA_ERR_NO_BACKEND, msg);
+  }
+  if (chosen == FA_BACKEND_CUDA)
+    return fa__fail(
+        ctx, FA_ERR_UNSUPPORTED,
+        "cuda backend cannot run this call: fa_merge_states has no CUDA kernel yet (host memory: ref, cpu)");
+  if (where == FA_MEMORY_CUDA) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "%s backend cannot run this call: it needs host memory; the tensors are in CUDA memory",
+             fa_backend_name(chosen));
+    return fa__fail(ctx, FA_ERR_MEMORY_SPACE, msg);
+  }
+  st = fa__merge_host(n, o_parts, lse_parts, o, lse, &err);
+  if (st != FA_OK) return fa__fail(ctx, st, err.msg);
+  report_add(ctx, "%s: %s (the host merge, float64)\n", fa_backend_name(chosen),
+             backend == FA_BACKEND_AUTO ? "chosen" : "chosen by name");
+  ctx->last_backend = chosen;
+  return FA_OK;
 }

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "../rules/kv_address.h"
 #include "flashattn.h"
 
 #ifdef __cplusplus
@@ -13,6 +14,21 @@ extern "C" {
 #endif
 
 typedef enum fa__pass { FA__FORWARD = 0, FA__BACKWARD = 1 } fa__pass;
+
+/* The KV cache of fa_forward_kvcache, checked: key j of sequence b is at
+ * fa__kv_locate(&map, b, j) in k (= k_cache) and v (= v_cache) of the
+ * problem, for j < cache_seqlens[b] + L_new (the new tokens written first). */
+typedef struct fa__kv {
+  fa__kvmap map;
+  const int32_t *cache_seqlens;         /* [B] */
+  fa_tensor k_new, v_new;               /* [B, Hkv, L_new, D / Dv]; data NULL = none */
+  int64_t L_new;                        /* 0 without k_new */
+  int64_t capacity;                     /* keys a sequence can hold */
+  const float *rotary_cos, *rotary_sin; /* [len][rotary_dim / 2]; NULL = none */
+  int64_t rotary_dim;
+  int rotary_interleaved;
+  int num_splits; /* 0 = the backend chooses */
+} fa__kv;
 
 typedef struct fa__problem {
   fa__pass pass;
@@ -58,6 +74,11 @@ typedef struct fa__problem {
 
   int deterministic;
   int block_q, block_k; /* 0 = default */
+
+  /* fa_forward_kvcache: k and v are the caches (Lk = their capacity),
+   * lengths and new tokens are in kv; bottom-right, no mask/bias/dropout. */
+  int kvcache;
+  fa__kv kv;
 
   /* execution */
   int threads;    /* 0 = OpenMP default */

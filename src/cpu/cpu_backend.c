@@ -65,4 +65,5 @@ static fa_status cpu_backward(const fa__problem *p, fa__err *err) {
   return cpu_run(p, err);
 }
 
-const fa__backend fa__backend_cpu = {FA_BACKEND_CPU, "cpu", cpu_available, cpu_supports, cpu_forward, cpu_backward};
+const fa__backend fa__backend_cpu = {FA_BACKEND_CPU, "cpu",        cpu_available, cpu_supports,
+                                     cpu_forward,    cpu_backward, NULL};

@@ -5,5 +5,6 @@
 
 fa_status fa__ref_forward(const fa__problem *p, fa__err *err);
 fa_status fa__ref_backward(const fa__problem *p, fa__err *err);
+fa_status fa__ref_forward_kvcache(const fa__problem *p, fa__err *err);
 
 #endif

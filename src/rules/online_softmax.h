@@ -77,4 +77,26 @@ FA_HD double fa__osm_lse(const fa__osm *st) {
   return st->l > 0 ? st->m + log(st->l) : -INFINITY;
 }
 
+/* The merge in (o, lse) form: n partial results over disjoint key sets, each
+ * a normalized o_i with its lse_i, are the states (m = lse_i, l = 1) folded
+ * left to right with fa__osm_merge (l = 0 for lse_i = -inf: nothing seen).
+ * Returns the merged lse and writes w[i] = exp(lse_i - lse), the weight of
+ * o_i in o = sum_i w[i] o_i (all 0, lse = -inf, when no part saw anything).
+ * fa_merge_states, split-KV and the tests all merge through this. */
+FA_HD double fa__osm_merge_lse(const double *lse, int n, double *w) {
+  fa__osm r = fa__osm_init();
+  for (int i = 0; i < n; ++i) {
+    fa__osm part;
+    part.m = lse[i];
+    part.l = lse[i] == -INFINITY ? 0.0 : 1.0;
+    double wa, wb;
+    r = fa__osm_merge(r, part, &wa, &wb);
+    for (int t = 0; t < i; ++t) w[t] *= wa;
+    w[i] = wb;
+  }
+  const double inv = fa__osm_inv_l(&r);
+  for (int i = 0; i < n; ++i) w[i] *= inv;
+  return fa__osm_lse(&r);
+}
+
 #endif
