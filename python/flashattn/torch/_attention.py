@@ -49,6 +49,55 @@ def _rng(dropout_p, seed, offset):
     return torch.tensor([seed - 2**64 if seed >= 2**63 else seed, offset], dtype=torch.int64)
 
 
+def _plain_eager(tensors):
+    """True in plain eager mode on plain tensors: no torch.compile tracing, no
+    tensor subclass (fake, functional, DTensor, Parameter), no torch function
+    or dispatch mode, no functorch transform. Only then is calling the op's
+    kernel directly the same as calling the op."""
+    if torch.compiler.is_compiling() or _function_mode() or _dispatch_modes() or _functorch():
+        return False
+    return all(type(t) is torch.Tensor for t in tensors if t is not None)
+
+
+_function_mode = getattr(torch._C, "_is_torch_function_mode_enabled", lambda: True)
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 1)
+_peek = getattr(getattr(torch._C, "_functorch", None), "peek_interpreter_stack", None)
+
+
+def _functorch():
+    return _peek is None or _peek() is not None
+
+
+class _EagerAttention(torch.autograd.Function):
+    """flashattn::fwd's autograd formula (_ops.backward_formula) around its
+    kernel, without the dispatcher's round trip (a few microseconds a call)."""
+
+    @staticmethod
+    def forward(ctx, *args):
+        o, lse = _ops.fwd_impl(*args)
+        ctx.save_for_backward(*args[: _ops.TENSOR_ARGS], o, lse)
+        ctx.scalars = args[_ops.TENSOR_ARGS :]
+        ctx.mark_non_differentiable(lse)
+        return o, lse
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_o, grad_lse):
+        saved = ctx.saved_tensors
+        want_dbias = saved[_ops.BIAS] is not None and ctx.needs_input_grad[_ops.BIAS]
+        dq, dk, dv, dbias = _ops.backward_formula(_ops.bwd_impl, saved, ctx.scalars, grad_o, want_dbias)
+        return (dq, dk, dv, None, dbias) + (None,) * (len(ctx.needs_input_grad) - 5)
+
+
+def _call_fwd(args):
+    """The op flashattn::fwd; in plain eager mode its kernel directly."""
+    q, k, v, bias = args[0], args[1], args[2], args[_ops.BIAS]
+    if not _plain_eager((q, k, v, args[3], bias)):
+        return _ops.fwd(*args)
+    grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, bias))
+    return _EagerAttention.apply(*args) if grad else _ops.fwd_impl(*args)
+
+
 def _check_4d(t, arg, layout):
     if not isinstance(t, torch.Tensor):
         raise _capi.invalid(f"{arg} must be a torch.Tensor, got {type(t).__name__}", "FA_ERR_DTYPE")
@@ -118,28 +167,12 @@ def attention(
         alibi_slopes = alibi_slopes.to(torch.float32).contiguous()
     if cu_seqlens_q is not None and cu_seqlens_k is not None and len(cu_seqlens_q) != len(cu_seqlens_k):
         raise _capi.invalid(f"cu_seqlens_q has {len(cu_seqlens_q)} entries but cu_seqlens_k has {len(cu_seqlens_k)}")
-    o, lse = _ops.fwd(
-        q,
-        k,
-        v,
-        _padded4(mask, "mask"),
-        _padded4(bias, "bias"),
-        alibi_slopes,
-        _int32(seqlens_q, "seqlens_q", dev, B),
-        _int32(seqlens_k, "seqlens_k", dev, B),
-        _int32(cu_seqlens_q, "cu_seqlens_q", dev),
-        _int32(cu_seqlens_k, "cu_seqlens_k", dev),
-        _rng(dropout_p, dropout_seed, dropout_offset),
-        float(scale or 0.0),
-        float(softcap or 0.0),
-        bool(causal),
-        align == "bottom_right",
-        wl,
-        wr,
-        float(dropout_p),
-        bool(deterministic),
-        backend,
-    )
+    args = (q, k, v, _padded4(mask, "mask"), _padded4(bias, "bias"), alibi_slopes,
+            _int32(seqlens_q, "seqlens_q", dev, B), _int32(seqlens_k, "seqlens_k", dev, B),
+            _int32(cu_seqlens_q, "cu_seqlens_q", dev), _int32(cu_seqlens_k, "cu_seqlens_k", dev),
+            _rng(dropout_p, dropout_seed, dropout_offset), float(scale or 0.0), float(softcap or 0.0), bool(causal),
+            align == "bottom_right", wl, wr, float(dropout_p), bool(deterministic), backend)  # fmt: skip
+    o, lse = _call_fwd(args)
     if layout == "bshd":
         o = o.transpose(1, 2)
     return (o, lse) if return_lse else o

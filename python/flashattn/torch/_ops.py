@@ -7,6 +7,10 @@ strides: a [B, L, H, D] tensor comes as its transpose, no copy); mask and
 bias are 4-d with size-1 broadcast dims. Outputs are allocated in the
 physical dim order of the tensor they mirror, so a [B, L, H, D] caller gets
 a contiguous [B, L, H, D] result back.
+
+fwd_impl and bwd_impl are the ops' real kernels; _attention.py calls them
+directly (through an autograd.Function) in plain eager mode, where the
+dispatcher's round trip would cost more than the C call.
 """
 
 from typing import List, Optional, Tuple
@@ -23,6 +27,10 @@ _DTYPES = {
     torch.bfloat16: _capi.BF16,
     torch.bool: _capi.BOOL,
 }
+# the raw stream and device getters of torch's CUDA runtime (what inductor
+# calls); the public ones cost microseconds a call
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_current_device = getattr(torch._C, "_cuda_getDevice", None)
 
 
 def _code(t, arg):
@@ -34,12 +42,15 @@ def _code(t, arg):
         ) from None
 
 
-def _fa(t, arg):
-    """The fa_tensor viewing t (1 to 4 dims; lse is 3-d)."""
+def _mem(t):
+    return _capi.MEMORY_CUDA if t.is_cuda else _capi.MEMORY_HOST
+
+
+def _spec(t, arg):
+    """(data, dtype, shape, strides, memory) of a tensor, or None."""
     if t is None:
         return None
-    mem = _capi.MEMORY_CUDA if t.is_cuda else _capi.MEMORY_HOST
-    return _capi.tensor(t.data_ptr(), _code(t, arg), t.shape, t.stride(), mem)
+    return (t.data_ptr(), _code(t, arg), tuple(t.shape), t.stride(), _mem(t))
 
 
 def _ptr(t):
@@ -52,79 +63,76 @@ def alloc_like(t, last):
     shape = list(t.shape)
     shape[-1] = last
     strides = t.stride()
-    order = sorted(range(t.dim() - 1), key=lambda d: -strides[d]) + [t.dim() - 1]
-    phys = torch.empty([shape[d] for d in order], dtype=t.dtype, device=t.device)
-    inverse = [order.index(d) for d in range(t.dim())]
-    return phys.permute(inverse)
+    n = len(shape)
+    order = sorted(range(n - 1), key=lambda d: -strides[d])
+    out = [0] * n
+    out[n - 1], step = 1, last
+    for d in reversed(order):
+        out[d] = step
+        step *= shape[d]
+    return torch.empty_strided(shape, out, dtype=t.dtype, device=t.device)
 
 
 def _lse_dtype(q):
     return torch.float64 if q.dtype == torch.float64 else torch.float32
 
 
-class _Call:
-    """The C context for one call: current device and stream (cuda) or
-    torch's thread count (cpu), the options struct, the backend code."""
+def _context(q):
+    """This thread's C context, set to q's stream (cuda) or torch's thread count (cpu)."""
+    ctx = _capi.context()
+    if q.is_cuda:
+        idx = q.device.index
+        stream = _raw_stream(idx) if _raw_stream else torch.cuda.current_stream(q.device).cuda_stream
+        ctx.configure(0, 0, stream)
+    else:
+        ctx.configure(torch.get_num_threads(), 0, None)
+    return ctx
 
-    def __init__(
-        self,
-        q,
-        mask,
-        bias,
-        alibi,
-        sq,
-        sk,
-        cuq,
-        cuk,
-        rng,
-        scale,
-        softcap,
-        causal,
-        bottom_right,
-        wl,
-        wr,
-        dropout_p,
-        deterministic,
-        backend,
-    ):
-        seed, offset = (0, 0) if rng is None else (int(x) for x in rng.tolist())
-        self.backend = _capi.code_of(backend, _capi.BACKENDS, "backend")
-        self.opt = _capi.options(
+
+def _options(ctx, mask, bias, alibi, sq, sk, cuq, cuk, rng, scale, softcap, causal, bottom_right, wl, wr, p, det):
+    seed, offset = (0, 0) if rng is None else rng.tolist()
+    mask_s, bias_s = _spec(mask, "mask"), _spec(bias, "bias")
+    ptrs = (_ptr(sq), _ptr(sk), _ptr(cuq), _ptr(cuk), _ptr(alibi))
+    key = (mask_s, bias_s, ptrs, seed, offset, scale, softcap, causal, bottom_right, wl, wr, p, det)
+
+    def make():
+        return _capi.options(
             scale=scale or None,
             softcap=softcap,
             causal=causal,
             align="bottom_right" if bottom_right else "top_left",
             window=(wl, wr) if (wl >= 0 or wr >= 0) else None,
-            seqlens_q=_ptr(sq),
-            seqlens_k=_ptr(sk),
-            cu_seqlens_q=_ptr(cuq),
-            cu_seqlens_k=_ptr(cuk),
+            seqlens_q=ptrs[0],
+            seqlens_k=ptrs[1],
+            cu_seqlens_q=ptrs[2],
+            cu_seqlens_k=ptrs[3],
             num_seqs=0 if cuq is None else cuq.shape[0] - 1,
-            mask=_fa(mask, "mask"),
-            bias=_fa(bias, "bias"),
-            alibi_slopes=_ptr(alibi),
-            dropout_p=dropout_p,
+            mask=None if mask_s is None else _capi.tensor(*mask_s),
+            bias=None if bias_s is None else _capi.tensor(*bias_s),
+            alibi_slopes=ptrs[4],
+            dropout_p=p,
             dropout_seed=seed % 2**64,
             dropout_offset=offset,
-            deterministic=deterministic,
+            deterministic=det,
         )
-        self.device = q.device
-        self.ctx = _capi.context()
-        if q.is_cuda:
-            self.ctx.configure(0, 0, torch.cuda.current_stream(q.device).cuda_stream)
-        else:
-            self.ctx.configure(torch.get_num_threads(), 0, None)
 
-    def run(self, fn, *args):
-        if self.device.type == "cuda":
-            with torch.cuda.device(self.device):
-                fn(self.ctx, self.backend, *args)
-        else:
-            fn(self.ctx, self.backend, *args)
+    return ctx.cached_options(key, make)
 
 
-@torch.library.custom_op("flashattn::fwd", mutates_args=())
-def fwd(
+def _tensor(ctx, slot, t, arg):
+    return ctx.tensor(slot, t.data_ptr(), _code(t, arg), t.shape, t.stride(), _mem(t))
+
+
+def _launch(q, fn, *args):
+    """fn(*args) on q's device (a guard only when it is not the current one)."""
+    if q.is_cuda and _current_device and q.device.index != _current_device():
+        with torch.cuda.device(q.device):
+            fn(*args)
+    else:
+        fn(*args)
+
+
+def fwd_impl(
     q: Tensor,
     k: Tensor,
     v: Tensor,
@@ -147,63 +155,29 @@ def fwd(
     backend: str,
 ) -> Tuple[Tensor, Tensor]:
     """o [B, Hq, Lq, Dv] and lse [B, Hq, Lq] (rng: CPU int64 (seed, offset), for dropout)."""
-    c = _Call(
-        q,
-        mask,
-        bias,
-        alibi_slopes,
-        seqlens_q,
-        seqlens_k,
-        cu_seqlens_q,
-        cu_seqlens_k,
-        rng,
-        scale,
-        softcap,
-        causal,
-        bottom_right,
-        window_left,
-        window_right,
-        dropout_p,
-        deterministic,
-        backend,
-    )
+    ctx = _context(q)
+    code = _capi.code_of(backend, _capi.BACKENDS, "backend")
+    opt = _options(ctx, mask, bias, alibi_slopes, seqlens_q, seqlens_k, cu_seqlens_q, cu_seqlens_k, rng, scale,
+                   softcap, causal, bottom_right, window_left, window_right, dropout_p, deterministic)  # fmt: skip
     o = alloc_like(q, v.shape[-1])
     lse = torch.empty(q.shape[:3], dtype=_lse_dtype(q), device=q.device)
     if cu_seqlens_q is not None:  # C writes only the rows of the packed sequences: define the rest
         o.zero_()
         lse.fill_(float("-inf"))
-    c.run(_capi.forward, _fa(q, "q"), _fa(k, "k"), _fa(v, "v"), c.opt, _fa(o, "o"), _fa(lse, "lse"))
+    ts = [_tensor(ctx, i, t, n) for i, (t, n) in enumerate(((q, "q"), (k, "k"), (v, "v"), (o, "o"), (lse, "lse")))]
+    _launch(q, _capi.forward, ctx, code, ts[0], ts[1], ts[2], opt, ts[3], ts[4])
     return o, lse
 
 
+fwd = torch.library.custom_op("flashattn::fwd", mutates_args=())(fwd_impl)
+
+
 @fwd.register_fake
-def _fwd_fake(
-    q,
-    k,
-    v,
-    mask,
-    bias,
-    alibi_slopes,
-    seqlens_q,
-    seqlens_k,
-    cu_seqlens_q,
-    cu_seqlens_k,
-    rng,
-    scale,
-    softcap,
-    causal,
-    bottom_right,
-    window_left,
-    window_right,
-    dropout_p,
-    deterministic,
-    backend,
-):
+def _fwd_fake(q, k, v, *rest):
     return alloc_like(q, v.shape[-1]), q.new_empty(q.shape[:3], dtype=_lse_dtype(q))
 
 
-@torch.library.custom_op("flashattn::bwd", mutates_args=())
-def bwd(
+def bwd_impl(
     dout: Tensor,
     q: Tensor,
     k: Tensor,
@@ -230,99 +204,57 @@ def bwd(
     want_dbias: bool,
 ) -> List[Tensor]:
     """[dq, dk, dv, dbias] (dbias empty unless want_dbias)."""
-    c = _Call(
-        q,
-        mask,
-        bias,
-        alibi_slopes,
-        seqlens_q,
-        seqlens_k,
-        cu_seqlens_q,
-        cu_seqlens_k,
-        rng,
-        scale,
-        softcap,
-        causal,
-        bottom_right,
-        window_left,
-        window_right,
-        dropout_p,
-        deterministic,
-        backend,
-    )
+    ctx = _context(q)
+    code = _capi.code_of(backend, _capi.BACKENDS, "backend")
+    opt = _options(ctx, mask, bias, alibi_slopes, seqlens_q, seqlens_k, cu_seqlens_q, cu_seqlens_k, rng, scale,
+                   softcap, causal, bottom_right, window_left, window_right, dropout_p, deterministic)  # fmt: skip
     dq, dk, dv = alloc_like(q, q.shape[-1]), alloc_like(k, k.shape[-1]), alloc_like(v, v.shape[-1])
     if cu_seqlens_q is not None:  # rows past the last packed sequence get no gradient
         for t in (dq, dk, dv):
             t.zero_()
     dbias = torch.zeros(bias.shape, dtype=bias.dtype, device=bias.device) if want_dbias else q.new_empty(0)
-    c.run(
-        _capi.backward,
-        _fa(q, "q"),
-        _fa(k, "k"),
-        _fa(v, "v"),
-        _fa(o, "o"),
-        _fa(dout, "dout"),
-        _fa(lse, "lse"),
-        c.opt,
-        _fa(dq, "dq"),
-        _fa(dk, "dk"),
-        _fa(dv, "dv"),
-        _fa(dbias, "dbias") if want_dbias else None,
-    )
+    named = ((q, "q"), (k, "k"), (v, "v"), (o, "o"), (dout, "dout"), (lse, "lse"), (dq, "dq"), (dk, "dk"), (dv, "dv"))
+    ts = [_tensor(ctx, i, t, n) for i, (t, n) in enumerate(named)]
+    tdb = _tensor(ctx, 9, dbias, "dbias") if want_dbias else None
+    _launch(q, _capi.backward, ctx, code, *ts[:6], opt, *ts[6:], tdb)
     return [dq, dk, dv, dbias]
 
 
+bwd = torch.library.custom_op("flashattn::bwd", mutates_args=())(bwd_impl)
+
+
 @bwd.register_fake
-def _bwd_fake(
-    dout,
-    q,
-    k,
-    v,
-    o,
-    lse,
-    mask,
-    bias,
-    alibi_slopes,
-    seqlens_q,
-    seqlens_k,
-    cu_seqlens_q,
-    cu_seqlens_k,
-    rng,
-    scale,
-    softcap,
-    causal,
-    bottom_right,
-    window_left,
-    window_right,
-    dropout_p,
-    deterministic,
-    backend,
-    want_dbias,
-):
-    dbias = bias.new_empty(bias.shape) if want_dbias else q.new_empty(0)
+def _bwd_fake(dout, q, k, v, o, lse, mask, bias, *rest):
+    dbias = bias.new_empty(bias.shape) if rest[-1] else q.new_empty(0)
     return [alloc_like(q, q.shape[-1]), alloc_like(k, k.shape[-1]), alloc_like(v, v.shape[-1]), dbias]
 
 
 # ---- autograd: d(o)/d(q, k, v, bias) through flashattn::bwd -----------------
-_TENSOR_ARGS = 11  # q .. rng, in fwd's order
-_BIAS = 4
+TENSOR_ARGS = 11  # q .. rng, in fwd's order
+BIAS = 4
+
+
+def backward_formula(bwd_fn, saved, scalars, grad_o, want_dbias):
+    """(dq, dk, dv, dbias or None) from the tensors fwd saved (its tensor
+    arguments, then o and lse) and o's gradient. The gradient through lse is
+    not computed (as in FlashAttention)."""
+    q, k, v, mask, bias, alibi, sq, sk, cuq, cuk, rng, o, lse = saved
+    if grad_o.stride(-1) != 1:  # e.g. the expanded ones of a .sum(): the cuda kernels want a unit last stride
+        grad_o = grad_o.contiguous()
+    dq, dk, dv, dbias = bwd_fn(grad_o, q, k, v, o, lse, mask, bias, alibi, sq, sk, cuq, cuk, rng, *scalars, want_dbias)
+    return dq, dk, dv, dbias if want_dbias else None
 
 
 def _setup_context(ctx, inputs, output):
-    ctx.save_for_backward(*inputs[:_TENSOR_ARGS], *output)
-    ctx.scalars = inputs[_TENSOR_ARGS:]
+    ctx.save_for_backward(*inputs[:TENSOR_ARGS], *output)
+    ctx.scalars = inputs[TENSOR_ARGS:]
 
 
 def _backward(ctx, grad_o, grad_lse):
-    # The gradient through lse is not computed (as in FlashAttention); the
-    # autograd graph still gives o's gradient exactly.
-    q, k, v, mask, bias, alibi, sq, sk, cuq, cuk, rng, o, lse = ctx.saved_tensors
-    if grad_o.stride(-1) != 1:  # e.g. the expanded ones of a .sum(): the cuda kernels want a unit last stride
-        grad_o = grad_o.contiguous()
-    want_dbias = bias is not None and ctx.needs_input_grad[_BIAS]
-    dq, dk, dv, dbias = bwd(grad_o, q, k, v, o, lse, mask, bias, alibi, sq, sk, cuq, cuk, rng, *ctx.scalars, want_dbias)
-    grads = [dq, dk, dv, None, dbias if want_dbias else None]
-    return tuple(grads + [None] * (_TENSOR_ARGS - len(grads)) + [None] * len(ctx.scalars))
+    saved = ctx.saved_tensors
+    want_dbias = saved[BIAS] is not None and ctx.needs_input_grad[BIAS]
+    dq, dk, dv, dbias = backward_formula(bwd, saved, ctx.scalars, grad_o, want_dbias)
+    return (dq, dk, dv, None, dbias) + (None,) * (TENSOR_ARGS - 5 + len(ctx.scalars))
 
 
 torch.library.register_autograd("flashattn::fwd", _backward, setup_context=_setup_context)
