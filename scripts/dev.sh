@@ -93,11 +93,17 @@ case "$cmd" in
   test)
     need_install
     dir=${BUILD_DIR:-build/release}
+    t0=$SECONDS
     build "$dir" -DFA_BUILD_TESTS=ON
+    t1=$SECONDS
     ctest --test-dir "$dir" --output-on-failure --no-tests=error -j "$jobs" "$@"
+    t2=$SECONDS
+    took="build $((t1 - t0)) s, ctest $((t2 - t1)) s"
     if [ -f scripts/python_test.sh ]; then
       bash scripts/python_test.sh "$dir"
+      took+=", Python $((SECONDS - t2)) s"
     fi
+    echo "flashattn: test passed ($took)"
     ;;
   test-asan)
     need_install
