@@ -13,6 +13,7 @@ static const int32_t sk_none[] = {0, 0};
 static const int32_t s_one[] = {1, 1};
 static const int32_t sq_last[] = {1, 3}, sk_last[] = {16, 48};
 static const int32_t cu_ones[] = {0, 1, 2, 3};
+static const int32_t sq_dec[] = {3, 1}, sk_dec[] = {0, 259};
 
 /* packed: seq 1 has no queries, seq 2 no keys (its rows see nothing) */
 static const int32_t cu_q4[] = {0, 5, 5, 22, 23}, cu_k4[] = {0, 7, 19, 19, 31};
@@ -28,6 +29,11 @@ const tcase tc_cases[] = {
     {"L1", .B = 1, .Hq = 1, .Hkv = 1, .Lq = 1, .Lk = 1, .D = 8, .Dv = 8},
     {"decode_Lq1_Lk65_causal_br", SMALL, .Lq = 1, .Lk = 65, .D = 16, .Dv = 16, .causal = 1,
      .align = FA_ALIGN_BOTTOM_RIGHT},
+    /* few rows against >= 256 keys: the cpu forward's decode pass (split-KV, GQA rows sharing K/V) */
+    {"decode_gqa_Lq2_Lk300_causal_br", .B = 2, .Hq = 4, .Hkv = 2, .Lq = 2, .Lk = 300, .D = 32, .Dv = 16, .causal = 1,
+     .align = FA_ALIGN_BOTTOM_RIGHT},
+    {"decode_padded_Lq3_Lk260_softcap_alibi", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 3, .Lk = 260, .D = 16, .Dv = 16,
+     .seqlens_q = sq_dec, .seqlens_k = sk_dec, .softcap = 2.0, .alibi = 1, .layout = TL_BLHD},
     {"Lq7_Lk65", SMALL, .Lq = 7, .Lk = 65, .D = 16, .Dv = 16},
     {"Lq130_Lk33", .B = 1, .Hq = 2, .Hkv = 1, .Lq = 130, .Lk = 33, .D = 8, .Dv = 8},
     {"Lq65_Lk130_causal", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 65, .Lk = 130, .D = 32, .Dv = 32, .causal = 1,

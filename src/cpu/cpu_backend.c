@@ -55,6 +55,7 @@ static fa_status cpu_run(const fa__problem *p, fa__err *err) {
     return FA_ERR_UNSUPPORTED;
   }
   const fa__cpu_kernels *kt = fa__cpu_kernels_get(isa);
+  if (p->kvcache) return fa__cpu_forward_kvcache(p, kt, err);
   return p->pass == FA__FORWARD ? fa__cpu_forward(p, kt, err) : fa__cpu_backward(p, kt, err);
 }
 
@@ -66,4 +67,4 @@ static fa_status cpu_backward(const fa__problem *p, fa__err *err) {
 }
 
 const fa__backend fa__backend_cpu = {FA_BACKEND_CPU, "cpu",        cpu_available, cpu_supports,
-                                     cpu_forward,    cpu_backward, NULL};
+                                     cpu_forward,    cpu_backward, cpu_forward};

@@ -289,6 +289,10 @@ fa_status fa__cpu_forward(const fa__problem *p, const fa__cpu_kernels *kt, fa__e
 
   fwd_padding(p, zeros);
   free(zeros);
+  if (fa__cpu_decode_fits(p)) { /* few rows, long keys: the memory-bound decode pass */
+    free(prefix);
+    return fa__cpu_decode(p, kt, err);
+  }
 
   const fa_status st = fa__cpu_for_items(p, items, &c, sizeof(fwd_scratch), fwd_carve, fwd_item, err, "cpu forward");
   free(prefix);

@@ -9,6 +9,13 @@
 fa_status fa__cpu_forward(const fa__problem *p, const fa__cpu_kernels *kt, fa__err *err);
 fa_status fa__cpu_backward(const fa__problem *p, const fa__cpu_kernels *kt, fa__err *err);
 
+/* Decode (cpu_decode.c): few query rows against long keys, split-KV with
+ * GQA sharing. fa__cpu_decode_fits: does the plain forward p take it? */
+int fa__cpu_decode_fits(const fa__problem *p);
+fa_status fa__cpu_decode(const fa__problem *p, const fa__cpu_kernels *kt, fa__err *err);
+/* fa_forward_kvcache: the append, then the decode pass. */
+fa_status fa__cpu_forward_kvcache(const fa__problem *p, const fa__cpu_kernels *kt, fa__err *err);
+
 /* dBias, when asked for: a pass of its own that recomputes dS tile by tile
  * and sums it over the dimensions where the bias broadcasts, each output
  * element owned by one work item (race-free, same bits on any thread

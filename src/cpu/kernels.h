@@ -78,6 +78,16 @@ typedef void (*fa__cpu_cvt_fn)(float *dst, const uint16_t *src, int n);
 typedef void (*fa__cpu_dropout_fn)(uint8_t *keep, ptrdiff_t ki, ptrdiff_t kj, int br, int bc, uint64_t seed,
                                    uint32_t offset, uint32_t threshold, int64_t bh, int64_t i0, int64_t j0);
 
+/* Decode (kernels_decode.h, one C source compiled per ISA): few query rows
+ * against a stream of keys, each key row read once for all of them.
+ *   dot_rows:  s[j*lds + r] = sum_{d < D} q[r*ldq + d] * k[j*ldk + d]       r < nr, j < bc
+ *   axpy_rows: o[r*ldo + e] += sum_{j < bc} p[j*lds + r] * v[j*ldv + e]     r < nr, e < Dv
+ * Rows of k, v are contiguous (D, Dv floats). Same arguments, same bits. */
+typedef void (*fa__cpu_dot_rows_fn)(float *s, ptrdiff_t lds, const float *q, ptrdiff_t ldq, int nr, const float *k,
+                                    ptrdiff_t ldk, int bc, int D);
+typedef void (*fa__cpu_axpy_rows_fn)(float *o, ptrdiff_t ldo, int nr, const float *p, ptrdiff_t lds, const float *v,
+                                     ptrdiff_t ldv, int bc, int Dv);
+
 typedef struct fa__cpu_kernels {
   fa_cpu_isa isa;
   int vl; /* floats per vector of gemm's nv */
@@ -93,6 +103,8 @@ typedef struct fa__cpu_kernels {
   fa__cpu_cvt_fn f16_to_f32;
   fa__cpu_cvt_fn bf16_to_f32;
   fa__cpu_dropout_fn dropout;
+  fa__cpu_dot_rows_fn dot_rows;
+  fa__cpu_axpy_rows_fn axpy_rows;
 } fa__cpu_kernels;
 
 /* Fill a table: the portable kernels first, then each ISA overrides what it

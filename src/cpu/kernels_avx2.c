@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "kernels.h"
+#include "kernels_decode.h"
 #include "rules/dropout.h"
 #include "vexp_avx2.h"
 
@@ -319,6 +320,8 @@ void fa__cpu_kernels_avx2(fa__cpu_kernels *kt) {
   kt->softcap = softcap_avx2;
   kt->bf16_to_f32 = bf16_avx2;
   kt->dropout = dropout_avx2;
+  kt->dot_rows = fa__dec_dot_rows;
+  kt->axpy_rows = fa__dec_axpy_rows;
   unsigned a, b, c, d; /* F16C: CPUID.1:ECX bit 29 (every AVX2 CPU we know has it, but ask) */
   if (__get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1u)) kt->f16_to_f32 = f16_f16c;
 }

@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "kernels.h"
+#include "kernels_decode.h"
 #include "rules/dropout.h"
 #include "vexp_avx512.h"
 
@@ -318,4 +319,6 @@ void fa__cpu_kernels_avx512(fa__cpu_kernels *kt) {
   kt->f16_to_f32 = f16_avx512;
   kt->bf16_to_f32 = bf16_avx512;
   kt->dropout = dropout_avx512;
+  kt->dot_rows = fa__dec_dot_rows;
+  kt->axpy_rows = fa__dec_axpy_rows;
 }

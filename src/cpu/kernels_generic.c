@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "kernels.h"
+#include "kernels_decode.h"
 #include "rules/dropout.h"
 #include "rules/half.h"
 #include "rules/score.h"
@@ -118,4 +119,6 @@ void fa__cpu_kernels_generic(fa__cpu_kernels *kt) {
   kt->f16_to_f32 = f16_generic;
   kt->bf16_to_f32 = bf16_generic;
   kt->dropout = dropout_generic;
+  kt->dot_rows = fa__dec_dot_rows;
+  kt->axpy_rows = fa__dec_axpy_rows;
 }

@@ -1,0 +1,280 @@
+/* Decode on the cpu backend: few query rows against a long run of keys, a
+ * memory-bound pass whose time is the bytes of K and V read once.
+ *
+ * A work item is (sequence b, kv head, split): the query rows of every query
+ * head of that kv head and every new token (R = group * Lq rows) share each
+ * K/V tile read (kt->dot_rows, kt->axpy_rows), so K and V are read once per
+ * kv head, not once per query head. When B * Hkv items cannot keep the
+ * threads busy the keys are split ("flash-decoding"): each split leaves a
+ * partial (o, lse) and the splits are merged in order with
+ * fa__osm_merge_lse, the merge of src/rules/online_softmax.h, so a given
+ * split count gives the same bits on every run and thread count.
+ *
+ * Keys are addressed through src/rules/kv_address.h: a tile never crosses a
+ * page, so within a tile the rows are one strided matrix. The plain forward
+ * takes this path too when it has few query rows against long keys and no
+ * mask, bias or dropout (fa__cpu_decode_fits). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/kv_host.h"
+#include "cpu_io.h"
+#include "cpu_parallel.h"
+#include "cpu_passes.h"
+#include "rules/layout.h"
+#include "rules/online_softmax.h"
+#include "rules/rotary.h"
+#include "rules/score.h"
+
+#define DEC_LDS 16        /* score tile: [bk][16], one column per query row of a row block */
+#define DEC_BK 64         /* keys per tile (K and V tiles of 32 KiB each at D = 128, f32) */
+#define DEC_MIN_SPLIT 256 /* keys a split gets at least when the backend chooses */
+
+typedef struct dec_ctx {
+  const fa__problem *p;
+  const fa__cpu_kernels *kt;
+  int R;      /* most rows of an item: group * Lq */
+  int Rp;     /* R padded to DEC_LDS */
+  int nsplit; /* splits per (b, kv head) */
+  int bk, D, Dv;
+  int elementwise; /* softcap or ALiBi */
+  float *part_o;   /* [items][R][Dv] when nsplit > 1 */
+  float *part_lse; /* [items][R] */
+} dec_ctx;
+
+typedef struct dec_scratch {
+  float *q, *o;     /* [R][D], [R][Dv] */
+  float *m, *l, *f; /* [Rp] */
+  float *s;         /* [bk][DEC_LDS] */
+  float *kbuf, *vbuf;
+} dec_scratch;
+
+static void dec_carve(fa__cpu_arena *a, const void *ctx, void *scratch) {
+  const dec_ctx *c = ctx;
+  dec_scratch *s = scratch;
+  s->q = fa__cpu_take_f(a, (size_t)c->R * (size_t)c->D);
+  s->o = fa__cpu_take_f(a, (size_t)c->R * (size_t)c->Dv);
+  s->m = fa__cpu_take_f(a, (size_t)c->Rp);
+  s->l = fa__cpu_take_f(a, (size_t)c->Rp);
+  s->f = fa__cpu_take_f(a, (size_t)c->Rp);
+  s->s = fa__cpu_take_f(a, (size_t)c->bk * DEC_LDS);
+  s->kbuf = fa__cpu_take_f(a, (size_t)c->bk * (size_t)c->D);
+  s->vbuf = fa__cpu_take_f(a, (size_t)c->bk * (size_t)c->Dv);
+}
+
+/* Sequence b as the decode loop sees it. */
+static fa__seq dec_seq(const fa__problem *p, int64_t b) {
+  if (!p->kvcache) return fa__seq_get(b, p->Lq, p->Lk, p->seqlens_q, p->seqlens_k, p->cu_seqlens_q, p->cu_seqlens_k);
+  fa__seq s = {b, 0, 0, p->Lq, fa__kv_len(p, b)};
+  return s;
+}
+
+/* Where key j of sequence sq is: the cache's page and row, or the plain
+ * tensor's batch index and row. */
+static fa__kvpos dec_locate(const fa__problem *p, const fa__seq *sq, int64_t b, int64_t j) {
+  if (p->kvcache) return fa__kv_locate(&p->kv.map, b, j);
+  fa__kvpos at = {sq->bidx, sq->k_row0 + j};
+  return at;
+}
+
+/* bc rows of K (or V) from key j0 on as a contiguous f32 matrix: the tensor
+ * itself when it is f32 with unit column stride, else converted into buf. */
+static const float *dec_rows(const dec_ctx *c, const fa_tensor *t, fa__kvpos at, int64_t h, int bc, int cols,
+                             float *buf, ptrdiff_t *ld) {
+  const ptrdiff_t es = (ptrdiff_t)fa_dtype_size(t->dtype);
+  fa__cpu_mat m;
+  m.base = (const char *)t->data + (ptrdiff_t)fa__kv_offset(t->stride, at, h, 0) * es;
+  m.dtype = t->dtype;
+  m.rs = (ptrdiff_t)t->stride[2];
+  m.cs = (ptrdiff_t)t->stride[3];
+  if (t->dtype == FA_F32 && (m.cs == 1 || cols == 1)) {
+    *ld = bc > 1 ? m.rs : cols;
+    return (const float *)m.base;
+  }
+  for (int r = 0; r < bc; ++r) fa__cpu_load_row(c->kt, buf + (ptrdiff_t)r * cols, &m, r, cols, 1.0f);
+  *ld = cols;
+  return buf;
+}
+
+static void dec_item(const void *ctx, void *scratch, int64_t it) {
+  const dec_ctx *c = ctx;
+  dec_scratch *s = scratch;
+  const fa__problem *p = c->p;
+  const fa__cpu_kernels *kt = c->kt;
+  const int64_t sp = it % c->nsplit, bh = it / c->nsplit, kvh = bh % p->Hkv, b = bh / p->Hkv;
+  const fa__seq sq = dec_seq(p, b);
+  const int lq = (int)sq.lq, group = (int)p->group, R = group * lq, D = c->D, Dv = c->Dv;
+  const fa__band bd = fa__seq_band(&sq, p->window_left, p->window_right, p->bottom_right);
+  if (R == 0) return;
+
+  /* this split's keys: the union of the rows' bands, cut in nsplit chunks of whole tiles */
+  int64_t jlo, jhi;
+  fa__band_cols(&bd, 0, lq, &jlo, &jhi);
+  const int64_t span = jhi > jlo ? jhi - jlo : 0;
+  int64_t chunk = (span + c->nsplit - 1) / c->nsplit;
+  chunk = (chunk + c->bk - 1) / c->bk * c->bk;
+  const int64_t j0 = jlo + sp * chunk < jhi ? jlo + sp * chunk : jhi;
+  const int64_t j1 = j0 + chunk < jhi ? j0 + chunk : jhi;
+
+  /* query rows r = hh * lq + i: scaled, rotated at cache_seqlens[b] + i */
+  const fa__kv *kv = &p->kv;
+  for (int r = 0; r < R; ++r) {
+    const int hh = r / lq, i = r % lq;
+    const fa__cpu_mat qm = fa__cpu_mat_of(&p->q, sq.bidx, kvh * group + hh, sq.q_row0);
+    float *qr = s->q + (ptrdiff_t)r * D;
+    fa__cpu_load_row(kt, qr, &qm, i, D, (float)p->scale);
+    if (p->kvcache && kv->rotary_cos) {
+      const int64_t pos = (int64_t)kv->cache_seqlens[b] + i, half = kv->rotary_dim / 2;
+      fa__rotary_f(qr, kv->rotary_dim, kv->rotary_interleaved, kv->rotary_cos + pos * half,
+                   kv->rotary_sin + pos * half);
+    }
+  }
+  for (int r = 0; r < c->Rp; ++r) {
+    s->m[r] = -INFINITY;
+    s->l[r] = 0.0f;
+  }
+  memset(s->o, 0, (size_t)R * (size_t)Dv * sizeof(float));
+  memset(s->s, 0, (size_t)c->bk * DEC_LDS * sizeof(float));
+  const float cap = (float)p->softcap;
+
+  for (int64_t j = j0; j < j1;) {
+    const int64_t run = p->kvcache ? fa__kv_run(&kv->map, j, j1) : j1 - j;
+    const int bc = (int)(run < c->bk ? run : c->bk);
+    const fa__kvpos at = dec_locate(p, &sq, b, j);
+    ptrdiff_t ldk, ldv;
+    const float *K = dec_rows(c, &p->k, at, kvh, bc, D, s->kbuf, &ldk);
+    const float *V = dec_rows(c, &p->v, at, kvh, bc, Dv, s->vbuf, &ldv);
+    const int full = fa__band_tile_full(&bd, 0, lq, j, j + bc);
+    for (int r0 = 0; r0 < R; r0 += DEC_LDS) {
+      const int nr = R - r0 < DEC_LDS ? R - r0 : DEC_LDS;
+      kt->dot_rows(s->s, DEC_LDS, s->q + (ptrdiff_t)r0 * D, D, nr, K, ldk, bc, D);
+      if (c->elementwise || !full)
+        for (int jj = 0; jj < bc; ++jj)
+          for (int rr = 0; rr < nr; ++rr) {
+            const int r = r0 + rr, i = r % lq;
+            float *x = &s->s[jj * DEC_LDS + rr];
+            if (!full && !fa__band_visible(&bd, i, j + jj)) {
+              *x = -INFINITY;
+              continue;
+            }
+            if (cap > 0) *x = fa__softcap_f(*x, cap);
+            if (p->alibi_slopes)
+              *x += fa__alibi_f(p->alibi_slopes[kvh * group + r / lq], fa__band_diag(&bd, i), j + jj);
+          }
+      if (kt->softmax(s->s, DEC_LDS, bc, DEC_LDS, s->m + r0, s->l + r0, s->f + r0))
+        for (int rr = 0; rr < nr; ++rr) {
+          const float f = s->f[r0 + rr];
+          if (f != 1.0f) {
+            float *orow = s->o + (ptrdiff_t)(r0 + rr) * Dv;
+            for (int e = 0; e < Dv; ++e) orow[e] *= f;
+          }
+        }
+      kt->axpy_rows(s->o + (ptrdiff_t)r0 * Dv, Dv, nr, s->s, DEC_LDS, V, ldv, bc, Dv);
+    }
+    j += bc;
+  }
+
+  /* o = acc / l, lse = m + log l (o = 0, lse = -inf where nothing was seen) */
+  for (int r = 0; r < R; ++r) {
+    float *orow = s->o + (ptrdiff_t)r * Dv;
+    const float l = s->l[r];
+    const float w = l > 0 ? 1.0f / l : 0.0f;
+    for (int e = 0; e < Dv; ++e) orow[e] = l > 0 ? orow[e] * w : 0.0f;
+    const float lse = l > 0 ? (float)((double)s->m[r] + log((double)l)) : -INFINITY;
+    if (c->nsplit > 1) {
+      memcpy(c->part_o + ((size_t)it * (size_t)c->R + (size_t)r) * (size_t)Dv, orow, (size_t)Dv * sizeof(float));
+      c->part_lse[(size_t)it * (size_t)c->R + (size_t)r] = lse;
+    } else {
+      const int64_t h = kvh * group + r / lq, row = sq.q_row0 + r % lq;
+      const fa__cpu_mat om = fa__cpu_mat_of(&p->o, sq.bidx, h, row);
+      fa__cpu_store_row(&om, 0, orow, Dv);
+      if (p->lse.data)
+        *((float *)p->lse.data + sq.bidx * p->lse.stride[0] + h * p->lse.stride[1] + row * p->lse.stride[2]) = lse;
+    }
+  }
+}
+
+/* The splits of each row merged in order (fa__osm_merge_lse). */
+static void dec_merge(const dec_ctx *c, double *lv, double *w, float *row) {
+  const fa__problem *p = c->p;
+  const int n = c->nsplit, Dv = c->Dv;
+  for (int64_t b = 0; b < p->B; ++b) {
+    const fa__seq sq = dec_seq(p, b);
+    const int lq = (int)sq.lq, R = (int)p->group * lq;
+    for (int64_t kvh = 0; kvh < p->Hkv; ++kvh)
+      for (int r = 0; r < R; ++r) {
+        const size_t it0 = (size_t)((b * p->Hkv + kvh) * n);
+        for (int k = 0; k < n; ++k) lv[k] = c->part_lse[(it0 + (size_t)k) * (size_t)c->R + (size_t)r];
+        const double lse = fa__osm_merge_lse(lv, n, w);
+        for (int e = 0; e < Dv; ++e) {
+          double acc = 0.0;
+          for (int k = 0; k < n; ++k)
+            if (w[k] != 0.0) acc += w[k] * c->part_o[((it0 + (size_t)k) * (size_t)c->R + (size_t)r) * (size_t)Dv + e];
+          row[e] = (float)acc;
+        }
+        const int64_t h = kvh * p->group + r / lq, i = sq.q_row0 + r % lq;
+        const fa__cpu_mat om = fa__cpu_mat_of(&p->o, sq.bidx, h, i);
+        fa__cpu_store_row(&om, 0, row, Dv);
+        if (p->lse.data)
+          *((float *)p->lse.data + sq.bidx * p->lse.stride[0] + h * p->lse.stride[1] + i * p->lse.stride[2]) =
+              (float)lse;
+      }
+  }
+}
+
+int fa__cpu_decode_fits(const fa__problem *p) {
+  if (p->kvcache) return 1;
+  if (p->mask.data || p->bias.data || p->dropout_p > 0) return 0;
+  return p->Lq <= 16 && p->Lq * p->group <= 64 && p->Lk >= 4 * DEC_BK && p->Lk >= 8 * p->Lq;
+}
+
+fa_status fa__cpu_decode(const fa__problem *p, const fa__cpu_kernels *kt, fa__err *err) {
+  dec_ctx c;
+  memset(&c, 0, sizeof c);
+  c.p = p;
+  c.kt = kt;
+  c.R = (int)(p->group * p->Lq);
+  c.Rp = (c.R + DEC_LDS - 1) / DEC_LDS * DEC_LDS;
+  c.bk = p->block_k > 0 ? p->block_k : DEC_BK;
+  if (c.bk > p->Lk) c.bk = (int)p->Lk;
+  c.D = (int)p->D;
+  c.Dv = (int)p->Dv;
+  c.elementwise = p->softcap > 0 || p->alibi_slopes != NULL;
+  const int64_t base = p->B * p->Hkv;
+  int nsplit = p->kvcache ? p->kv.num_splits : 0;
+  if (nsplit <= 0) { /* enough items for every thread, each split at least DEC_MIN_SPLIT keys */
+    const int nt = fa__cpu_threads(p, INT32_MAX);
+    int64_t want = base >= 2 * (int64_t)nt ? 1 : (4 * (int64_t)nt + base - 1) / base;
+    const int64_t most = p->Lk / DEC_MIN_SPLIT > 1 ? p->Lk / DEC_MIN_SPLIT : 1;
+    nsplit = (int)(want < most ? want : most);
+  }
+  if (nsplit > 4096) nsplit = 4096;
+  c.nsplit = nsplit;
+  const int64_t items = base * nsplit;
+  double *lv = NULL;
+  if (nsplit > 1) {
+    const size_t rows = (size_t)items * (size_t)c.R;
+    c.part_o = (float *)malloc(rows * (size_t)c.Dv * sizeof(float));
+    c.part_lse = (float *)malloc(rows * sizeof(float));
+    lv = (double *)malloc((size_t)(2 * nsplit + c.Dv) * sizeof(double));
+    if (!c.part_o || !c.part_lse || !lv) {
+      free(c.part_o);
+      free(c.part_lse);
+      free(lv);
+      fa__err_set(err, "cpu decode: cannot allocate the partial results of %d splits", nsplit);
+      return FA_ERR_OUT_OF_MEMORY;
+    }
+  }
+  fa_status st = fa__cpu_for_items(p, items, &c, sizeof(dec_scratch), dec_carve, dec_item, err, "cpu decode");
+  if (st == FA_OK && nsplit > 1) dec_merge(&c, lv, lv + nsplit, (float *)(lv + 2 * nsplit));
+  free(c.part_o);
+  free(c.part_lse);
+  free(lv);
+  return st;
+}
+
+fa_status fa__cpu_forward_kvcache(const fa__problem *p, const fa__cpu_kernels *kt, fa__err *err) {
+  fa__kv_append_host(p);
+  return fa__cpu_decode(p, kt, err);
+}

@@ -1,0 +1,631 @@
+/* fa_forward_kvcache on every backend of support/backends.c (the cpu one
+ * under every ISA), against a float64 reference written here from the
+ * semantics of docs/semantics.md ("KV cache"): the cache after the call
+ * bit for bit (the appended rows rounded to the cache's dtype, every other
+ * byte untouched), O and LSE within the dtype's tolerance; split counts
+ * 1 .. many equal up to rounding, and a given split count the same bits
+ * on 1 and 2 threads. cuda must refuse the call (FA_ERR_UNSUPPORTED) and
+ * leave the cache alone. Then the bad inputs: each status names the
+ * argument and the cache is untouched. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/element.h"
+#include "rules/rotary.h"
+#include "support/backends.h"
+#include "support/cm.h"
+#include "support/device.h"
+#include "support/rng.h"
+
+typedef struct kvcase {
+  const char *name;
+  int B, Hq, Hkv, Lq, Lnew, D, Dv;
+  int page;       /* 0 = contiguous */
+  int cap;        /* contiguous: capacity; paged: max_blocks * page */
+  int seqlens[4]; /* [B] */
+  int shuffle;    /* paged: pages in a random order */
+  int shared;     /* paged: every sequence reads sequence 0's first page */
+  int blhd;       /* contiguous: the [B, L, H, D] memory layout */
+  int causal, wl, wr;
+  double softcap;
+  int alibi;
+  int rot_dim, interleaved; /* rot_dim 0 = no rotary */
+} kvcase;
+
+static const kvcase cases[] = {
+    {"contig_no_append_mha", .B = 3, .Hq = 2, .Hkv = 2, .Lq = 1, .D = 16, .Dv = 16, .cap = 40, .seqlens = {5, 0, 37}},
+    {"contig_append_gqa_full", .B = 2, .Hq = 4, .Hkv = 2, .Lq = 1, .Lnew = 1, .D = 16, .Dv = 8, .cap = 40,
+     .seqlens = {0, 39}, .causal = 1},
+    {"contig_blhd_append_lq5", .B = 2, .Hq = 4, .Hkv = 1, .Lq = 5, .Lnew = 5, .D = 8, .Dv = 8, .cap = 33,
+     .seqlens = {28, 3}, .blhd = 1, .causal = 1},
+    {"paged16_shuffled_append3_boundary", .B = 2, .Hq = 2, .Hkv = 2, .Lq = 3, .Lnew = 3, .D = 16, .Dv = 16, .page = 16,
+     .cap = 48, .seqlens = {13, 30}, .shuffle = 1, .causal = 1},
+    {"paged1_mqa_lq16", .B = 2, .Hq = 4, .Hkv = 1, .Lq = 16, .Lnew = 16, .D = 8, .Dv = 4, .page = 1, .cap = 40,
+     .seqlens = {0, 20}, .shuffle = 1, .causal = 1},
+    {"paged7_shared_prefix", .B = 3, .Hq = 2, .Hkv = 1, .Lq = 2, .D = 8, .Dv = 8, .page = 7, .cap = 35,
+     .seqlens = {7, 20, 35}, .shuffle = 1, .shared = 1},
+    {"paged16_page_end_full", .B = 2, .Hq = 2, .Hkv = 2, .Lq = 4, .Lnew = 4, .D = 16, .Dv = 16, .page = 16, .cap = 32,
+     .seqlens = {12, 28}, .causal = 1},
+    {"rotary_neox_gqa", .B = 2, .Hq = 4, .Hkv = 2, .Lq = 2, .Lnew = 2, .D = 16, .Dv = 16, .page = 16, .cap = 64,
+     .seqlens = {17, 40}, .shuffle = 1, .causal = 1, .rot_dim = 16},
+    {"rotary_gptj_half_window_softcap_alibi", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 3, .Lnew = 1, .D = 16, .Dv = 8,
+     .cap = 50, .seqlens = {30, 9}, .causal = 1, .wl = 5, .wr = 0, .softcap = 3.0, .alibi = 1, .rot_dim = 8,
+     .interleaved = 1},
+    {"long_splits_gqa", .B = 1, .Hq = 8, .Hkv = 2, .Lq = 2, .Lnew = 1, .D = 32, .Dv = 32, .page = 64, .cap = 1024,
+     .seqlens = {900}, .shuffle = 1, .causal = 1},
+    {"long_contig_noncausal", .B = 2, .Hq = 2, .Hkv = 2, .Lq = 1, .D = 24, .Dv = 24, .cap = 700, .seqlens = {699, 300}},
+    {"empty_rows_lq_gt_lk", .B = 2, .Hq = 2, .Hkv = 2, .Lq = 6, .D = 8, .Dv = 8, .cap = 8, .seqlens = {0, 3},
+     .causal = 1},
+};
+enum { NCASES = sizeof cases / sizeof cases[0] };
+
+/* ---- host problem ------------------------------------------------------ */
+
+typedef struct kvprob {
+  const kvcase *c;
+  fa_dtype dt;
+  int pages, page_size, max_blocks;
+  int64_t kc_shape[4], kc_stride[4], vc_shape[4], vc_stride[4];
+  size_t kc_bytes, vc_bytes;
+  unsigned char *kc, *vc;         /* the caches before the call */
+  unsigned char *kc_exp, *vc_exp; /* after it, as the semantics say */
+  unsigned char *q, *knew, *vnew;
+  int32_t *seqlens, *bt;
+  float *cosv, *sinv, *slopes;
+  int rot_len;
+  double *o_exp, *lse_exp; /* [B, Hq, Lq, Dv], [B, Hq, Lq] */
+} kvprob;
+
+static size_t es(fa_dtype dt) {
+  return fa_dtype_size(dt);
+}
+
+static void strides_for(const int64_t shape[4], int paged_or_blhd, int64_t st[4]) {
+  if (paged_or_blhd) { /* memory [P, L, H, D], logical [P, H, L, D] */
+    st[3] = 1;
+    st[1] = shape[3];
+    st[2] = shape[1] * shape[3];
+    st[0] = shape[2] * st[2];
+  } else {
+    st[3] = 1;
+    st[2] = shape[3];
+    st[1] = shape[2] * shape[3];
+    st[0] = shape[1] * st[1];
+  }
+}
+
+static int64_t off(const int64_t st[4], int64_t a, int64_t b, int64_t c, int64_t d) {
+  return a * st[0] + b * st[1] + c * st[2] + d * st[3];
+}
+
+static void locate(const kvprob *P, int b, int64_t j, int64_t *page, int64_t *row) {
+  if (!P->c->page) {
+    *page = b;
+    *row = j;
+  } else {
+    *page = P->bt[b * P->max_blocks + j / P->page_size];
+    *row = j % P->page_size;
+  }
+}
+
+static void fill(trng *r, unsigned char *buf, fa_dtype dt, size_t n) {
+  for (size_t e = 0; e < n; ++e) fa__elem_set(buf, dt, (int64_t)e, trng_normal(r));
+}
+
+static void prob_make(kvprob *P, const kvcase *c, fa_dtype dt) {
+  memset(P, 0, sizeof *P);
+  P->c = c;
+  P->dt = dt;
+  trng r = {0x5eed + (uint64_t)dt * 77 + (uint64_t)c->D};
+  const int paged = c->page > 0;
+  P->page_size = paged ? c->page : c->cap;
+  P->max_blocks = paged ? c->cap / c->page : 1;
+  P->pages = paged ? c->B * P->max_blocks + 3 : c->B;
+  const int64_t ks[4] = {P->pages, c->Hkv, P->page_size, c->D}, vs[4] = {P->pages, c->Hkv, P->page_size, c->Dv};
+  memcpy(P->kc_shape, ks, sizeof ks);
+  memcpy(P->vc_shape, vs, sizeof vs);
+  strides_for(ks, paged || c->blhd, P->kc_stride);
+  strides_for(vs, paged || c->blhd, P->vc_stride);
+  P->kc_bytes = (size_t)(ks[0] * ks[1] * ks[2] * ks[3]) * es(dt);
+  P->vc_bytes = (size_t)(vs[0] * vs[1] * vs[2] * vs[3]) * es(dt);
+  P->kc = malloc(P->kc_bytes);
+  P->vc = malloc(P->vc_bytes);
+  fill(&r, P->kc, dt, P->kc_bytes / es(dt));
+  fill(&r, P->vc, dt, P->vc_bytes / es(dt));
+  const size_t nq = (size_t)(c->B * c->Hq * c->Lq * c->D), nk = (size_t)(c->B * c->Hkv * (c->Lnew ? c->Lnew : 1));
+  P->q = malloc(nq * es(dt));
+  P->knew = malloc(nk * (size_t)c->D * es(dt));
+  P->vnew = malloc(nk * (size_t)c->Dv * es(dt));
+  fill(&r, P->q, dt, nq);
+  fill(&r, P->knew, dt, nk * (size_t)c->D);
+  fill(&r, P->vnew, dt, nk * (size_t)c->Dv);
+  P->seqlens = malloc((size_t)c->B * sizeof(int32_t));
+  for (int b = 0; b < c->B; ++b) P->seqlens[b] = c->seqlens[b];
+  if (paged) { /* a permutation of the pages (or the identity), page 0 of seq 0 shared */
+    const int n = P->pages;
+    int *perm = malloc((size_t)n * sizeof(int));
+    for (int i = 0; i < n; ++i) perm[i] = i;
+    if (c->shuffle)
+      for (int i = n - 1; i > 0; --i) {
+        const int k = (int)(trng_u64(&r) % (uint64_t)(i + 1)), t = perm[i];
+        perm[i] = perm[k];
+        perm[k] = t;
+      }
+    P->bt = malloc((size_t)(c->B * P->max_blocks) * sizeof(int32_t));
+    for (int b = 0; b < c->B; ++b)
+      for (int i = 0; i < P->max_blocks; ++i) P->bt[b * P->max_blocks + i] = perm[b * P->max_blocks + i];
+    if (c->shared)
+      for (int b = 1; b < c->B; ++b) P->bt[b * P->max_blocks] = P->bt[0];
+    free(perm);
+  }
+  if (c->rot_dim) {
+    int mx = 0;
+    for (int b = 0; b < c->B; ++b) mx = c->seqlens[b] > mx ? c->seqlens[b] : mx;
+    P->rot_len = mx + (c->Lq > c->Lnew ? c->Lq : c->Lnew);
+    P->cosv = malloc((size_t)(P->rot_len * c->rot_dim / 2) * sizeof(float));
+    P->sinv = malloc((size_t)(P->rot_len * c->rot_dim / 2) * sizeof(float));
+    for (int pos = 0; pos < P->rot_len; ++pos)
+      for (int t = 0; t < c->rot_dim / 2; ++t) {
+        const double th = pos * pow(10000.0, -2.0 * t / c->rot_dim);
+        P->cosv[pos * c->rot_dim / 2 + t] = (float)cos(th);
+        P->sinv[pos * c->rot_dim / 2 + t] = (float)sin(th);
+      }
+  }
+  if (c->alibi) {
+    P->slopes = malloc((size_t)c->Hq * sizeof(float));
+    for (int h = 0; h < c->Hq; ++h) P->slopes[h] = (float)(0.25 * (h + 1));
+  }
+
+  /* the cache after the call: k_new rotated at cache_seqlens[b] + t */
+  P->kc_exp = malloc(P->kc_bytes);
+  P->vc_exp = malloc(P->vc_bytes);
+  memcpy(P->kc_exp, P->kc, P->kc_bytes);
+  memcpy(P->vc_exp, P->vc, P->vc_bytes);
+  double x[256];
+  for (int b = 0; b < c->B; ++b)
+    for (int h = 0; h < c->Hkv; ++h)
+      for (int t = 0; t < c->Lnew; ++t) {
+        const int64_t pos = c->seqlens[b] + t;
+        int64_t pg, row;
+        locate(P, b, pos, &pg, &row);
+        const int64_t base = ((int64_t)(b * c->Hkv + h) * c->Lnew + t);
+        for (int d = 0; d < c->D; ++d) x[d] = fa__elem_get(P->knew, dt, base * c->D + d);
+        if (c->rot_dim)
+          fa__rotary_d(x, c->rot_dim, c->interleaved, P->cosv + pos * c->rot_dim / 2, P->sinv + pos * c->rot_dim / 2);
+        for (int d = 0; d < c->D; ++d) fa__elem_set(P->kc_exp, dt, off(P->kc_stride, pg, h, row, d), x[d]);
+        for (int d = 0; d < c->Dv; ++d)
+          fa__elem_set(P->vc_exp, dt, off(P->vc_stride, pg, h, row, d), fa__elem_get(P->vnew, dt, base * c->Dv + d));
+      }
+
+  /* O and LSE: the textbook softmax over the keys of the cache after the call */
+  const int64_t nrow = (int64_t)c->B * c->Hq * c->Lq;
+  P->o_exp = malloc((size_t)(nrow * c->Dv) * sizeof(double));
+  P->lse_exp = malloc((size_t)nrow * sizeof(double));
+  const double scale = 1.0 / sqrt((double)c->D);
+  double *sc = malloc((size_t)(c->cap + 1) * sizeof(double));
+  for (int b = 0; b < c->B; ++b) {
+    const int64_t lk = c->seqlens[b] + c->Lnew;
+    for (int h = 0; h < c->Hq; ++h) {
+      const int kvh = h / (c->Hq / c->Hkv);
+      for (int i = 0; i < c->Lq; ++i) {
+        const int64_t row = ((int64_t)b * c->Hq + h) * c->Lq + i;
+        for (int d = 0; d < c->D; ++d) x[d] = fa__elem_get(P->q, dt, row * c->D + d);
+        if (c->rot_dim) {
+          const int64_t pos = c->seqlens[b] + i;
+          fa__rotary_d(x, c->rot_dim, c->interleaved, P->cosv + pos * c->rot_dim / 2, P->sinv + pos * c->rot_dim / 2);
+        }
+        const int64_t diag = i + lk - c->Lq;
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < lk; ++j) {
+          sc[j] = -INFINITY;
+          if (c->causal && j > diag + c->wr) continue;
+          if (c->wl > 0 && j < diag - c->wl) continue;
+          int64_t pg, rw;
+          locate(P, b, j, &pg, &rw);
+          double dot = 0;
+          for (int d = 0; d < c->D; ++d) dot += x[d] * fa__elem_get(P->kc_exp, dt, off(P->kc_stride, pg, kvh, rw, d));
+          double s = scale * dot;
+          if (c->softcap > 0) s = c->softcap * tanh(s / c->softcap);
+          if (c->alibi) s -= P->slopes[h] * fabs((double)(diag - j));
+          sc[j] = s;
+          mx = fmax(mx, s);
+        }
+        double l = 0;
+        for (int e = 0; e < c->Dv; ++e) P->o_exp[row * c->Dv + e] = 0;
+        for (int64_t j = 0; j < lk && mx != -INFINITY; ++j) {
+          if (sc[j] == -INFINITY) continue;
+          const double w = exp(sc[j] - mx);
+          l += w;
+          int64_t pg, rw;
+          locate(P, b, j, &pg, &rw);
+          for (int e = 0; e < c->Dv; ++e)
+            P->o_exp[row * c->Dv + e] += w * fa__elem_get(P->vc_exp, dt, off(P->vc_stride, pg, kvh, rw, e));
+        }
+        for (int e = 0; e < c->Dv; ++e) P->o_exp[row * c->Dv + e] = l > 0 ? P->o_exp[row * c->Dv + e] / l : 0;
+        P->lse_exp[row] = l > 0 ? mx + log(l) : -INFINITY;
+      }
+    }
+  }
+  free(sc);
+}
+
+static void prob_free(kvprob *P) {
+  void *ps[] = {P->kc,      P->vc, P->kc_exp, P->vc_exp, P->q,      P->knew,  P->vnew,
+                P->seqlens, P->bt, P->cosv,   P->sinv,   P->slopes, P->o_exp, P->lse_exp};
+  for (size_t i = 0; i < sizeof ps / sizeof ps[0]; ++i) free(ps[i]);
+}
+
+/* ---- one call on a backend, in its memory ------------------------------ */
+
+typedef struct kvrun {
+  int dev;
+  void *kc, *vc, *q, *knew, *vnew, *o, *lse, *seqlens, *bt, *cosv, *sinv, *slopes;
+  size_t o_bytes, lse_bytes;
+} kvrun;
+
+static void *put(int dev, const void *src, size_t bytes) {
+  if (!src) return NULL;
+  if (!dev) {
+    void *p = malloc(bytes);
+    memcpy(p, src, bytes);
+    return p;
+  }
+  void *p = tdev_alloc(bytes);
+  assert_non_null(p);
+  assert_int_equal(tdev_to_device(p, src, bytes), 0);
+  return p;
+}
+
+static void get(int dev, void *dst, const void *src, size_t bytes) {
+  if (!dev)
+    memcpy(dst, src, bytes);
+  else
+    assert_int_equal(tdev_to_host(dst, src, bytes), 0);
+}
+
+static void run_free(kvrun *R) {
+  void *ps[] = {R->kc, R->vc, R->q, R->knew, R->vnew, R->o, R->lse, R->seqlens, R->bt, R->cosv, R->sinv, R->slopes};
+  for (size_t i = 0; i < sizeof ps / sizeof ps[0]; ++i)
+    if (ps[i]) R->dev ? tdev_free(ps[i]) : free(ps[i]);
+}
+
+static fa_tensor tens(void *data, fa_dtype dt, const int64_t shape[4], const int64_t st[4], int dev) {
+  fa_tensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.dtype = dt;
+  memcpy(t.shape, shape, sizeof t.shape);
+  memcpy(t.stride, st, sizeof t.stride);
+  t.memory = dev ? FA_MEMORY_CUDA : FA_MEMORY_HOST;
+  return t;
+}
+
+/* Runs the call; o/lse come back as doubles, the caches into kc/vc. */
+static fa_status run_call(fa_context *ctx, fa_backend be, int dev, const kvprob *P, int num_splits, double *o,
+                          double *lse, unsigned char *kc, unsigned char *vc) {
+  const kvcase *c = P->c;
+  const fa_dtype dt = P->dt;
+  kvrun R;
+  memset(&R, 0, sizeof R);
+  R.dev = dev;
+  const size_t nq = (size_t)(c->B * c->Hq * c->Lq), nk = (size_t)(c->B * c->Hkv * (c->Lnew ? c->Lnew : 1));
+  R.kc = put(dev, P->kc, P->kc_bytes);
+  R.vc = put(dev, P->vc, P->vc_bytes);
+  R.q = put(dev, P->q, nq * (size_t)c->D * es(dt));
+  R.knew = put(dev, P->knew, nk * (size_t)c->D * es(dt));
+  R.vnew = put(dev, P->vnew, nk * (size_t)c->Dv * es(dt));
+  R.o_bytes = nq * (size_t)c->Dv * es(dt);
+  R.lse_bytes = nq * sizeof(float);
+  unsigned char *poison = malloc(R.o_bytes);
+  memset(poison, 0xff, R.o_bytes); /* NaN in every dtype */
+  R.o = put(dev, poison, R.o_bytes);
+  R.lse = put(dev, poison, R.lse_bytes);
+  free(poison);
+  R.seqlens = put(dev, P->seqlens, (size_t)c->B * sizeof(int32_t));
+  if (P->bt) R.bt = put(dev, P->bt, (size_t)(c->B * P->max_blocks) * sizeof(int32_t));
+  if (P->cosv) {
+    R.cosv = put(dev, P->cosv, (size_t)(P->rot_len * c->rot_dim / 2) * sizeof(float));
+    R.sinv = put(dev, P->sinv, (size_t)(P->rot_len * c->rot_dim / 2) * sizeof(float));
+  }
+  if (P->slopes) R.slopes = put(dev, P->slopes, (size_t)c->Hq * sizeof(float));
+
+  const int64_t qs[4] = {c->B, c->Hq, c->Lq, c->D}, os[4] = {c->B, c->Hq, c->Lq, c->Dv};
+  const int64_t ls[4] = {c->B, c->Hq, c->Lq, 1}, kn[4] = {c->B, c->Hkv, c->Lnew, c->D},
+                vn[4] = {c->B, c->Hkv, c->Lnew, c->Dv};
+  int64_t qst[4], ost[4], lst[4], knst[4], vnst[4];
+  strides_for(qs, 0, qst);
+  strides_for(os, 0, ost);
+  strides_for(ls, 0, lst);
+  strides_for(kn, 0, knst);
+  strides_for(vn, 0, vnst);
+  fa_tensor tq = tens(R.q, dt, qs, qst, dev), to = tens(R.o, dt, os, ost, dev), tl = tens(R.lse, FA_F32, ls, lst, dev);
+  fa_kvcache kv;
+  memset(&kv, 0, sizeof kv);
+  kv.k_cache = tens(R.kc, dt, P->kc_shape, P->kc_stride, dev);
+  kv.v_cache = tens(R.vc, dt, P->vc_shape, P->vc_stride, dev);
+  kv.cache_seqlens = R.seqlens;
+  kv.block_table = R.bt;
+  kv.max_blocks = P->bt ? P->max_blocks : 0;
+  if (c->Lnew) {
+    kv.k_new = tens(R.knew, dt, kn, knst, dev);
+    kv.v_new = tens(R.vnew, dt, vn, vnst, dev);
+  }
+  kv.rotary_cos = R.cosv;
+  kv.rotary_sin = R.sinv;
+  kv.rotary_len = P->rot_len;
+  kv.rotary_dim = c->rot_dim;
+  kv.rotary_interleaved = c->interleaved;
+  kv.num_splits = num_splits;
+  fa_options opt;
+  fa_options_init(&opt);
+  opt.causal = c->causal;
+  if (c->wl > 0) {
+    opt.use_window = 1;
+    opt.window_left = c->wl;
+    opt.window_right = c->causal ? c->wr : -1;
+  }
+  opt.softcap = c->softcap;
+  opt.alibi_slopes = R.slopes;
+  const fa_status st = fa_forward_kvcache(ctx, be, &tq, &kv, &opt, &to, &tl);
+  get(dev, kc, R.kc, P->kc_bytes);
+  get(dev, vc, R.vc, P->vc_bytes);
+  if (st == FA_OK) {
+    unsigned char *ob = malloc(R.o_bytes);
+    float *lb = malloc(R.lse_bytes);
+    get(dev, ob, R.o, R.o_bytes);
+    get(dev, lb, R.lse, R.lse_bytes);
+    for (size_t e = 0; e < nq * (size_t)c->Dv; ++e) o[e] = fa__elem_get(ob, dt, (int64_t)e);
+    for (size_t e = 0; e < nq; ++e) lse[e] = lb[e];
+    free(ob);
+    free(lb);
+  }
+  run_free(&R);
+  return st;
+}
+
+static double tol_of(fa_dtype dt) {
+  return dt == FA_F64 ? 1e-10 : dt == FA_F32 ? 2e-4 : dt == FA_F16 ? 2e-2 : 5e-2;
+}
+
+/* max |x - r| / max(1, max |r|); -inf LSE must match exactly (returns inf otherwise) */
+static double err_of(const double *x, const double *r, int64_t n) {
+  double md = 0, mr = 1;
+  for (int64_t e = 0; e < n; ++e) {
+    if (isinf(r[e]) || isinf(x[e])) {
+      if (x[e] != r[e]) return INFINITY;
+      continue;
+    }
+    if (isnan(x[e])) return NAN;
+    md = fmax(md, fabs(x[e] - r[e]));
+    mr = fmax(mr, fabs(r[e]));
+  }
+  return md / mr;
+}
+
+static const fa_dtype all_dts[] = {FA_F32, FA_F64, FA_F16, FA_BF16};
+
+static void check_backend(const tb_backend *be, const tb_variant *var) {
+  fa_context *ctx;
+  assert_int_equal(fa_context_create(&ctx), FA_OK);
+  tb_variant_apply(ctx, var);
+  const int dev = be->memory == FA_MEMORY_CUDA;
+  int fails = 0;
+  for (int ci = 0; ci < NCASES; ++ci)
+    for (size_t di = 0; di < 4; ++di) {
+      const kvcase *c = &cases[ci];
+      const fa_dtype dt = all_dts[di];
+      kvprob P;
+      prob_make(&P, c, dt);
+      const int64_t nrow = (int64_t)c->B * c->Hq * c->Lq;
+      double *o = malloc((size_t)(nrow * c->Dv) * sizeof(double)), *lse = malloc((size_t)nrow * sizeof(double));
+      double *o1 = malloc((size_t)(nrow * c->Dv) * sizeof(double));
+      unsigned char *kc = malloc(P.kc_bytes), *vc = malloc(P.vc_bytes);
+      fa_status want = FA_OK;
+      if (be->id == FA_BACKEND_CUDA) want = FA_ERR_UNSUPPORTED;
+      if (be->id == FA_BACKEND_CPU && dt == FA_F64) want = FA_ERR_DTYPE;
+      if (be->id == FA_BACKEND_CUDA && dt == FA_F64) want = FA_ERR_DTYPE;
+      static const int splits[] = {0, 1, 2, 3, 7, 64};
+      for (size_t si = 0; si < sizeof splits / sizeof splits[0]; ++si) {
+        const fa_status st = run_call(ctx, be->id, dev, &P, splits[si], o, lse, kc, vc);
+        const int ok_cache = want == FA_OK ? !memcmp(kc, P.kc_exp, P.kc_bytes) && !memcmp(vc, P.vc_exp, P.vc_bytes)
+                                           : !memcmp(kc, P.kc, P.kc_bytes) && !memcmp(vc, P.vc, P.vc_bytes);
+        if (st != want || !ok_cache) {
+          print_message("%s %s %s splits %d: status %s (want %s), cache %s: %s\n", c->name, fa_dtype_name(dt),
+                        var->name, splits[si], fa_status_name(st), fa_status_name(want),
+                        ok_cache ? "as expected" : "WRONG", fa_context_last_error(ctx));
+          ++fails;
+          break;
+        }
+        if (st != FA_OK) {
+          if (!fa_context_last_error(ctx)[0]) ++fails;
+          break;
+        }
+        const double eo = err_of(o, P.o_exp, nrow * c->Dv), el = err_of(lse, P.lse_exp, nrow);
+        const double tol = tol_of(dt);
+        if (!(eo <= tol) || !(el <= fmax(tol, 1e-6))) { /* lse is f32 */
+          print_message("%s %s %s splits %d: O err %.3g, LSE err %.3g (tol %g)\n", c->name, fa_dtype_name(dt),
+                        var->name, splits[si], eo, el, tol);
+          ++fails;
+        }
+        if (si == 0)
+          memcpy(o1, o, (size_t)(nrow * c->Dv) * sizeof(double));
+        else if (!(err_of(o, o1, nrow * c->Dv) <= tol)) {
+          print_message("%s %s: splits %d and auto differ by %.3g\n", c->name, fa_dtype_name(dt), splits[si],
+                        err_of(o, o1, nrow * c->Dv));
+          ++fails;
+        }
+      }
+      /* a given split count: the same bits on 1 and 2 threads */
+      if (want == FA_OK && be->id != FA_BACKEND_REF) {
+        assert_int_equal(fa_context_set_threads(ctx, 1), FA_OK);
+        assert_int_equal(run_call(ctx, be->id, dev, &P, 3, o, lse, kc, vc), FA_OK);
+        assert_int_equal(fa_context_set_threads(ctx, 2), FA_OK);
+        assert_int_equal(run_call(ctx, be->id, dev, &P, 3, o1, lse, kc, vc), FA_OK);
+        if (memcmp(o, o1, (size_t)(nrow * c->Dv) * sizeof(double)) != 0) {
+          print_message("%s %s: num_splits 3 differs between 1 and 2 threads\n", c->name, fa_dtype_name(dt));
+          ++fails;
+        }
+        tb_variant_apply(ctx, var);
+      }
+      free(o);
+      free(o1);
+      free(lse);
+      free(kc);
+      free(vc);
+      prob_free(&P);
+    }
+  fa_context_destroy(ctx);
+  if (fails) fail_msg("%d kv-cache checks failed on %s (%s)", fails, be->name, var->name);
+}
+
+static void test_backends(void **state) {
+  (void)state;
+  int ran = 0;
+  for (int i = 0; i < tb_nbackends; ++i) {
+    const tb_backend *be = &tb_backends[i];
+    if (fa_backend_available(be->id, NULL, 0) != FA_OK) {
+      print_message("%s: not available here, skipped\n", be->name);
+      continue;
+    }
+    if (be->memory == FA_MEMORY_CUDA && !tdev_available()) continue;
+    tb_variant vars[4];
+    const int nv = be->variants(vars, 4);
+    for (int v = 0; v < nv; ++v) {
+      check_backend(be, &vars[v]);
+      ++ran;
+    }
+  }
+  assert_true(ran > 0);
+}
+
+/* ---- bad input ---------------------------------------------------------- */
+
+static void expect_bad(fa_backend be, const kvprob *P, fa_kvcache *kv, const fa_options *opt, fa_tensor *o,
+                       fa_status want, const char *needle) {
+  fa_context *ctx;
+  assert_int_equal(fa_context_create(&ctx), FA_OK);
+  const int64_t qs[4] = {P->c->B, P->c->Hq, P->c->Lq, P->c->D};
+  int64_t qst[4];
+  strides_for(qs, 0, qst);
+  fa_tensor tq = tens(P->q, P->dt, qs, qst, 0);
+  const fa_status st = fa_forward_kvcache(ctx, be, &tq, kv, opt, o, NULL);
+  if (st != want || !strstr(fa_context_last_error(ctx), needle))
+    fail_msg("%s: got %s \"%s\", expected %s naming %s", fa_backend_name(be), fa_status_name(st),
+             fa_context_last_error(ctx), fa_status_name(want), needle);
+  if (memcmp(kv->k_cache.data, P->kc, P->kc_bytes) || memcmp(kv->v_cache.data, P->vc, P->vc_bytes))
+    fail_msg("%s: the cache was written by a call that failed (%s)", fa_backend_name(be), needle);
+  fa_context_destroy(ctx);
+}
+
+static void test_bad_input(void **state) {
+  (void)state;
+  const kvcase *c = &cases[3]; /* paged 16, append 3 */
+  kvprob P;
+  prob_make(&P, c, FA_F32);
+  unsigned char *kc = malloc(P.kc_bytes), *vc = malloc(P.vc_bytes);
+  const int64_t os[4] = {c->B, c->Hq, c->Lq, c->Dv}, kn[4] = {c->B, c->Hkv, c->Lnew, c->D},
+                vn[4] = {c->B, c->Hkv, c->Lnew, c->Dv};
+  int64_t ost[4], knst[4], vnst[4];
+  strides_for(os, 0, ost);
+  strides_for(kn, 0, knst);
+  strides_for(vn, 0, vnst);
+  float *ob = malloc((size_t)(os[0] * os[1] * os[2] * os[3]) * sizeof(float));
+  fa_tensor to = tens(ob, FA_F32, os, ost, 0);
+  static const fa_backend bes[] = {FA_BACKEND_REF, FA_BACKEND_CPU};
+  for (size_t bi = 0; bi < 2; ++bi) {
+    const fa_backend be = bes[bi];
+    if (fa_backend_available(be, NULL, 0) != FA_OK) continue;
+    memcpy(kc, P.kc, P.kc_bytes);
+    memcpy(vc, P.vc, P.vc_bytes);
+    int32_t bt[6], sl[2];
+    memcpy(bt, P.bt, sizeof bt);
+    memcpy(sl, P.seqlens, sizeof sl);
+    fa_kvcache kv;
+    memset(&kv, 0, sizeof kv);
+    kv.k_cache = tens(kc, FA_F32, P.kc_shape, P.kc_stride, 0);
+    kv.v_cache = tens(vc, FA_F32, P.vc_shape, P.vc_stride, 0);
+    kv.cache_seqlens = sl;
+    kv.block_table = bt;
+    kv.max_blocks = P.max_blocks;
+    kv.k_new = tens(P.knew, FA_F32, kn, knst, 0);
+    kv.v_new = tens(P.vnew, FA_F32, vn, vnst, 0);
+    fa_options opt;
+    fa_options_init(&opt);
+    /* block table entry out of range (a page the sequence uses) */
+    bt[5] = (int32_t)P.pages;
+    expect_bad(be, &P, &kv, &opt, &to, FA_ERR_SEQLENS, "block_table[1][2]");
+    bt[5] = -1;
+    expect_bad(be, &P, &kv, &opt, &to, FA_ERR_SEQLENS, "block_table[1][2]");
+    bt[5] = P.bt[5];
+    bt[1] = 9999; /* sequence 0 uses one page: its other entries are not read */
+    /* past capacity with the append */
+    sl[1] = 46;
+    expect_bad(be, &P, &kv, &opt, &to, FA_ERR_SEQLENS, "cache_seqlens[1]");
+    sl[1] = -1;
+    expect_bad(be, &P, &kv, &opt, &to, FA_ERR_SEQLENS, "cache_seqlens[1]");
+    sl[1] = P.seqlens[1];
+    /* page size 0 */
+    kv.k_cache.shape[2] = 0;
+    expect_bad(be, &P, &kv, &opt, &to, FA_ERR_BAD_SIZE, "k_cache->shape[2]");
+    kv.k_cache.shape[2] = P.kc_shape[2];
+    /* v_cache pages of another size */
+    kv.v_cache.shape[2] = 8;
+    expect_bad(be, &P, &kv, &opt, &to, FA_ERR_SHAPE, "v_cache->shape[2]");
+    kv.v_cache.shape[2] = P.vc_shape[2];
+    /* options the call does not take */
+    uint8_t m = 1;
+    opt.mask = fa_tensor_contiguous(&m, FA_BOOL, 1, 1, 1, 1);
+    expect_bad(be, &P, &kv, &opt, &to, FA_ERR_OPTION, "opt->mask");
+    fa_options_init(&opt);
+    opt.dropout_p = 0.1;
+    expect_bad(be, &P, &kv, &opt, &to, FA_ERR_OPTION, "opt->dropout_p");
+    fa_options_init(&opt);
+    /* k_new without v_new */
+    kv.v_new.data = NULL;
+    expect_bad(be, &P, &kv, &opt, &to, FA_ERR_NULL_POINTER, "cache->v_new");
+    kv.v_new.data = P.vnew;
+    /* rotary tables too short, odd rotary_dim */
+    float cs[4 * 8] = {0};
+    kv.rotary_cos = cs;
+    kv.rotary_sin = cs;
+    kv.rotary_dim = 16;
+    kv.rotary_len = 4;
+    expect_bad(be, &P, &kv, &opt, &to, FA_ERR_SEQLENS, "rotary_len");
+    kv.rotary_dim = 3;
+    expect_bad(be, &P, &kv, &opt, &to, FA_ERR_OPTION, "rotary_dim");
+    kv.rotary_cos = kv.rotary_sin = NULL;
+    /* o overlapping the cache it appends to */
+    fa_tensor alias = to;
+    alias.data = kc;
+    expect_bad(be, &P, &kv, &opt, &alias, FA_ERR_OVERLAP, "k_cache");
+    /* heads */
+    kv.k_cache.shape[1] = 3;
+    kv.v_cache.shape[1] = 3;
+    expect_bad(be, &P, &kv, &opt, &to, FA_ERR_HEADS, "heads");
+    kv.k_cache.shape[1] = kv.v_cache.shape[1] = c->Hkv;
+    kv.num_splits = -1;
+    expect_bad(be, &P, &kv, &opt, &to, FA_ERR_OPTION, "num_splits");
+  }
+  {
+    fa_context *ctx;
+    assert_int_equal(fa_context_create(&ctx), FA_OK);
+    const int64_t qs[4] = {c->B, c->Hq, c->Lq, c->D};
+    int64_t qst[4];
+    strides_for(qs, 0, qst);
+    fa_tensor tq = tens(P.q, FA_F32, qs, qst, 0);
+    assert_int_equal(fa_forward_kvcache(ctx, FA_BACKEND_REF, &tq, NULL, NULL, &to, NULL), FA_ERR_NULL_POINTER);
+    assert_non_null(strstr(fa_context_last_error(ctx), "cache"));
+    fa_context_destroy(ctx);
+  }
+  free(ob);
+  free(kc);
+  free(vc);
+  prob_free(&P);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_backends), cmocka_unit_test(test_bad_input)};
+  return cmocka_run_group_tests_name("kvcache", tests, NULL, NULL);
+}
