@@ -1,0 +1,63 @@
+"""Where the host time of one flashattn.torch call goes: each piece of
+flashattn::fwd's kernel timed alone (µs per call, best of 5 loops), next to
+a bare ctypes call and a torch.empty, on the tensors of a small problem.
+
+    PYTHONPATH=python python3 bench/python_call_parts.py [--device cuda|cpu]
+"""
+
+import argparse
+import timeit
+
+import torch
+
+import flashattn.torch as ft
+from flashattn import _capi
+from flashattn.torch import _attention, _ops
+
+
+def per_call(fn, n=5000):
+    fn()
+    return min(timeit.repeat(fn, number=n, repeat=5)) / n * 1e6
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    a = ap.parse_args()
+    dt = torch.bfloat16 if a.device == "cuda" else torch.float32
+    q = torch.randn(1, 16, 1, 64, device=a.device, dtype=dt)
+    qt = q.transpose(1, 2)
+    args = (qt, qt, qt, None, None, None, None, None, None, None, None, 0.0, 0.0, False, False, -1, -1, 0.0, False, "auto")
+    ctx = _ops._context(qt)
+    opt = _ops._options(ctx, *args[3:11], *args[11:19])
+    o, lse = _ops.fwd_impl(*args)
+    ts = [_ops._tensor(ctx, i, x, "x") for i, x in enumerate((qt, qt, qt, o, lse))]
+    rows = [
+        ("empty Python call", lambda: None),
+        ("ctypes: fa_context_last_backend(ctx)", lambda: _capi.lib.fa_context_last_backend(ctx.ptr)),
+        ("C fa_forward, structs packed already", lambda: _capi.forward(ctx, 0, *ts[:3], opt, *ts[3:])),
+        ("t.data_ptr()", lambda: qt.data_ptr()),
+        ("t.stride()", lambda: qt.stride()),
+        ("t.shape", lambda: qt.shape),
+        ("t.is_cuda", lambda: qt.is_cuda),
+        ("torch.empty(1, 1, 16)", lambda: torch.empty((1, 1, 16), dtype=torch.float32, device=q.device)),
+        ("alloc_like (empty_strided)", lambda: _ops.alloc_like(qt, 64)),
+        ("pack one fa_tensor (_ops._tensor)", lambda: _ops._tensor(ctx, 0, qt, "q")),
+        ("context + stream (_ops._context)", lambda: _ops._context(qt)),
+        ("options, cached (_ops._options)", lambda: _ops._options(ctx, *args[3:11], *args[11:19])),
+        ("_plain_eager check", lambda: _attention._plain_eager((qt, qt, qt, None, None))),
+        ("fwd_impl (the whole kernel body)", lambda: _ops.fwd_impl(*args)),
+        ("torch.ops.flashattn.fwd", lambda: torch.ops.flashattn.fwd(*args)),
+        ("flash_attn_func", lambda: ft.flash_attn_func(q, q, q)),
+        ("F.scaled_dot_product_attention", lambda: torch.nn.functional.scaled_dot_product_attention(qt, qt, qt)),
+    ]
+    print(f"# host time per call, µs (best of 5 loops), {a.device}, torch {torch.__version__}")
+    for name, fn in rows:
+        us = per_call(fn)
+        if a.device == "cuda":
+            torch.cuda.synchronize()
+        print(f"| {name} | {us:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
