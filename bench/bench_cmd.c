@@ -58,6 +58,8 @@ static void help(void) {
       "  --no-peak        measure no peak (no %%peak column)\n"
       "  --rotate N       input sets to rotate through (0 = off; default: automatic)\n"
       "  --csv FILE, --json FILE   also write the results there\n"
+      "  --decode         a decode step against a KV cache instead, in GB/s of K/V\n"
+      "                   against the STREAM triad (flashattn bench --decode --help)\n"
       "  --quiet          no progress on stderr\n"
       "sweep:\n"
       "  --sweep          L from --lmin (512) to --lmax (16384), doubling; for each D in\n"
@@ -258,7 +260,11 @@ static void write_files(const bench_opts *o, const char *csv, const char *json, 
   if (json) printf("wrote %s\n", json);
 }
 
+int fa_bench_decode(int argc, char **argv); /* bench_decode.c */
+
 int fa_cli_bench(int argc, char **argv) {
+  for (int i = 1; i < argc; ++i)
+    if (strcmp(argv[i], "--decode") == 0) return fa_bench_decode(argc, argv);
   static bench_opts o;
   memset(&o, 0, sizeof o);
   parse(&o, argc, argv);

@@ -10,45 +10,46 @@
 
 #define FA_DEC_W 16
 
-static inline float fa__dec_hsum(const float *a) {
-  float t = 0.0f;
-  for (int i = 0; i < FA_DEC_W; ++i) t += a[i];
-  return t;
+/* The 16 partial sums of a dot product added as a fixed tree (vector adds
+ * of halves): the same order on every ISA, and no serial chain. */
+static inline float fa__dec_hsum(float *a) {
+  for (int t = 0; t < 8; ++t) a[t] += a[t + 8];
+  for (int t = 0; t < 4; ++t) a[t] += a[t + 4];
+  for (int t = 0; t < 2; ++t) a[t] += a[t + 2];
+  return a[0] + a[1];
+}
+
+/* q_r . k_j for one row and nk <= 4 keys at once: independent accumulator
+ * chains, each key row read from L1 once per query row. */
+static inline void fa__dec_dot4(float *out, ptrdiff_t lds, const float *q, const float *k, ptrdiff_t ldk, int nk,
+                                int D) {
+  const int D16 = D - D % FA_DEC_W;
+  float a[4][FA_DEC_W] = {{0}};
+  const float *k0 = k, *k1 = nk > 1 ? k + ldk : k, *k2 = nk > 2 ? k + 2 * ldk : k, *k3 = nk > 3 ? k + 3 * ldk : k;
+  for (int d = 0; d < D16; d += FA_DEC_W)
+    for (int t = 0; t < FA_DEC_W; ++t) {
+      const float x = q[d + t];
+      a[0][t] += x * k0[d + t];
+      a[1][t] += x * k1[d + t];
+      a[2][t] += x * k2[d + t];
+      a[3][t] += x * k3[d + t];
+    }
+  const float *ks[4] = {k0, k1, k2, k3};
+  for (int jj = 0; jj < nk; ++jj) {
+    float v = fa__dec_hsum(a[jj]);
+    for (int d = D16; d < D; ++d) v += q[d] * ks[jj][d];
+    out[jj * lds] = v;
+  }
 }
 
 /* s[j*lds + r] = sum_d q[r*ldq + d] * k[j*ldk + d] for r < nr, j < bc:
- * each key row is read once for all nr query rows (GQA heads, new tokens). */
+ * each key tile is read from memory once for all nr query rows (GQA heads,
+ * new tokens). */
 static void fa__dec_dot_rows(float *s, ptrdiff_t lds, const float *q, ptrdiff_t ldq, int nr, const float *k,
                              ptrdiff_t ldk, int bc, int D) {
-  const int D16 = D - D % FA_DEC_W;
-  for (int j = 0; j < bc; ++j) {
-    const float *kj = k + j * ldk;
-    int r = 0;
-    for (; r + 2 <= nr; r += 2) {
-      const float *q0 = q + r * ldq, *q1 = q0 + ldq;
-      float a0[FA_DEC_W] = {0}, a1[FA_DEC_W] = {0};
-      for (int d = 0; d < D16; d += FA_DEC_W)
-        for (int t = 0; t < FA_DEC_W; ++t) {
-          a0[t] += q0[d + t] * kj[d + t];
-          a1[t] += q1[d + t] * kj[d + t];
-        }
-      float s0 = fa__dec_hsum(a0), s1 = fa__dec_hsum(a1);
-      for (int d = D16; d < D; ++d) {
-        s0 += q0[d] * kj[d];
-        s1 += q1[d] * kj[d];
-      }
-      s[j * lds + r] = s0;
-      s[j * lds + r + 1] = s1;
-    }
-    for (; r < nr; ++r) {
-      const float *q0 = q + r * ldq;
-      float a0[FA_DEC_W] = {0};
-      for (int d = 0; d < D16; d += FA_DEC_W)
-        for (int t = 0; t < FA_DEC_W; ++t) a0[t] += q0[d + t] * kj[d + t];
-      float s0 = fa__dec_hsum(a0);
-      for (int d = D16; d < D; ++d) s0 += q0[d] * kj[d];
-      s[j * lds + r] = s0;
-    }
+  for (int j = 0; j < bc; j += 4) {
+    const int nk = bc - j < 4 ? bc - j : 4;
+    for (int r = 0; r < nr; ++r) fa__dec_dot4(s + j * lds + r, lds, q + r * ldq, k + j * ldk, ldk, nk, D);
   }
 }
 
