@@ -26,6 +26,7 @@ from ._capi import (
     dispatch_report,
     last_backend,
 )
+from ._kvcache import attention_kvcache, merge_states
 from ._ndarray import attention, attention_backward
 
 __version__ = "0.1.0"
@@ -33,6 +34,8 @@ __version__ = "0.1.0"
 __all__ = [
     "attention",
     "attention_backward",
+    "attention_kvcache",
+    "merge_states",
     "dropout_keep",
     "backends",
     "cpu_isas",
