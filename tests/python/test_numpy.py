@@ -97,9 +97,7 @@ CASES = [
     # score transforms
     Case("softcap", Lq=33, Lk=33, softcap=5.0, mag=2.0),
     Case("alibi", B=2, Hq=4, Hkv=4, Lq=33, Lk=33, alibi=True),
-    Case(
-        "alibi_causal_br_gqa", B=1, Hq=4, Hkv=2, Lq=17, Lk=33, alibi=True, causal=True, align="bottom_right"
-    ),
+    Case("alibi_causal_br_gqa", B=1, Hq=4, Hkv=2, Lq=17, Lk=33, alibi=True, causal=True, align="bottom_right"),
     Case("softcap_alibi_bias", B=1, Hq=4, Hkv=2, Lq=17, Lk=33, softcap=3.0, mag=1.5, alibi=True, bias="BHQK"),
     # bias and its gradient, broadcast shapes
     Case("bias_full", Lq=17, Lk=33, bias="BHQK"),
@@ -382,9 +380,7 @@ def test_backward(case, combo, rng):
     # o, lse and do in the case's views too
     o_in = as_view(o, case.view)
     lse_in = as_view(lse, case.view)
-    grads = fa.attention_backward(
-        P.q, P.k, P.v, o_in, lse_in, P.do, layout=case.layout, backend=backend, **P.opts
-    )
+    grads = fa.attention_backward(P.q, P.k, P.v, o_in, lse_in, P.do, layout=case.layout, backend=backend, **P.opts)
     assert fa.last_backend() == ran
     assert len(grads) == (4 if case.bias else 3)
     dq, dk, dv = (_bhsd(g, case.layout) for g in grads[:3])
@@ -548,21 +544,15 @@ def _ref_of(q, k, v, do, opts):
         opts["dropout_seed"],
         opts.get("dropout_offset", 0),
     )
-    return reference.attention(
-        to64(q), to64(k), to64(v), to64(do), dropout_p=opts["dropout_p"], keep=keep, **ropts
-    )
+    return reference.attention(to64(q), to64(k), to64(v), to64(do), dropout_p=opts["dropout_p"], keep=keep, **ropts)
 
 
-@pytest.mark.parametrize(
-    "blocks", [(0, 0), (1, 1), (3, 5), (16, 32), (256, 512)], ids=lambda b: f"{b[0]}x{b[1]}"
-)
+@pytest.mark.parametrize("blocks", [(0, 0), (1, 1), (3, 5), (16, 32), (256, 512)], ids=lambda b: f"{b[0]}x{b[1]}")
 def test_block_sizes_change_nothing_beyond_rounding(blocks, rng):
     q, k, v, do, opts = _problem(np.random.default_rng(5))
     block_q, block_k = blocks
     o, lse = fa.attention(q, k, v, backend="cpu", block_q=block_q, block_k=block_k, **opts)
-    dq, dk, dv, db = fa.attention_backward(
-        q, k, v, o, lse, do, backend="cpu", block_q=block_q, block_k=block_k, **opts
-    )
+    dq, dk, dv, db = fa.attention_backward(q, k, v, o, lse, do, backend="cpu", block_q=block_q, block_k=block_k, **opts)
     R = _ref_of(q, k, v, do, opts)
     tol = TOL["float32"]
     for name, got in dict(o=o, dq=dq, dk=dk, dv=dv, dbias=db).items():
@@ -738,8 +728,7 @@ def test_fully_masked_rows(backend, dtype, rng):
     above a bottom-right causal diagonal."""
     B, H, Lq, Lk, D = 3, 2, 9, 6, 8
     q, k, v, do = (
-        rng.standard_normal(s).astype(dtype) * 3
-        for s in ((B, H, Lq, D), (B, H, Lk, D), (B, H, Lk, D), (B, H, Lq, D))
+        rng.standard_normal(s).astype(dtype) * 3 for s in ((B, H, Lq, D), (B, H, Lk, D), (B, H, Lk, D), (B, H, Lq, D))
     )
     mask = np.ones((B, 1, Lq, Lk), bool)
     mask[0, :, 2] = False

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (the device tool's `run`, in the repository root):
+# the Python package on cuda tensors — the pytest suite (tests/python), the
+# Python-overhead bench and the GPT training example next to SDPA. Results
+# go to $OUT.
+#
+# Carry .gpu-py: libflashattn.so built here for sm_90 by
+#   scripts/gpu/prebuild.sh python
+# (the GPU image has torch, numpy, pytest and ml_dtypes; nothing is built there).
+#   scripts/gpu/python.sh [all|test|bench|train]
+set -u
+MODE=${1:-all}
+OUT=${OUT:-/tmp/fa-out}
+mkdir -p "$OUT"
+export FLASHATTN_LIBRARY=$PWD/.gpu-py/libflashattn.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
+rc=0
+echo "== device ($(date -u +%FT%TZ))"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python3 -c "import torch, flashattn; print('torch', torch.__version__); print(flashattn.cuda_device()); print(flashattn.backends())"
+if [ "$MODE" = all ] || [ "$MODE" = test ]; then
+  echo "== pytest tests/python ($(date +%T))"
+  set -o pipefail
+  python3 -m pytest tests/python -q -rs -p no:cacheprovider 2>&1 | tee "$OUT/pytest.txt" | tail -40 || rc=1
+fi
+if [ "$MODE" = all ] || [ "$MODE" = bench ]; then
+  echo "== bench/python_overhead.py ($(date +%T))"
+  python3 bench/python_overhead.py --device cuda 2>&1 | tee "$OUT/overhead.txt" || rc=1
+fi
+if [ "$MODE" = all ] || [ "$MODE" = train ]; then
+  echo "== examples/python/train_gpt.py ($(date +%T))"
+  python3 examples/python/train_gpt.py --out "$OUT/train.md" 2>&1 | tee "$OUT/train-log.txt" | tail -60 || rc=1
+fi
+echo "== done ($(date +%T)) rc=$rc"
+exit $rc
