@@ -34,22 +34,40 @@ typedef struct job {
 static const job g_jobs[] = {
     {{"cpu_f32_causal_br_gqa", .B = 2, .Hq = 4, .Hkv = 2, .Lq = 37, .Lk = 53, .D = 32, .Dv = 32, .causal = 1,
       .align = FA_ALIGN_BOTTOM_RIGHT},
-     FA_F32, FA_BACKEND_CPU, 2, FA_ISA_AUTO},
+     FA_F32,
+     FA_BACKEND_CPU,
+     2,
+     FA_ISA_AUTO},
     {{"cpu_bf16_bias_alibi_dropout", .B = 1, .Hq = 2, .Hkv = 1, .Lq = 29, .Lk = 67, .D = 16, .Dv = 24, .bias = 1,
       .dbias = 1, .alibi = 1, .dropout_p = 0.1, .seed = 7, .offset = 3},
-     FA_BF16, FA_BACKEND_CPU, 2, FA_ISA_GENERIC},
+     FA_BF16,
+     FA_BACKEND_CPU,
+     2,
+     FA_ISA_GENERIC},
     {{"cpu_f16_window_seqlens_softcap", .B = 2, .Hq = 2, .Hkv = 2, .Lq = 29, .Lk = 53, .D = 16, .Dv = 16,
       .use_window = 1, .wl = 5, .wr = 3, .seqlens_q = sq_2, .seqlens_k = sk_2, .softcap = 20},
-     FA_F16, FA_BACKEND_CPU, 1, FA_ISA_AUTO},
+     FA_F16,
+     FA_BACKEND_CPU,
+     1,
+     FA_ISA_AUTO},
     {{"cpu_f32_varlen_mask_dropout", .B = 3, .Hq = 2, .Hkv = 1, .D = 16, .Dv = 16, .cu_q = cu_q3, .cu_k = cu_k3,
       .mask = 1, .mask_dead_rows = 1, .dropout_p = 0.2, .seed = 11, .causal = 1},
-     FA_F32, FA_BACKEND_CPU, 2, FA_ISA_AUTO},
+     FA_F32,
+     FA_BACKEND_CPU,
+     2,
+     FA_ISA_AUTO},
     {{"ref_f64_causal_mask_dropout", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 21, .Lk = 21, .D = 8, .Dv = 8, .causal = 1,
       .mask = 1, .dropout_p = 0.2, .seed = 5},
-     FA_F64, FA_BACKEND_REF, 0, FA_ISA_AUTO},
-    {{"ref_f32_bias_bcast_varlen", .B = 3, .Hq = 2, .Hkv = 2, .D = 8, .Dv = 8, .cu_q = cu_q3, .cu_k = cu_k3,
-      .bias = 1, .bias_bcast = BC_B, .dbias = 1, .alibi = 1},
-     FA_F32, FA_BACKEND_REF, 0, FA_ISA_AUTO},
+     FA_F64,
+     FA_BACKEND_REF,
+     0,
+     FA_ISA_AUTO},
+    {{"ref_f32_bias_bcast_varlen", .B = 3, .Hq = 2, .Hkv = 2, .D = 8, .Dv = 8, .cu_q = cu_q3, .cu_k = cu_k3, .bias = 1,
+      .bias_bcast = BC_B, .dbias = 1, .alibi = 1},
+     FA_F32,
+     FA_BACKEND_REF,
+     0,
+     FA_ISA_AUTO},
 };
 enum { NJOBS = sizeof g_jobs / sizeof g_jobs[0], COPIES = 2, NOUT = 6 };
 
@@ -234,8 +252,10 @@ static void run_threads(int iters, int shared) {
     if (!w[t].failure[0] && cold) {
       const int d = differs(&w[t].first, &g_alone[w[t].index]);
       if (d >= 0)
-        snprintf(w[t].failure, sizeof w[t].failure, "%s, first call in the process: %s differs from the result "
-                 "computed alone", w[t].j->c.name, g_out_names[d]);
+        snprintf(w[t].failure, sizeof w[t].failure,
+                 "%s, first call in the process: %s differs from the result "
+                 "computed alone",
+                 w[t].j->c.name, g_out_names[d]);
     }
     if (w[t].failure[0]) {
       print_error("thread %d: %s\n", t, w[t].failure);
