@@ -732,19 +732,21 @@ static fa_status kv_problem_build(fa__problem *p, const fa__call *c, fa__err *er
         longest = len[b];
       }
     }
-    if (st == FA_OK && paged) {
-      st = read_ints(kc->block_table, (B - 1) * bt_stride + kc->max_blocks, p->memory, &bt, err);
-      for (int64_t b = 0; b < B && st == FA_OK; ++b) {
-        const int64_t used = (len[b] + L_new + rows - 1) / rows;
-        for (int64_t i = 0; i < used && st == FA_OK; ++i) {
-          const int32_t pg = bt[b * bt_stride + i];
-          if (pg < 0 || pg >= pages) {
-            fa__err_set(err, "cache->block_table[%lld][%lld] = %d is not a page of k_cache (it has %lld)", (long long)b,
-                        (long long)i, pg, (long long)pages);
-            st = FA_ERR_SEQLENS;
-          }
+    /* only the entries of the pages each sequence uses: the rest need not exist */
+    for (int64_t b = 0; b < B && st == FA_OK && paged; ++b) {
+      const int64_t used = (len[b] + L_new + rows - 1) / rows;
+      if (used == 0) continue;
+      st = read_ints(kc->block_table + b * bt_stride, used, p->memory, &bt, err);
+      for (int64_t i = 0; i < used && st == FA_OK; ++i) {
+        const int32_t pg = bt[i];
+        if (pg < 0 || pg >= pages) {
+          fa__err_set(err, "cache->block_table[%lld][%lld] = %d is not a page of k_cache (it has %lld)", (long long)b,
+                      (long long)i, pg, (long long)pages);
+          st = FA_ERR_SEQLENS;
         }
       }
+      free(bt);
+      bt = NULL;
     }
     if (st == FA_OK && has_rot) {
       const int64_t need = longest + (Lq > L_new ? Lq : L_new);

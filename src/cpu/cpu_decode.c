@@ -236,8 +236,20 @@ fa_status fa__cpu_decode(const fa__problem *p, const fa__cpu_kernels *kt, fa__er
   c.kt = kt;
   c.R = (int)(p->group * p->Lq);
   c.Rp = (c.R + DEC_LDS - 1) / DEC_LDS * DEC_LDS;
+  /* The most keys a sequence attends to: the cache's capacity bounds it,
+   * but only cache_seqlens[b] + L_new are ever read. Tiles and splits are
+   * sized from it: a tile longer than the keys, or a split past the last
+   * tile, would only cost memory and time (an empty split's lse is -inf,
+   * its weight 0: the merged bits are the same without it). */
+  int64_t keys = p->Lk;
+  if (p->kvcache) {
+    keys = 1;
+    for (int64_t b = 0; b < p->B; ++b)
+      if (fa__kv_len(p, b) > keys) keys = fa__kv_len(p, b);
+  }
   c.bk = p->block_k > 0 ? p->block_k : DEC_BK;
-  if (c.bk > p->Lk) c.bk = (int)p->Lk;
+  if (c.bk > 65536) c.bk = 65536; /* as fa_cpu_plan_get cuts asked-for tiles */
+  if (c.bk > keys) c.bk = (int)keys;
   c.D = (int)p->D;
   c.Dv = (int)p->Dv;
   c.elementwise = p->softcap > 0 || p->alibi_slopes != NULL;
@@ -250,6 +262,7 @@ fa_status fa__cpu_decode(const fa__problem *p, const fa__cpu_kernels *kt, fa__er
     nsplit = (int)(want < most ? want : most);
   }
   if (nsplit > 4096) nsplit = 4096;
+  if (nsplit > (keys + c.bk - 1) / c.bk) nsplit = (int)((keys + c.bk - 1) / c.bk); /* whole tiles each */
   c.nsplit = nsplit;
   const int64_t items = base * nsplit;
   double *lv = NULL;

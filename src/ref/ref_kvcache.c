@@ -15,12 +15,18 @@
 
 fa_status fa__ref_forward_kvcache(const fa__problem *p, fa__err *err) {
   const fa__kv *kv = &p->kv;
-  double *s = (double *)malloc((size_t)(p->Lk + p->D + p->Dv) * sizeof(double));
+  /* a row of scores for the longest sequence, not the capacity: a cache
+   * can describe far more keys (stride 0, or many small pages) than any
+   * sequence holds */
+  int64_t keys = 0;
+  for (int64_t b = 0; b < p->B; ++b)
+    if (fa__kv_len(p, b) > keys) keys = fa__kv_len(p, b);
+  double *s = (double *)malloc((size_t)(keys + p->D + p->Dv) * sizeof(double));
   if (!s) {
-    fa__err_set(err, "ref: cannot allocate a row of %lld scores", (long long)p->Lk);
+    fa__err_set(err, "ref: cannot allocate a row of %lld scores", (long long)keys);
     return FA_ERR_OUT_OF_MEMORY;
   }
-  double *q = s + p->Lk, *acc = q + p->D;
+  double *q = s + keys, *acc = q + p->D;
   fa__kv_append_host(p);
   const int64_t half = kv->rotary_dim / 2;
   for (int64_t b = 0; b < p->B; ++b) {
