@@ -4,9 +4,11 @@
  * bit for bit (the appended rows rounded to the cache's dtype, every other
  * byte untouched), O and LSE within the dtype's tolerance; split counts
  * 1 .. many equal up to rounding, and a given split count the same bits
- * on 1 and 2 threads. cuda must refuse the call (FA_ERR_UNSUPPORTED) and
- * leave the cache alone. Then the bad inputs: each status names the
- * argument and the cache is untouched. */
+ * on 1 and 2 threads. cuda runs every case whose head dims are multiples
+ * of 8 (f16, bf16, f32; any page size) and refuses the rest
+ * (FA_ERR_UNSUPPORTED), leaving the cache alone. Then the bad inputs: each
+ * status names the argument and the cache is untouched; and
+ * fa_merge_states on cuda against the host merge. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -423,7 +425,8 @@ static void check_backend(const tb_backend *be, const tb_variant *var) {
       double *o1 = malloc((size_t)(nrow * c->Dv) * sizeof(double));
       unsigned char *kc = malloc(P.kc_bytes), *vc = malloc(P.vc_bytes);
       fa_status want = FA_OK;
-      if (be->id == FA_BACKEND_CUDA) want = FA_ERR_UNSUPPORTED;
+      /* cuda: head dims that are multiples of 8 (its 16-byte copies), no f64 */
+      if (be->id == FA_BACKEND_CUDA && (c->D % 8 || c->Dv % 8)) want = FA_ERR_UNSUPPORTED;
       if (be->id == FA_BACKEND_CPU && dt == FA_F64) want = FA_ERR_DTYPE;
       if (be->id == FA_BACKEND_CUDA && dt == FA_F64) want = FA_ERR_DTYPE;
       static const int splits[] = {0, 1, 2, 3, 7, 64};
@@ -625,7 +628,276 @@ static void test_bad_input(void **state) {
   prob_free(&P);
 }
 
+/* ---- found by the fuzzer (tests/fuzz/fuzz_api.c) ------------------------- */
+
+/* A block table that holds only the entries of the pages the sequences use
+ * (the header: only those are read): validation used to copy whole rows,
+ * reading past it (ASan: heap-buffer-overflow in read_ints). */
+static void test_block_table_used_entries_only(void **state) {
+  (void)state;
+  const kvcase *c = &cases[3]; /* paged 16, max_blocks 3, append 3 */
+  kvprob P;
+  prob_make(&P, c, FA_F32);
+  static const fa_backend bes[] = {FA_BACKEND_REF, FA_BACKEND_CPU};
+  for (size_t bi = 0; bi < 2; ++bi) {
+    if (fa_backend_available(bes[bi], NULL, 0) != FA_OK) continue;
+    fa_context *ctx;
+    assert_int_equal(fa_context_create(&ctx), FA_OK);
+    const int64_t qs[4] = {c->B, c->Hq, c->Lq, c->D}, os[4] = {c->B, c->Hq, c->Lq, c->Dv},
+                  kn[4] = {c->B, c->Hkv, c->Lnew, c->D}, vn[4] = {c->B, c->Hkv, c->Lnew, c->Dv};
+    int64_t qst[4], ost[4], knst[4], vnst[4];
+    strides_for(qs, 0, qst);
+    strides_for(os, 0, ost);
+    strides_for(kn, 0, knst);
+    strides_for(vn, 0, vnst);
+    float *ob = malloc((size_t)(os[0] * os[1] * os[2] * os[3]) * sizeof(float));
+    fa_tensor tq = tens(P.q, FA_F32, qs, qst, 0), to = tens(ob, FA_F32, os, ost, 0);
+    /* sequence 0 uses 1 page of its row of 3, sequence 1 (10 + 3 keys) 1: 3 + 1 entries */
+    int32_t sl[2] = {13, 10};
+    int32_t *bt = malloc(4 * sizeof(int32_t));
+    memcpy(bt, P.bt, 4 * sizeof(int32_t));
+    fa_kvcache kv;
+    memset(&kv, 0, sizeof kv);
+    kv.k_cache = tens(P.kc, FA_F32, P.kc_shape, P.kc_stride, 0);
+    kv.v_cache = tens(P.vc, FA_F32, P.vc_shape, P.vc_stride, 0);
+    kv.cache_seqlens = sl;
+    kv.block_table = bt;
+    kv.max_blocks = P.max_blocks;
+    kv.k_new = tens(P.knew, FA_F32, kn, knst, 0);
+    kv.v_new = tens(P.vnew, FA_F32, vn, vnst, 0);
+    const fa_status st = fa_forward_kvcache(ctx, bes[bi], &tq, &kv, NULL, &to, NULL);
+    if (st != FA_OK) fail_msg("%s: %s", fa_backend_name(bes[bi]), fa_context_last_error(ctx));
+    free(bt);
+    free(ob);
+    fa_context_destroy(ctx);
+  }
+  prob_free(&P);
+}
+
+/* The int and float arrays the backends read while they write: not under
+ * an output (FA_ERR_OVERLAP, nothing written). cache_seqlens inside the
+ * k_cache the call appends to was accepted: the append overwrote the
+ * lengths the rest of the call then used. */
+static void test_arrays_under_outputs(void **state) {
+  (void)state;
+  const kvcase *c = &cases[1]; /* contiguous, capacity 40, append 1, seqlens {0, 39} */
+  kvprob P;
+  prob_make(&P, c, FA_F32);
+  static const fa_backend bes[] = {FA_BACKEND_REF, FA_BACKEND_CPU};
+  for (size_t bi = 0; bi < 2; ++bi) {
+    const fa_backend be = bes[bi];
+    if (fa_backend_available(be, NULL, 0) != FA_OK) continue;
+    const int64_t os[4] = {c->B, c->Hq, c->Lq, c->Dv}, kn[4] = {c->B, c->Hkv, c->Lnew, c->D},
+                  vn[4] = {c->B, c->Hkv, c->Lnew, c->Dv};
+    int64_t ost[4], knst[4], vnst[4];
+    strides_for(os, 0, ost);
+    strides_for(kn, 0, knst);
+    strides_for(vn, 0, vnst);
+    const size_t o_bytes = (size_t)(os[0] * os[1] * os[2] * os[3]) * sizeof(float);
+    float *ob = malloc(o_bytes);
+    memset(ob, 0, o_bytes);
+    fa_tensor to = tens(ob, FA_F32, os, ost, 0);
+    unsigned char *kc = malloc(P.kc_bytes), *kc0 = malloc(P.kc_bytes);
+    memcpy(kc, P.kc, P.kc_bytes);
+    /* the lengths in the first row of sequence 1's cache: the row the append does not touch ... */
+    int32_t *sl_in_cache = (int32_t *)(void *)(kc + (size_t)P.kc_stride[0] * sizeof(float));
+    sl_in_cache[0] = 0;
+    sl_in_cache[1] = 39;
+    memcpy(kc0, kc, P.kc_bytes);
+    fa_kvcache kv;
+    memset(&kv, 0, sizeof kv);
+    kv.k_cache = tens(kc, FA_F32, P.kc_shape, P.kc_stride, 0);
+    kv.v_cache = tens(P.vc, FA_F32, P.vc_shape, P.vc_stride, 0);
+    kv.k_new = tens(P.knew, FA_F32, kn, knst, 0);
+    kv.v_new = tens(P.vnew, FA_F32, vn, vnst, 0);
+    kv.cache_seqlens = sl_in_cache;
+    fa_context *ctx;
+    assert_int_equal(fa_context_create(&ctx), FA_OK);
+    const int64_t qs[4] = {c->B, c->Hq, c->Lq, c->D};
+    int64_t qst[4];
+    strides_for(qs, 0, qst);
+    fa_tensor tq = tens(P.q, FA_F32, qs, qst, 0);
+    fa_status st = fa_forward_kvcache(ctx, be, &tq, &kv, NULL, &to, NULL);
+    if (st != FA_ERR_OVERLAP || !strstr(fa_context_last_error(ctx), "cache->cache_seqlens"))
+      fail_msg("%s: cache_seqlens inside k_cache: %s \"%s\"", fa_backend_name(be), fa_status_name(st),
+               fa_context_last_error(ctx));
+    assert_memory_equal(kc, kc0, P.kc_bytes);
+    /* ... and in o; rotary tables and ALiBi slopes in o */
+    int32_t sl[2] = {0, 39};
+    memcpy(ob, sl, sizeof sl);
+    kv.cache_seqlens = (const int32_t *)ob;
+    st = fa_forward_kvcache(ctx, be, &tq, &kv, NULL, &to, NULL);
+    if (st != FA_ERR_OVERLAP || !strstr(fa_context_last_error(ctx), "cache->cache_seqlens"))
+      fail_msg("%s: cache_seqlens inside o: %s", fa_backend_name(be), fa_status_name(st));
+    kv.cache_seqlens = sl;
+    memset(ob, 0, o_bytes); /* cos = sin = 0: fine values */
+    kv.rotary_cos = ob;
+    kv.rotary_sin = ob;
+    kv.rotary_dim = 4;
+    kv.rotary_len = 41;
+    st = fa_forward_kvcache(ctx, be, &tq, &kv, NULL, &to, NULL);
+    if (st != FA_ERR_OVERLAP || !strstr(fa_context_last_error(ctx), "cache->rotary_cos"))
+      fail_msg("%s: rotary_cos inside o: %s", fa_backend_name(be), fa_status_name(st));
+    kv.rotary_cos = kv.rotary_sin = NULL;
+    fa_options opt;
+    fa_options_init(&opt);
+    opt.alibi_slopes = ob;
+    st = fa_forward_kvcache(ctx, be, &tq, &kv, &opt, &to, NULL);
+    if (st != FA_ERR_OVERLAP || !strstr(fa_context_last_error(ctx), "opt->alibi_slopes"))
+      fail_msg("%s: alibi_slopes inside o: %s", fa_backend_name(be), fa_status_name(st));
+    assert_memory_equal(kc, kc0, P.kc_bytes);
+    /* the same arrays elsewhere: fine */
+    st = fa_forward_kvcache(ctx, be, &tq, &kv, NULL, &to, NULL);
+    if (st != FA_OK) fail_msg("%s: %s", fa_backend_name(be), fa_context_last_error(ctx));
+    fa_context_destroy(ctx);
+    free(ob);
+    free(kc);
+    free(kc0);
+  }
+  prob_free(&P);
+}
+
+/* Sizes from the keys there are, not the capacity: a cache whose rows
+ * broadcast (stride 0) can describe 2^40 keys per sequence in a few bytes
+ * (2^31 - 1 on cpu, its length limit);
+ * ref allocated a score row of the capacity (FA_ERR_OUT_OF_MEMORY, or an
+ * ASan abort) and cpu a tile of block_k = INT_MAX rows. num_splits = INT_MAX
+ * took 4096 splits of a 40-key cache (seconds); it now gets the splits the
+ * tiles allow, with the bits of num_splits = 1 there. */
+static void test_sizes_from_the_keys(void **state) {
+  (void)state;
+  const kvcase *c = &cases[0]; /* contiguous, no append, seqlens {5, 0, 37} of 40 */
+  kvprob P;
+  prob_make(&P, c, FA_F32);
+  static const fa_backend bes[] = {FA_BACKEND_REF, FA_BACKEND_CPU};
+  for (size_t bi = 0; bi < 2; ++bi) {
+    const fa_backend be = bes[bi];
+    if (fa_backend_available(be, NULL, 0) != FA_OK) continue;
+    fa_context *ctx;
+    assert_int_equal(fa_context_create(&ctx), FA_OK);
+    const int64_t qs[4] = {c->B, c->Hq, c->Lq, c->D}, os[4] = {c->B, c->Hq, c->Lq, c->Dv};
+    int64_t qst[4], ost[4];
+    strides_for(qs, 0, qst);
+    strides_for(os, 0, ost);
+    const size_t no = (size_t)(os[0] * os[1] * os[2] * os[3]);
+    float *o1 = malloc(no * sizeof(float)), *o2 = malloc(no * sizeof(float));
+    fa_tensor tq = tens(P.q, FA_F32, qs, qst, 0), to1 = tens(o1, FA_F32, os, ost, 0),
+              to2 = tens(o2, FA_F32, os, ost, 0);
+    fa_kvcache kv;
+    memset(&kv, 0, sizeof kv);
+    kv.k_cache = tens(P.kc, FA_F32, P.kc_shape, P.kc_stride, 0);
+    kv.v_cache = tens(P.vc, FA_F32, P.vc_shape, P.vc_stride, 0);
+    kv.cache_seqlens = P.seqlens;
+    kv.num_splits = 1;
+    assert_int_equal(fa_forward_kvcache(ctx, be, &tq, &kv, NULL, &to1, NULL), FA_OK);
+    kv.num_splits = INT32_MAX;
+    assert_int_equal(fa_forward_kvcache(ctx, be, &tq, &kv, NULL, &to2, NULL), FA_OK);
+    assert_memory_equal(o1, o2, no * sizeof(float));
+    /* 2^40 (cpu: 2^31 - 1) rows of stride 0, tiles of block_k = INT_MAX */
+    kv.num_splits = 0;
+    kv.k_cache.shape[2] = kv.v_cache.shape[2] =
+        be == FA_BACKEND_REF ? (int64_t)1 << 40 : INT32_MAX; /* cpu: <= 2^31 - 1 */
+    kv.k_cache.stride[2] = kv.v_cache.stride[2] = 0;
+    fa_options opt;
+    fa_options_init(&opt);
+    opt.block_k = INT32_MAX;
+    const fa_status st = fa_forward_kvcache(ctx, be, &tq, &kv, &opt, &to2, NULL);
+    if (st != FA_OK) fail_msg("%s: capacity 2^40: %s", fa_backend_name(be), fa_context_last_error(ctx));
+    free(o1);
+    free(o2);
+    fa_context_destroy(ctx);
+  }
+  prob_free(&P);
+}
+
+/* ---- fa_merge_states on cuda -------------------------------------------- */
+
+/* n parts of random (o, lse) with some rows -inf in every part (o = 0, lse =
+ * -inf) or in some: the device merge equals the host merge (ref) within the
+ * output's rounding, every dtype of o, f32 and f64 lse. */
+static void test_merge_cuda(void **state) {
+  (void)state;
+  if (fa_backend_available(FA_BACKEND_CUDA, NULL, 0) != FA_OK || !tdev_available()) return;
+  enum { NP = 5, B = 2, H = 3, L = 4, DV = 24 };
+  const int64_t rows = B * H * L;
+  trng r = {0x3e49e};
+  static const fa_dtype odts[] = {FA_F32, FA_F16, FA_BF16, FA_F64};
+  for (size_t di = 0; di < 4; ++di)
+    for (int lse64 = 0; lse64 < 2; ++lse64) {
+      const fa_dtype odt = odts[di], ldt = lse64 ? FA_F64 : FA_F32;
+      const size_t oes = fa_dtype_size(odt), les = fa_dtype_size(ldt);
+      unsigned char *ho[NP], *hl[NP];
+      void *dop[NP], *dlp[NP];
+      fa_tensor hto[NP], htl[NP], dto[NP], dtl[NP];
+      for (int k = 0; k < NP; ++k) {
+        ho[k] = malloc((size_t)(rows * DV) * oes);
+        hl[k] = malloc((size_t)rows * les);
+        for (int64_t i = 0; i < rows; ++i) {
+          const int none = i % 7 == 3 || (i % 5 == 1 && k != 2);
+          fa__elem_set(hl[k], ldt, i, none ? -INFINITY : 3.0 * trng_normal(&r));
+          for (int e = 0; e < DV; ++e) fa__elem_set(ho[k], odt, i * DV + e, none ? 0.0 : trng_normal(&r));
+        }
+        hto[k] = fa_tensor_contiguous(ho[k], odt, B, H, L, DV);
+        htl[k] = fa_tensor_contiguous(hl[k], ldt, B, H, L, 1);
+        dop[k] = put(1, ho[k], (size_t)(rows * DV) * oes);
+        dlp[k] = put(1, hl[k], (size_t)rows * les);
+        dto[k] = hto[k];
+        dto[k].data = dop[k];
+        dto[k].memory = FA_MEMORY_CUDA;
+        dtl[k] = htl[k];
+        dtl[k].data = dlp[k];
+        dtl[k].memory = FA_MEMORY_CUDA;
+      }
+      double *ro = malloc((size_t)(rows * DV) * sizeof(double)), *rl = malloc((size_t)rows * sizeof(double));
+      fa_tensor tro = fa_tensor_contiguous(ro, FA_F64, B, H, L, DV), trl = fa_tensor_contiguous(rl, FA_F64, B, H, L, 1);
+      fa_context *ctx;
+      assert_int_equal(fa_context_create(&ctx), FA_OK);
+      assert_int_equal(fa_merge_states(ctx, FA_BACKEND_REF, NP, hto, htl, &tro, &trl), FA_OK);
+      void *dout = put(1, ho[0], (size_t)(rows * DV) * oes), *dlse = put(1, hl[0], (size_t)rows * les);
+      fa_tensor tdo = fa_tensor_contiguous(dout, odt, B, H, L, DV), tdl = fa_tensor_contiguous(dlse, ldt, B, H, L, 1);
+      tdo.memory = tdl.memory = FA_MEMORY_CUDA;
+      const fa_status st = fa_merge_states(ctx, FA_BACKEND_CUDA, NP, dto, dtl, &tdo, &tdl);
+      if (st != FA_OK) fail_msg("cuda merge: %s: %s", fa_status_name(st), fa_context_last_error(ctx));
+      unsigned char *go = malloc((size_t)(rows * DV) * oes), *gl = malloc((size_t)rows * les);
+      get(1, go, dout, (size_t)(rows * DV) * oes);
+      get(1, gl, dlse, (size_t)rows * les);
+      const double tol = odt == FA_F64 ? 1e-12 : odt == FA_F32 ? 1e-6 : odt == FA_F16 ? 2e-3 : 1e-2;
+      for (int64_t i = 0; i < rows; ++i) {
+        const double lg = fa__elem_get(gl, ldt, i), lr = rl[i];
+        if (!(lg == lr || fabs(lg - lr) <= 1e-6 * (1 + fabs(lr))))
+          fail_msg("cuda merge %s/%s row %lld: lse %.9g, host %.9g", fa_dtype_name(odt), fa_dtype_name(ldt),
+                   (long long)i, lg, lr);
+        for (int e = 0; e < DV; ++e) {
+          const double og = fa__elem_get(go, odt, i * DV + e), orf = ro[i * DV + e];
+          if (!(fabs(og - orf) <= tol * (1 + fabs(orf))))
+            fail_msg("cuda merge %s/%s row %lld col %d: o %.9g, host %.9g", fa_dtype_name(odt), fa_dtype_name(ldt),
+                     (long long)i, e, og, orf);
+        }
+      }
+      /* host tensors on cuda: refused, naming the memory */
+      assert_int_equal(fa_merge_states(ctx, FA_BACKEND_CUDA, NP, hto, htl, &tro, &trl), FA_ERR_MEMORY_SPACE);
+      fa_context_destroy(ctx);
+      for (int k = 0; k < NP; ++k) {
+        free(ho[k]);
+        free(hl[k]);
+        tdev_free(dop[k]);
+        tdev_free(dlp[k]);
+      }
+      tdev_free(dout);
+      tdev_free(dlse);
+      free(go);
+      free(gl);
+      free(ro);
+      free(rl);
+    }
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_backends), cmocka_unit_test(test_bad_input)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_backends),
+                                     cmocka_unit_test(test_bad_input),
+                                     cmocka_unit_test(test_merge_cuda),
+                                     cmocka_unit_test(test_block_table_used_entries_only),
+                                     cmocka_unit_test(test_arrays_under_outputs),
+                                     cmocka_unit_test(test_sizes_from_the_keys)};
   return cmocka_run_group_tests_name("kvcache", tests, NULL, NULL);
 }

@@ -177,6 +177,17 @@ static fa_status no_overlap(const extent *outs, int nout, const extent *ins, int
   return FA_OK;
 }
 
+/* The bytes of an array of n elements of es bytes (int32 lengths, page
+ * indices, float tables) for the overlap check: up to the last address. */
+static extent array_extent(const void *p, uint64_t n, uint64_t es, const char *name) {
+  extent e;
+  const uint64_t base = (uint64_t)(uintptr_t)p, room = (uint64_t)UINTPTR_MAX - base;
+  e.name = name;
+  e.lo = (uintptr_t)base;
+  e.hi = n > room / es ? UINTPTR_MAX : (uintptr_t)(base + n * es);
+  return e;
+}
+
 /* Resolves FA_MEMORY_AUTO and checks every tensor lives in one place. */
 static fa_status resolve_memory(fa_tensor **ts, const char **names, int n, fa_memory *out, fa__err *err) {
   fa_memory where = FA_MEMORY_AUTO;
@@ -755,6 +766,30 @@ static fa_status kv_problem_build(fa__problem *p, const fa__call *c, fa__err *er
                     (long long)kc->rotary_len, (long long)(need - 1), (long long)(Lq > L_new ? Lq : L_new));
         st = FA_ERR_SEQLENS;
       }
+    }
+    /* The backends read these arrays again while they write o, lse and
+     * (appending) the caches: under an output, the values checked here
+     * could change mid-call (a cache_seqlens inside k_cache, overwritten
+     * by the append, would steer the next writes anywhere). */
+    if (st == FA_OK) {
+      extent arr[5];
+      int na = 0;
+      uint64_t bt_end = 0;
+      for (int64_t b = 0; b < B && paged; ++b) {
+        const int64_t used = (len[b] + L_new + rows - 1) / rows;
+        if (used > 0 && (uint64_t)(b * bt_stride + used) > bt_end) bt_end = (uint64_t)(b * bt_stride + used);
+      }
+      arr[na++] = array_extent(kc->cache_seqlens, (uint64_t)B, 4, "cache->cache_seqlens");
+      if (bt_end) arr[na++] = array_extent(kc->block_table, bt_end, 4, "cache->block_table");
+      if (has_rot) {
+        uint64_t n;
+        const int64_t rot_rows = longest + (Lq > L_new ? Lq : L_new);
+        if (__builtin_mul_overflow((uint64_t)rot_rows, (uint64_t)(kc->rotary_dim / 2), &n)) n = UINT64_MAX / 8;
+        arr[na++] = array_extent(kc->rotary_cos, n, 4, "cache->rotary_cos");
+        arr[na++] = array_extent(kc->rotary_sin, n, 4, "cache->rotary_sin");
+      }
+      if (o->alibi_slopes) arr[na++] = array_extent(o->alibi_slopes, (uint64_t)Hq, 4, "opt->alibi_slopes");
+      st = no_overlap(outs, no, arr, na, err);
     }
     free(len);
     free(bt);
