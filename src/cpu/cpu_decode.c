@@ -3,8 +3,9 @@
  *
  * A work item is (sequence b, kv head, split): the query rows of every query
  * head of that kv head and every new token (R = group * Lq rows) share each
- * K/V tile read (kt->dot_rows, kt->axpy_rows), so K and V are read once per
- * kv head, not once per query head. When B * Hkv items cannot keep the
+ * K/V tile read (kt->dec_scores, kt->dec_softmax, kt->dec_pv: the
+ * micro-kernels of kernels.h, which read the cache's rows in their own
+ * dtype), so K and V are read once per kv head, not once per query head. When B * Hkv items cannot keep the
  * threads busy the keys are split ("flash-decoding"): each split leaves a
  * partial (o, lse) and the splits are merged in order with
  * fa__osm_merge_lse, the merge of src/rules/online_softmax.h, so a given
@@ -27,15 +28,14 @@
 #include "rules/rotary.h"
 #include "rules/score.h"
 
-#define DEC_LDS 16        /* score tile: [bk][16], one column per query row of a row block */
-#define DEC_BK 64         /* keys per tile (K and V tiles of 32 KiB each at D = 128, f32) */
+#define DEC_BK 128        /* keys per tile (64 KiB of K at D = 128, f32) */
 #define DEC_MIN_SPLIT 256 /* keys a split gets at least when the backend chooses */
 
 typedef struct dec_ctx {
   const fa__problem *p;
   const fa__cpu_kernels *kt;
   int R;      /* most rows of an item: group * Lq */
-  int Rp;     /* R padded to DEC_LDS */
+  int lds;    /* score row stride: bk rounded up to FA_CPU_PANEL */
   int nsplit; /* splits per (b, kv head) */
   int bk, D, Dv;
   int elementwise; /* softcap or ALiBi */
@@ -45,8 +45,8 @@ typedef struct dec_ctx {
 
 typedef struct dec_scratch {
   float *q, *o;     /* [R][D], [R][Dv] */
-  float *m, *l, *f; /* [Rp] */
-  float *s;         /* [bk][DEC_LDS] */
+  float *m, *l, *f; /* [R] */
+  float *s;         /* [R][lds]: the scores, then the probabilities, of one tile */
   float *kbuf, *vbuf;
 } dec_scratch;
 
@@ -55,10 +55,10 @@ static void dec_carve(fa__cpu_arena *a, const void *ctx, void *scratch) {
   dec_scratch *s = scratch;
   s->q = fa__cpu_take_f(a, (size_t)c->R * (size_t)c->D);
   s->o = fa__cpu_take_f(a, (size_t)c->R * (size_t)c->Dv);
-  s->m = fa__cpu_take_f(a, (size_t)c->Rp);
-  s->l = fa__cpu_take_f(a, (size_t)c->Rp);
-  s->f = fa__cpu_take_f(a, (size_t)c->Rp);
-  s->s = fa__cpu_take_f(a, (size_t)c->bk * DEC_LDS);
+  s->m = fa__cpu_take_f(a, (size_t)c->R);
+  s->l = fa__cpu_take_f(a, (size_t)c->R);
+  s->f = fa__cpu_take_f(a, (size_t)c->R);
+  s->s = fa__cpu_take_f(a, (size_t)c->R * (size_t)c->lds);
   s->kbuf = fa__cpu_take_f(a, (size_t)c->bk * (size_t)c->D);
   s->vbuf = fa__cpu_take_f(a, (size_t)c->bk * (size_t)c->Dv);
 }
@@ -78,23 +78,33 @@ static fa__kvpos dec_locate(const fa__problem *p, const fa__seq *sq, int64_t b, 
   return at;
 }
 
-/* bc rows of K (or V) from key j0 on as a contiguous f32 matrix: the tensor
- * itself when it is f32 with unit column stride, else converted into buf. */
-static const float *dec_rows(const dec_ctx *c, const fa_tensor *t, fa__kvpos at, int64_t h, int bc, int cols,
-                             float *buf, ptrdiff_t *ld) {
+/* bc rows of K (or V) of head h from position at, as the kernels take them:
+ * the tensor itself (row stride *ld bytes, dtype *dt) when the kernels read
+ * its dtype and its rows are contiguous, else converted to f32 into buf. */
+static const void *dec_rows(const dec_ctx *c, const fa_tensor *t, fa__kvpos at, int64_t h, int bc, int cols,
+                            float *buf, ptrdiff_t *ld, fa_dtype *dt) {
   const ptrdiff_t es = (ptrdiff_t)fa_dtype_size(t->dtype);
   fa__cpu_mat m;
   m.base = (const char *)t->data + (ptrdiff_t)fa__kv_offset(t->stride, at, h, 0) * es;
   m.dtype = t->dtype;
   m.rs = (ptrdiff_t)t->stride[2];
   m.cs = (ptrdiff_t)t->stride[3];
-  if (t->dtype == FA_F32 && (m.cs == 1 || cols == 1)) {
-    *ld = bc > 1 ? m.rs : cols;
-    return (const float *)m.base;
+  if ((c->kt->dec_dtypes >> t->dtype & 1u) && (m.cs == 1 || cols == 1)) {
+    *ld = m.rs * es;
+    *dt = t->dtype;
+    return m.base;
   }
   for (int r = 0; r < bc; ++r) fa__cpu_load_row(c->kt, buf + (ptrdiff_t)r * cols, &m, r, cols, 1.0f);
-  *ld = cols;
+  *ld = (ptrdiff_t)cols * (ptrdiff_t)sizeof(float);
+  *dt = FA_F32;
   return buf;
+}
+
+/* The first row of the tile at key j (for the prefetch hint), or NULL. */
+static const void *dec_row0(const fa_tensor *t, fa__kvpos at, int64_t h, ptrdiff_t *ld) {
+  const ptrdiff_t es = (ptrdiff_t)fa_dtype_size(t->dtype);
+  *ld = (ptrdiff_t)t->stride[2] * es;
+  return (const char *)t->data + (ptrdiff_t)fa__kv_offset(t->stride, at, h, 0) * es;
 }
 
 static void dec_item(const void *ctx, void *scratch, int64_t it) {
@@ -104,7 +114,7 @@ static void dec_item(const void *ctx, void *scratch, int64_t it) {
   const fa__cpu_kernels *kt = c->kt;
   const int64_t sp = it % c->nsplit, bh = it / c->nsplit, kvh = bh % p->Hkv, b = bh / p->Hkv;
   const fa__seq sq = dec_seq(p, b);
-  const int lq = (int)sq.lq, group = (int)p->group, R = group * lq, D = c->D, Dv = c->Dv;
+  const int lq = (int)sq.lq, group = (int)p->group, R = group * lq, D = c->D, Dv = c->Dv, lds = c->lds;
   const fa__band bd = fa__seq_band(&sq, p->window_left, p->window_right, p->bottom_right);
   if (R == 0) return;
 
@@ -130,52 +140,64 @@ static void dec_item(const void *ctx, void *scratch, int64_t it) {
                    kv->rotary_sin + pos * half);
     }
   }
-  for (int r = 0; r < c->Rp; ++r) {
+  for (int r = 0; r < R; ++r) {
     s->m[r] = -INFINITY;
     s->l[r] = 0.0f;
   }
   memset(s->o, 0, (size_t)R * (size_t)Dv * sizeof(float));
-  memset(s->s, 0, (size_t)c->bk * DEC_LDS * sizeof(float));
   const float cap = (float)p->softcap;
 
-  for (int64_t j = j0; j < j1;) {
+  /* tiles of at most bk keys that never cross a page; each tile's kernels
+   * are told where the next one is, so that they prefetch it */
+  int64_t j = j0;
+  int bc = 0;
+  fa__kvpos at = {0, 0};
+  if (j < j1) {
     const int64_t run = p->kvcache ? fa__kv_run(&kv->map, j, j1) : j1 - j;
-    const int bc = (int)(run < c->bk ? run : c->bk);
-    const fa__kvpos at = dec_locate(p, &sq, b, j);
-    ptrdiff_t ldk, ldv;
-    const float *K = dec_rows(c, &p->k, at, kvh, bc, D, s->kbuf, &ldk);
-    const float *V = dec_rows(c, &p->v, at, kvh, bc, Dv, s->vbuf, &ldv);
-    const int full = fa__band_tile_full(&bd, 0, lq, j, j + bc);
-    for (int r0 = 0; r0 < R; r0 += DEC_LDS) {
-      const int nr = R - r0 < DEC_LDS ? R - r0 : DEC_LDS;
-      kt->dot_rows(s->s, DEC_LDS, s->q + (ptrdiff_t)r0 * D, D, nr, K, ldk, bc, D);
-      if (c->elementwise || !full)
-        for (int jj = 0; jj < bc; ++jj)
-          for (int rr = 0; rr < nr; ++rr) {
-            const int r = r0 + rr, i = r % lq;
-            float *x = &s->s[jj * DEC_LDS + rr];
-            if (!full && !fa__band_visible(&bd, i, j + jj)) {
-              *x = -INFINITY;
-              continue;
-            }
-            if (cap > 0) *x = fa__softcap_f(*x, cap);
-            if (p->alibi_slopes)
-              *x += fa__alibi_f(p->alibi_slopes[kvh * group + r / lq], fa__band_diag(&bd, i), j + jj);
-          }
-      if (kt->softmax(s->s, DEC_LDS, bc, DEC_LDS, s->m + r0, s->l + r0, s->f + r0))
-        for (int rr = 0; rr < nr; ++rr) {
-          const float f = s->f[r0 + rr];
-          if (f != 1.0f) {
-            float *orow = s->o + (ptrdiff_t)(r0 + rr) * Dv;
-            for (int e = 0; e < Dv; ++e) orow[e] *= f;
-          }
-        }
-      kt->axpy_rows(s->o + (ptrdiff_t)r0 * Dv, Dv, nr, s->s, DEC_LDS, V, ldv, bc, Dv);
+    bc = (int)(run < c->bk ? run : c->bk);
+    at = dec_locate(p, &sq, b, j);
+  }
+  while (j < j1) {
+    const int64_t jn = j + bc;
+    int bcn = 0;
+    fa__kvpos atn = {0, 0};
+    const void *pfk = NULL, *pfv = NULL;
+    ptrdiff_t ldpk = 0, ldpv = 0;
+    if (jn < j1) {
+      const int64_t run = p->kvcache ? fa__kv_run(&kv->map, jn, j1) : j1 - jn;
+      bcn = (int)(run < c->bk ? run : c->bk);
+      atn = dec_locate(p, &sq, b, jn);
+      pfk = dec_row0(&p->k, atn, kvh, &ldpk);
+      pfv = dec_row0(&p->v, atn, kvh, &ldpv);
     }
-    j += bc;
+    ptrdiff_t ldk, ldv;
+    fa_dtype kdt, vdt;
+    const void *K = dec_rows(c, &p->k, at, kvh, bc, D, s->kbuf, &ldk, &kdt);
+    kt->dec_scores(s->s, lds, s->q, D, R, K, ldk, bc, D, kdt, pfk, ldpk, bcn);
+    const int full = fa__band_tile_full(&bd, 0, lq, j, j + bc);
+    if (c->elementwise || !full)
+      for (int r = 0; r < R; ++r) {
+        const int i = r % lq;
+        float *x = s->s + (ptrdiff_t)r * lds;
+        const float slope = p->alibi_slopes ? p->alibi_slopes[kvh * group + r / lq] : 0.0f;
+        for (int jj = 0; jj < bc; ++jj) {
+          if (!full && !fa__band_visible(&bd, i, j + jj)) {
+            x[jj] = -INFINITY;
+            continue;
+          }
+          if (cap > 0) x[jj] = fa__softcap_f(x[jj], cap);
+          if (p->alibi_slopes) x[jj] += fa__alibi_f(slope, fa__band_diag(&bd, i), j + jj);
+        }
+      }
+    const int moved = kt->dec_softmax(s->s, lds, R, bc, s->m, s->l, s->f);
+    const void *V = dec_rows(c, &p->v, at, kvh, bc, Dv, s->vbuf, &ldv, &vdt);
+    kt->dec_pv(s->o, Dv, R, moved ? s->f : NULL, s->s, lds, V, ldv, bc, Dv, vdt, pfv, ldpv, bcn);
+    j = jn;
+    bc = bcn;
+    at = atn;
   }
 
-  /* o = acc / l, lse = m + log l (o = 0, lse = -inf where nothing was seen) */
+/* o = acc / l, lse = m + log l (o = 0, lse = -inf where nothing was seen) */
   for (int r = 0; r < R; ++r) {
     float *orow = s->o + (ptrdiff_t)r * Dv;
     const float l = s->l[r];
@@ -226,7 +248,7 @@ static void dec_merge(const dec_ctx *c, double *lv, double *w, float *row) {
 int fa__cpu_decode_fits(const fa__problem *p) {
   if (p->kvcache) return 1;
   if (p->mask.data || p->bias.data || p->dropout_p > 0) return 0;
-  return p->Lq <= 16 && p->Lq * p->group <= 64 && p->Lk >= 4 * DEC_BK && p->Lk >= 8 * p->Lq;
+  return p->Lq <= 16 && p->Lq * p->group <= 64 && p->Lk >= 256 && p->Lk >= 8 * p->Lq;
 }
 
 fa_status fa__cpu_decode(const fa__problem *p, const fa__cpu_kernels *kt, fa__err *err) {
@@ -235,7 +257,6 @@ fa_status fa__cpu_decode(const fa__problem *p, const fa__cpu_kernels *kt, fa__er
   c.p = p;
   c.kt = kt;
   c.R = (int)(p->group * p->Lq);
-  c.Rp = (c.R + DEC_LDS - 1) / DEC_LDS * DEC_LDS;
   /* The most keys a sequence attends to: the cache's capacity bounds it,
    * but only cache_seqlens[b] + L_new are ever read. Tiles and splits are
    * sized from it: a tile longer than the keys, or a split past the last
@@ -250,6 +271,7 @@ fa_status fa__cpu_decode(const fa__problem *p, const fa__cpu_kernels *kt, fa__er
   c.bk = p->block_k > 0 ? p->block_k : DEC_BK;
   if (c.bk > 65536) c.bk = 65536; /* as fa_cpu_plan_get cuts asked-for tiles */
   if (c.bk > keys) c.bk = (int)keys;
+  c.lds = (c.bk + FA_CPU_PANEL - 1) / FA_CPU_PANEL * FA_CPU_PANEL;
   c.D = (int)p->D;
   c.Dv = (int)p->Dv;
   c.elementwise = p->softcap > 0 || p->alibi_slopes != NULL;

@@ -78,15 +78,42 @@ typedef void (*fa__cpu_cvt_fn)(float *dst, const uint16_t *src, int n);
 typedef void (*fa__cpu_dropout_fn)(uint8_t *keep, ptrdiff_t ki, ptrdiff_t kj, int br, int bc, uint64_t seed,
                                    uint32_t offset, uint32_t threshold, int64_t bh, int64_t i0, int64_t j0);
 
-/* Decode (kernels_decode.h, one C source compiled per ISA): few query rows
- * against a stream of keys, each key row read once for all of them.
- *   dot_rows:  s[j*lds + r] = sum_{d < D} q[r*ldq + d] * k[j*ldk + d]       r < nr, j < bc
- *   axpy_rows: o[r*ldo + e] += sum_{j < bc} p[j*lds + r] * v[j*ldv + e]     r < nr, e < Dv
- * Rows of k, v are contiguous (D, Dv floats). Same arguments, same bits. */
-typedef void (*fa__cpu_dot_rows_fn)(float *s, ptrdiff_t lds, const float *q, ptrdiff_t ldq, int nr, const float *k,
-                                    ptrdiff_t ldk, int bc, int D);
-typedef void (*fa__cpu_axpy_rows_fn)(float *o, ptrdiff_t ldo, int nr, const float *p, ptrdiff_t lds, const float *v,
-                                     ptrdiff_t ldv, int bc, int Dv);
+/* Decode (cpu_decode.c; the portable C in kernels_decode.h, the vector
+ * kernels in kernels_decode_simd.h, compiled per ISA). One tile of a decode
+ * step: nr >= 1 query rows (the heads of one kv head times the new tokens;
+ * any count, the kernels block them) against bc >= 1 keys that K and V hold
+ * as rows: key j's elements are at k + j*ldk BYTES, contiguous along d, of
+ * dtype kdt (FA_F32, FA_F16 or FA_BF16 where bit 1 << kdt of dec_dtypes is
+ * set; the caller converts anything else to f32 first). K and V are read
+ * straight from the cache: converting a bf16/f16 element costs a shift or a
+ * vcvtph2ps in the kernel, and every element of the tile is loaded from
+ * memory once (the kernels loop over the rows inside, in registers).
+ *
+ *   dec_scores:  s[r*lds + j] = sum_{d < D} q[r*ldq + d] * K(j, d)           r < nr, j < bc
+ *   dec_softmax: one online-softmax step along each row, fa__osm_update of
+ *                src/rules/online_softmax.h: for r < nr,
+ *                  mn = max(m[r], max_j s[r][j]);  mu = (mn == -inf) ? 0 : mn
+ *                  f[r] = exp(m[r] - mu);  s[r][j] = exp(s[r][j] - mu)
+ *                  l[r] = l[r] * f[r] + sum_j s[r][j];  m[r] = mn
+ *                returns nonzero if some f[r] != 1 (-inf scores give 0; rows
+ *                that saw nothing keep m = -inf, l = 0).
+ *   dec_pv:      o[r*ldo + e] = f[r] * o[r*ldo + e] + sum_{j < bc} p[r*ldp + j] * V(j, e)
+ *                r < nr, e < Dv; f == NULL means f[r] = 1.
+ *
+ * Prefetch hint: pf (may be NULL) is the next tile, npf rows pf + j*ldpf
+ * bytes of the same row length; the kernel may prefetch them as it goes
+ * (the paged cache's rows are scattered, so the hardware's stream
+ * prefetcher cannot guess them). Nothing outside the ranges above is read
+ * or written (s rows only up to bc); no alignment is required. Rounding:
+ * the same arguments give the same bits (fixed summation order, no
+ * dependence on threads); different ISAs round differently. */
+typedef void (*fa__cpu_dec_scores_fn)(float *s, ptrdiff_t lds, const float *q, ptrdiff_t ldq, int nr, const void *k,
+                                      ptrdiff_t ldk, int bc, int D, fa_dtype kdt, const void *pf, ptrdiff_t ldpf,
+                                      int npf);
+typedef int (*fa__cpu_dec_softmax_fn)(float *s, ptrdiff_t lds, int nr, int bc, float *m, float *l, float *f);
+typedef void (*fa__cpu_dec_pv_fn)(float *o, ptrdiff_t ldo, int nr, const float *f, const float *p, ptrdiff_t ldp,
+                                  const void *v, ptrdiff_t ldv, int bc, int Dv, fa_dtype vdt, const void *pf,
+                                  ptrdiff_t ldpf, int npf);
 
 typedef struct fa__cpu_kernels {
   fa_cpu_isa isa;
@@ -103,8 +130,10 @@ typedef struct fa__cpu_kernels {
   fa__cpu_cvt_fn f16_to_f32;
   fa__cpu_cvt_fn bf16_to_f32;
   fa__cpu_dropout_fn dropout;
-  fa__cpu_dot_rows_fn dot_rows;
-  fa__cpu_axpy_rows_fn axpy_rows;
+  fa__cpu_dec_scores_fn dec_scores;
+  fa__cpu_dec_softmax_fn dec_softmax;
+  fa__cpu_dec_pv_fn dec_pv;
+  unsigned dec_dtypes; /* bit 1 << dtype: dec_scores and dec_pv read it directly */
 } fa__cpu_kernels;
 
 /* Fill a table: the portable kernels first, then each ISA overrides what it

@@ -7,7 +7,6 @@
 #include <math.h>
 
 #include "kernels.h"
-#include "kernels_decode.h"
 #include "rules/dropout.h"
 #include "vexp_avx2.h"
 
@@ -306,6 +305,65 @@ static void dropout_avx2(uint8_t *keep, ptrdiff_t ki, ptrdiff_t kj, int br, int 
   }
 }
 
+/* Decode: the primitives kernels_decode_simd.h is written over (8 lanes;
+ * a P.V tile of up to 4 rows x 2 vectors: 8 accumulators, 2 V vectors and
+ * a broadcast within the 16 ymm registers). f16 rows need F16C, which the
+ * table's dec_dtypes offers only when the CPU has it. */
+#define DS_W 8
+#define DS_V __m256
+#define DS_PV_MR 4
+#define DS_PV_NV 2
+#define dsv_zero _mm256_setzero_ps
+#define dsv_set1 _mm256_set1_ps
+#define dsv_fma _mm256_fmadd_ps
+#define dsv_add _mm256_add_ps
+#define dsv_mul _mm256_mul_ps
+#define dsv_max _mm256_max_ps
+#define dsv_loadu _mm256_loadu_ps
+#define dsv_storeu _mm256_storeu_ps
+#define dsv_exp fa__cpu_exp256
+FA_INLINE __m256 dsv_ld_bf16(const char *p) {
+  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+FA_INLINE __m256 dsv_ld_f16(const char *p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+FA_INLINE __m256i dsv_tail_mask(int n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+FA_INLINE __m256 dsv_load_tail(const float *p, int n, float fill) {
+  const __m256i k = dsv_tail_mask(n);
+  return _mm256_blendv_ps(_mm256_set1_ps(fill), _mm256_maskload_ps(p, k), _mm256_castsi256_ps(k));
+}
+FA_INLINE void dsv_store_tail(float *p, __m256 v, int n) {
+  _mm256_maskstore_ps(p, dsv_tail_mask(n), v);
+}
+FA_INLINE float dsv_hsum(__m256 v) {
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
+}
+FA_INLINE float dsv_hmax(__m256 v) {
+  __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+  return _mm_cvtss_f32(_mm_max_ss(x, _mm_movehdup_ps(x)));
+}
+/* 8 vectors to one, lane i = sum of a[i]: halves, pairs, then one in-lane
+ * permute (the tree leaves 0 2 1 3 | 4 6 5 7). */
+FA_INLINE __m256 dsv_reduce(const __m256 *a) {
+  __m256 t[4], u[2];
+  for (int i = 0; i < 4; ++i)
+    t[i] = _mm256_add_ps(_mm256_permute2f128_ps(a[i], a[i + 4], 0x20), _mm256_permute2f128_ps(a[i], a[i + 4], 0x31));
+  for (int i = 0; i < 2; ++i)
+    u[i] = _mm256_add_ps(_mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m256 w = _mm256_add_ps(_mm256_shuffle_ps(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm256_shuffle_ps(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm256_permute_ps(w, _MM_SHUFFLE(3, 1, 2, 0));
+}
+#include "kernels_decode_simd.h"
+
 void fa__cpu_kernels_avx2(fa__cpu_kernels *kt) {
   kt->isa = FA_ISA_AVX2;
   kt->vl = K2_VL;
@@ -320,8 +378,13 @@ void fa__cpu_kernels_avx2(fa__cpu_kernels *kt) {
   kt->softcap = softcap_avx2;
   kt->bf16_to_f32 = bf16_avx2;
   kt->dropout = dropout_avx2;
-  kt->dot_rows = fa__dec_dot_rows;
-  kt->axpy_rows = fa__dec_axpy_rows;
+  kt->dec_scores = ds_dec_scores;
+  kt->dec_softmax = ds_dec_softmax;
+  kt->dec_pv = ds_dec_pv;
+  kt->dec_dtypes = 1u << FA_F32 | 1u << FA_BF16;
   unsigned a, b, c, d; /* F16C: CPUID.1:ECX bit 29 (every AVX2 CPU we know has it, but ask) */
-  if (__get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1u)) kt->f16_to_f32 = f16_f16c;
+  if (__get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1u)) {
+    kt->f16_to_f32 = f16_f16c;
+    kt->dec_dtypes |= 1u << FA_F16;
+  }
 }

@@ -6,7 +6,6 @@
 #include <math.h>
 
 #include "kernels.h"
-#include "kernels_decode.h"
 #include "rules/dropout.h"
 #include "vexp_avx512.h"
 
@@ -304,6 +303,57 @@ static void dropout_avx512(uint8_t *keep, ptrdiff_t ki, ptrdiff_t kj, int br, in
   }
 }
 
+/* Decode: the primitives kernels_decode_simd.h is written over (16 lanes;
+ * a P.V tile of up to 6 rows x 4 vectors = 24 accumulators). */
+#define DS_W 16
+#define DS_V __m512
+#define DS_PV_MR 6
+#define DS_PV_NV 4
+#define dsv_zero _mm512_setzero_ps
+#define dsv_set1 _mm512_set1_ps
+#define dsv_fma _mm512_fmadd_ps
+#define dsv_add _mm512_add_ps
+#define dsv_mul _mm512_mul_ps
+#define dsv_max _mm512_max_ps
+#define dsv_loadu _mm512_loadu_ps
+#define dsv_storeu _mm512_storeu_ps
+#define dsv_exp fa__cpu_exp512
+#define dsv_hsum _mm512_reduce_add_ps
+#define dsv_hmax _mm512_reduce_max_ps
+FA_INLINE __m512 dsv_ld_bf16(const char *p) {
+  const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+FA_INLINE __m512 dsv_ld_f16(const char *p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+FA_INLINE __m512 dsv_load_tail(const float *p, int n, float fill) {
+  return _mm512_mask_loadu_ps(_mm512_set1_ps(fill), (__mmask16)((1u << n) - 1u), p);
+}
+FA_INLINE void dsv_store_tail(float *p, __m512 v, int n) {
+  _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1u), v);
+}
+/* 16 vectors to one, lane i = sum of a[i]: halves, quarters, pairs, then
+ * one permute puts the lanes in order (the tree leaves them as
+ * 0 2 1 3 8 10 9 11 4 6 5 7 12 14 13 15, a permutation that is its own
+ * inverse). 45 shuffles and adds for 16 sums. */
+FA_INLINE __m512 dsv_reduce(const __m512 *a) {
+  __m512 t[8], u[4], v[2];
+  for (int i = 0; i < 8; ++i)
+    t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[i], a[i + 8], 0x44), _mm512_shuffle_f32x4(a[i], a[i + 8], 0xEE));
+  for (int i = 0; i < 4; ++i)
+    u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(t[i], t[i + 4], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(t[i], t[i + 4], _MM_SHUFFLE(3, 1, 3, 1)));
+  for (int i = 0; i < 2; ++i)
+    v[i] = _mm512_add_ps(_mm512_shuffle_ps(u[i], u[i + 2], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(u[i], u[i + 2], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 w = _mm512_add_ps(_mm512_shuffle_ps(v[0], v[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_ps(v[0], v[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512i perm = _mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15);
+  return _mm512_permutexvar_ps(perm, w);
+}
+#include "kernels_decode_simd.h"
+
 void fa__cpu_kernels_avx512(fa__cpu_kernels *kt) {
   kt->isa = FA_ISA_AVX512;
   kt->vl = K5_VL;
@@ -319,6 +369,8 @@ void fa__cpu_kernels_avx512(fa__cpu_kernels *kt) {
   kt->f16_to_f32 = f16_avx512;
   kt->bf16_to_f32 = bf16_avx512;
   kt->dropout = dropout_avx512;
-  kt->dot_rows = fa__dec_dot_rows;
-  kt->axpy_rows = fa__dec_axpy_rows;
+  kt->dec_scores = ds_dec_scores;
+  kt->dec_softmax = ds_dec_softmax;
+  kt->dec_pv = ds_dec_pv;
+  kt->dec_dtypes = 1u << FA_F32 | 1u << FA_F16 | 1u << FA_BF16;
 }

@@ -1,78 +1,80 @@
-/* The decode kernels (few query rows against many keys), written once in
- * plain C and included by each kernels_*.c, whose ISA flags (-mavx2 -mfma,
- * -mavx512f) let the compiler vectorize the fixed-width inner loops: the
- * 16-float partial sums and the row updates are shaped for that. Each ISA's
- * table gets its own compiled copy. */
+/* The decode kernels in portable C (the contract is in kernels.h: one tile
+ * of nr query rows against bc keys read straight from the cache). This is
+ * the generic table's version and the reference the vector kernels of
+ * kernels_decode_simd.h are tested against (through the shared suite): the
+ * same three steps, one element at a time. */
 #ifndef FA_CPU_KERNELS_DECODE_H
 #define FA_CPU_KERNELS_DECODE_H
 
+#include <math.h>
 #include <stddef.h>
 
-#define FA_DEC_W 16
+#include "flashattn.h"
+#include "rules/half.h"
 
-/* The 16 partial sums of a dot product added as a fixed tree (vector adds
- * of halves): the same order on every ISA, and no serial chain. */
-static inline float fa__dec_hsum(float *a) {
-  for (int t = 0; t < 8; ++t) a[t] += a[t + 8];
-  for (int t = 0; t < 4; ++t) a[t] += a[t + 4];
-  for (int t = 0; t < 2; ++t) a[t] += a[t + 2];
-  return a[0] + a[1];
+/* Element d of a row of dtype dt as f32 (exact for all three). */
+static inline float fa__dec_elem(const void *row, fa_dtype dt, int d) {
+  if (dt == FA_F32) return ((const float *)row)[d];
+  const uint16_t h = ((const uint16_t *)row)[d];
+  return dt == FA_BF16 ? fa__bf16_to_f32(h) : fa__f16_to_f32(h);
 }
 
-/* q_r . k_j for one row and nk <= 4 keys at once: independent accumulator
- * chains, each key row read from L1 once per query row. */
-static inline void fa__dec_dot4(float *out, ptrdiff_t lds, const float *q, const float *k, ptrdiff_t ldk, int nk,
-                                int D) {
-  const int D16 = D - D % FA_DEC_W;
-  float a[4][FA_DEC_W] = {{0}};
-  const float *k0 = k, *k1 = nk > 1 ? k + ldk : k, *k2 = nk > 2 ? k + 2 * ldk : k, *k3 = nk > 3 ? k + 3 * ldk : k;
-  for (int d = 0; d < D16; d += FA_DEC_W)
-    for (int t = 0; t < FA_DEC_W; ++t) {
-      const float x = q[d + t];
-      a[0][t] += x * k0[d + t];
-      a[1][t] += x * k1[d + t];
-      a[2][t] += x * k2[d + t];
-      a[3][t] += x * k3[d + t];
-    }
-  const float *ks[4] = {k0, k1, k2, k3};
-  for (int jj = 0; jj < nk; ++jj) {
-    float v = fa__dec_hsum(a[jj]);
-    for (int d = D16; d < D; ++d) v += q[d] * ks[jj][d];
-    out[jj * lds] = v;
-  }
-}
-
-/* s[j*lds + r] = sum_d q[r*ldq + d] * k[j*ldk + d] for r < nr, j < bc:
- * each key tile is read from memory once for all nr query rows (GQA heads,
- * new tokens). */
-static void fa__dec_dot_rows(float *s, ptrdiff_t lds, const float *q, ptrdiff_t ldq, int nr, const float *k,
-                             ptrdiff_t ldk, int bc, int D) {
-  for (int j = 0; j < bc; j += 4) {
-    const int nk = bc - j < 4 ? bc - j : 4;
-    for (int r = 0; r < nr; ++r) fa__dec_dot4(s + j * lds + r, lds, q + r * ldq, k + j * ldk, ldk, nk, D);
-  }
-}
-
-/* o[r*ldo + e] += sum_j p[j*lds + r] * v[j*ldv + e] for r < nr, e < Dv,
- * j < bc, the keys taken four at a time (each o row is read and written
- * once per four keys). */
-static void fa__dec_axpy_rows(float *o, ptrdiff_t ldo, int nr, const float *p, ptrdiff_t lds, const float *v,
-                              ptrdiff_t ldv, int bc, int Dv) {
-  int j = 0;
-  for (; j + 4 <= bc; j += 4) {
-    const float *v0 = v + j * ldv, *v1 = v0 + ldv, *v2 = v1 + ldv, *v3 = v2 + ldv;
+/* Each dot product in 8 interleaved partial sums added as a fixed tree, so
+ * a compiler may vectorize it without changing the result. */
+static void fa__dec_scores_c(float *s, ptrdiff_t lds, const float *q, ptrdiff_t ldq, int nr, const void *k,
+                             ptrdiff_t ldk, int bc, int D, fa_dtype kdt, const void *pf, ptrdiff_t ldpf, int npf) {
+  (void)pf, (void)ldpf, (void)npf;
+  for (int j = 0; j < bc; ++j) {
+    const char *kj = (const char *)k + (ptrdiff_t)j * ldk;
     for (int r = 0; r < nr; ++r) {
-      const float p0 = p[j * lds + r], p1 = p[(j + 1) * lds + r], p2 = p[(j + 2) * lds + r], p3 = p[(j + 3) * lds + r];
-      float *orow = o + r * ldo;
-      for (int e = 0; e < Dv; ++e) orow[e] += p0 * v0[e] + p1 * v1[e] + p2 * v2[e] + p3 * v3[e];
+      const float *qr = q + (ptrdiff_t)r * ldq;
+      float a[8] = {0};
+      int d = 0;
+      for (; d + 8 <= D; d += 8)
+        for (int t = 0; t < 8; ++t) a[t] += qr[d + t] * fa__dec_elem(kj, kdt, d + t);
+      for (; d < D; ++d) a[d % 8] += qr[d] * fa__dec_elem(kj, kdt, d);
+      s[(ptrdiff_t)r * lds + j] = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
     }
   }
-  for (; j < bc; ++j) {
-    const float *v0 = v + j * ldv;
-    for (int r = 0; r < nr; ++r) {
-      const float p0 = p[j * lds + r];
-      float *orow = o + r * ldo;
-      for (int e = 0; e < Dv; ++e) orow[e] += p0 * v0[e];
+}
+
+static int fa__dec_softmax_c(float *s, ptrdiff_t lds, int nr, int bc, float *m, float *l, float *f) {
+  int moved = 0;
+  for (int r = 0; r < nr; ++r) {
+    float *row = s + (ptrdiff_t)r * lds;
+    float mx = -INFINITY;
+    for (int j = 0; j < bc; ++j) mx = row[j] > mx ? row[j] : mx;
+    const float mn = mx > m[r] ? mx : m[r];
+    const float mu = mn == -INFINITY ? 0.0f : mn;
+    const float fr = expf(m[r] - mu);
+    float sum = 0.0f;
+    for (int j = 0; j < bc; ++j) {
+      row[j] = expf(row[j] - mu);
+      sum += row[j];
+    }
+    l[r] = l[r] * fr + sum;
+    m[r] = mn;
+    f[r] = fr;
+    moved |= fr != 1.0f;
+  }
+  return moved;
+}
+
+static void fa__dec_pv_c(float *o, ptrdiff_t ldo, int nr, const float *f, const float *p, ptrdiff_t ldp, const void *v,
+                         ptrdiff_t ldv, int bc, int Dv, fa_dtype vdt, const void *pf, ptrdiff_t ldpf, int npf) {
+  (void)pf, (void)ldpf, (void)npf;
+  for (int r = 0; r < nr; ++r) {
+    float *orow = o + (ptrdiff_t)r * ldo;
+    if (f)
+      for (int e = 0; e < Dv; ++e) orow[e] *= f[r];
+    for (int j = 0; j < bc; ++j) {
+      const float pj = p[(ptrdiff_t)r * ldp + j];
+      const char *vj = (const char *)v + (ptrdiff_t)j * ldv;
+      if (vdt == FA_F32) {
+        for (int e = 0; e < Dv; ++e) orow[e] += pj * ((const float *)vj)[e];
+      } else {
+        for (int e = 0; e < Dv; ++e) orow[e] += pj * fa__dec_elem(vj, vdt, e);
+      }
     }
   }
 }

@@ -119,6 +119,8 @@ void fa__cpu_kernels_generic(fa__cpu_kernels *kt) {
   kt->f16_to_f32 = f16_generic;
   kt->bf16_to_f32 = bf16_generic;
   kt->dropout = dropout_generic;
-  kt->dot_rows = fa__dec_dot_rows;
-  kt->axpy_rows = fa__dec_axpy_rows;
+  kt->dec_scores = fa__dec_scores_c;
+  kt->dec_softmax = fa__dec_softmax_c;
+  kt->dec_pv = fa__dec_pv_c;
+  kt->dec_dtypes = 1u << FA_F32 | 1u << FA_F16 | 1u << FA_BF16;
 }

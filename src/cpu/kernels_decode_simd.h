@@ -1,0 +1,273 @@
+/* The decode kernels of kernels.h (dec_scores, dec_softmax, dec_pv) for a
+ * vector ISA, written once over a handful of primitives that the including
+ * file (kernels_avx512.c, kernels_avx2.c) defines first:
+ *
+ *   DS_W lanes of type DS_V;  DS_PV_MR x DS_PV_NV: the largest P.V tile
+ *   dsv_zero, dsv_set1, dsv_fma(a, b, c) = a*b + c, dsv_add, dsv_max
+ *   dsv_loadu/dsv_storeu (f32), dsv_ld_bf16/dsv_ld_f16 (DS_W elements to f32)
+ *   dsv_load_tail(p, n, fill) / dsv_store_tail(p, v, n): the first n < DS_W lanes
+ *   dsv_reduce(acc): DS_W vectors to one, lane i = the sum of acc[i]'s lanes
+ *   dsv_hsum, dsv_hmax: one vector to a float;  dsv_exp: exp per lane
+ *
+ * Scores. A dot product q_r . k_j runs along d in DS_W lanes and leaves a
+ * vector of partial sums; adding its lanes one vector at a time would cost
+ * as much as the products. So a micro-tile is MR query rows x NK keys with
+ * MR * NK = DS_W: DS_W accumulators, reduced together by one transpose-add
+ * tree (dsv_reduce: about 3 instructions per dot product instead of 8). MR
+ * follows nr (1 row: 16 keys per micro-tile; 4 rows: 4 x 4; 16 rows: 16 x
+ * 1), so each K element is loaded (and converted) once per block of MR rows,
+ * and for nr <= DS_W that is once. Short edges: a missing row or key
+ * re-reads the last real one and its result is dropped; d beyond the last
+ * whole vector is added per element after the tree.
+ *
+ * P.V. o rows are the accumulators: an MR x NV-vector tile of O stays in
+ * registers across the bc keys (scaled by f[r] as it is loaded), each V
+ * row's NV vectors are loaded once and used by MR broadcast FMAs. Columns
+ * past the last whole NV group go one vector at a time, then per element.
+ *
+ * Every loop bound that shapes the arithmetic is a compile-time constant in
+ * the instantiations (MR, NK, NV, dtype), so the accumulators live in
+ * registers (GCC keeps a runtime-indexed array in memory). */
+#ifndef FA_CPU_KERNELS_DECODE_SIMD_H
+#define FA_CPU_KERNELS_DECODE_SIMD_H
+
+#include <math.h>
+#include <stddef.h>
+
+#include "kernels.h"
+#include "kernels_decode.h"
+
+#define DS_INLINE static inline __attribute__((always_inline))
+
+DS_INLINE DS_V ds_ld(const char *p, const int dt) {
+  return dt == FA_F32 ? dsv_loadu((const float *)p) : dt == FA_BF16 ? dsv_ld_bf16(p) : dsv_ld_f16(p);
+}
+
+DS_INLINE void ds_prefetch_row(const char *p, int bytes) {
+  for (int b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 3);
+}
+
+/* Rows [r0, r0 + MR) x all bc keys (rows past nr duplicate row nr - 1). */
+DS_INLINE void ds_scores_block(const int MR, const int DT, float *s, ptrdiff_t lds, const float *q, ptrdiff_t ldq,
+                               int nr, const char *k, ptrdiff_t ldk, int bc, int D, const char *pf, ptrdiff_t ldpf,
+                               int npf) {
+  enum { NK_MAX = DS_W };
+  const int NK = DS_W / MR;
+  const int es = DT == FA_F32 ? 4 : 2, Dw = D - D % DS_W, rowb = D * es;
+  const float *qr[DS_W];
+#pragma GCC unroll 16
+  for (int rr = 0; rr < MR; ++rr) qr[rr] = q + (ptrdiff_t)(rr < nr ? rr : nr - 1) * ldq;
+  for (int j0 = 0; j0 < bc; j0 += NK) {
+    const char *kj[NK_MAX];
+#pragma GCC unroll 16
+    for (int jj = 0; jj < NK; ++jj) {
+      const int j = j0 + jj < bc ? j0 + jj : bc - 1;
+      kj[jj] = k + (ptrdiff_t)j * ldk;
+      if (pf && j0 + jj < npf) ds_prefetch_row(pf + (ptrdiff_t)(j0 + jj) * ldpf, rowb);
+    }
+    DS_V acc[DS_W];
+#pragma GCC unroll 16
+    for (int t = 0; t < DS_W; ++t) acc[t] = dsv_zero();
+    for (int d = 0; d < Dw; d += DS_W) {
+#pragma GCC unroll 16
+      for (int jj = 0; jj < NK; ++jj) {
+        const DS_V kv = ds_ld(kj[jj] + (ptrdiff_t)d * es, DT);
+#pragma GCC unroll 16
+        for (int rr = 0; rr < MR; ++rr) acc[rr * NK + jj] = dsv_fma(dsv_loadu(qr[rr] + d), kv, acc[rr * NK + jj]);
+      }
+    }
+    float t[DS_W];
+    dsv_storeu(t, dsv_reduce(acc));
+    if (Dw < D)
+      for (int rr = 0; rr < MR; ++rr)
+        for (int jj = 0; jj < NK; ++jj)
+          for (int d = Dw; d < D; ++d) t[rr * NK + jj] += qr[rr][d] * fa__dec_elem(kj[jj], (fa_dtype)DT, d);
+    const int nk = bc - j0 < NK ? bc - j0 : NK, mr = nr < MR ? nr : MR;
+    if (NK == DS_W && nk == DS_W) {
+      dsv_storeu(s + j0, dsv_loadu(t));
+    } else {
+      for (int rr = 0; rr < mr; ++rr)
+        for (int jj = 0; jj < nk; ++jj) s[(ptrdiff_t)rr * lds + j0 + jj] = t[rr * NK + jj];
+    }
+  }
+}
+
+DS_INLINE void ds_scores(const int DT, float *s, ptrdiff_t lds, const float *q, ptrdiff_t ldq, int nr, const char *k,
+                         ptrdiff_t ldk, int bc, int D, const char *pf, ptrdiff_t ldpf, int npf) {
+  for (int r0 = 0; r0 < nr; r0 += DS_W) {
+    const int n = nr - r0 < DS_W ? nr - r0 : DS_W;
+    float *sr = s + (ptrdiff_t)r0 * lds;
+    const float *qr = q + (ptrdiff_t)r0 * ldq;
+    const char *p = r0 == 0 ? pf : NULL; /* prefetch with the first block only */
+    if (n == 1)
+      ds_scores_block(1, DT, sr, lds, qr, ldq, n, k, ldk, bc, D, p, ldpf, npf);
+    else if (n == 2)
+      ds_scores_block(2, DT, sr, lds, qr, ldq, n, k, ldk, bc, D, p, ldpf, npf);
+    else if (n <= 4)
+      ds_scores_block(4, DT, sr, lds, qr, ldq, n, k, ldk, bc, D, p, ldpf, npf);
+    else if (n <= 8)
+      ds_scores_block(8, DT, sr, lds, qr, ldq, n, k, ldk, bc, D, p, ldpf, npf);
+#if DS_W > 8
+    else
+      ds_scores_block(16, DT, sr, lds, qr, ldq, n, k, ldk, bc, D, p, ldpf, npf);
+#endif
+  }
+}
+
+static void ds_dec_scores(float *s, ptrdiff_t lds, const float *q, ptrdiff_t ldq, int nr, const void *k, ptrdiff_t ldk,
+                          int bc, int D, fa_dtype kdt, const void *pf, ptrdiff_t ldpf, int npf) {
+  const char *kc = (const char *)k, *pc = (const char *)pf;
+  if (kdt == FA_F32)
+    ds_scores(FA_F32, s, lds, q, ldq, nr, kc, ldk, bc, D, pc, ldpf, npf);
+  else if (kdt == FA_BF16)
+    ds_scores(FA_BF16, s, lds, q, ldq, nr, kc, ldk, bc, D, pc, ldpf, npf);
+  else
+    ds_scores(FA_F16, s, lds, q, ldq, nr, kc, ldk, bc, D, pc, ldpf, npf);
+}
+
+static int ds_dec_softmax(float *s, ptrdiff_t lds, int nr, int bc, float *m, float *l, float *f) {
+  const DS_V ninf = dsv_set1(-INFINITY);
+  const int bw = bc - bc % DS_W, nt = bc - bw;
+  int moved = 0;
+  for (int r = 0; r < nr; ++r) {
+    float *row = s + (ptrdiff_t)r * lds;
+    DS_V mx0 = ninf, mx1 = ninf;
+    int j = 0;
+    for (; j + 2 * DS_W <= bw; j += 2 * DS_W) {
+      mx0 = dsv_max(mx0, dsv_loadu(row + j));
+      mx1 = dsv_max(mx1, dsv_loadu(row + j + DS_W));
+    }
+    if (j < bw) mx0 = dsv_max(mx0, dsv_loadu(row + j));
+    if (nt) mx1 = dsv_max(mx1, dsv_load_tail(row + bw, nt, -INFINITY));
+    const float mx = dsv_hmax(dsv_max(mx0, mx1));
+    const float mn = mx > m[r] ? mx : m[r];
+    const float mu = mn == -INFINITY ? 0.0f : mn;
+    const DS_V vmu = dsv_set1(mu);
+    float fr;
+    {
+      float t[DS_W];
+      dsv_storeu(t, dsv_exp(dsv_set1(m[r] - mu)));
+      fr = t[0];
+    }
+    DS_V sum0 = dsv_zero(), sum1 = dsv_zero();
+    for (j = 0; j + 2 * DS_W <= bw; j += 2 * DS_W) {
+      const DS_V p0 = dsv_exp(dsv_add(dsv_loadu(row + j), dsv_set1(-mu)));
+      const DS_V p1 = dsv_exp(dsv_add(dsv_loadu(row + j + DS_W), dsv_set1(-mu)));
+      dsv_storeu(row + j, p0);
+      dsv_storeu(row + j + DS_W, p1);
+      sum0 = dsv_add(sum0, p0);
+      sum1 = dsv_add(sum1, p1);
+    }
+    if (j < bw) {
+      const DS_V p0 = dsv_exp(dsv_add(dsv_loadu(row + j), dsv_set1(-mu)));
+      dsv_storeu(row + j, p0);
+      sum0 = dsv_add(sum0, p0);
+    }
+    if (nt) {
+      const DS_V p1 = dsv_exp(dsv_add(dsv_load_tail(row + bw, nt, -INFINITY), dsv_set1(-mu)));
+      dsv_store_tail(row + bw, p1, nt);
+      sum1 = dsv_add(sum1, p1);
+    }
+    (void)vmu;
+    l[r] = l[r] * fr + dsv_hsum(dsv_add(sum0, sum1));
+    m[r] = mn;
+    f[r] = fr;
+    moved |= fr != 1.0f;
+  }
+  return moved;
+}
+
+/* o[r][e0 + v*DS_W ..] for r < MR, v < NV over all bc keys. */
+DS_INLINE void ds_pv_tile(const int MR, const int NV, const int DT, float *o, ptrdiff_t ldo, const float *f,
+                          const float *p, ptrdiff_t ldp, const char *v, ptrdiff_t ldv, int bc, int e0, const char *pf,
+                          ptrdiff_t ldpf, int npf, int pfbytes) {
+  const int es = DT == FA_F32 ? 4 : 2;
+  DS_V acc[DS_PV_MR][DS_PV_NV];
+#pragma GCC unroll 8
+  for (int rr = 0; rr < MR; ++rr) {
+    const DS_V fr = dsv_set1(f ? f[rr] : 1.0f);
+#pragma GCC unroll 8
+    for (int vv = 0; vv < NV; ++vv) {
+      const DS_V x = dsv_loadu(o + (ptrdiff_t)rr * ldo + e0 + vv * DS_W);
+      acc[rr][vv] = f ? dsv_mul(x, fr) : x;
+    }
+  }
+  const char *vj = v + (ptrdiff_t)e0 * es;
+  for (int j = 0; j < bc; ++j, vj += ldv) {
+    if (pf && j < npf) ds_prefetch_row(pf + (ptrdiff_t)j * ldpf, pfbytes);
+    DS_V x[DS_PV_NV];
+#pragma GCC unroll 8
+    for (int vv = 0; vv < NV; ++vv) x[vv] = ds_ld(vj + (ptrdiff_t)vv * DS_W * es, DT);
+#pragma GCC unroll 8
+    for (int rr = 0; rr < MR; ++rr) {
+      const DS_V pb = dsv_set1(p[(ptrdiff_t)rr * ldp + j]);
+#pragma GCC unroll 8
+      for (int vv = 0; vv < NV; ++vv) acc[rr][vv] = dsv_fma(pb, x[vv], acc[rr][vv]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int rr = 0; rr < MR; ++rr)
+#pragma GCC unroll 8
+    for (int vv = 0; vv < NV; ++vv) dsv_storeu(o + (ptrdiff_t)rr * ldo + e0 + vv * DS_W, acc[rr][vv]);
+}
+
+/* Rows [0, MR) of o, every column. The first column group prefetches the
+ * next tile's whole rows. */
+DS_INLINE void ds_pv_rows(const int MR, const int DT, float *o, ptrdiff_t ldo, const float *f, const float *p,
+                          ptrdiff_t ldp, const char *v, ptrdiff_t ldv, int bc, int Dv, const char *pf, ptrdiff_t ldpf,
+                          int npf) {
+  const int es = DT == FA_F32 ? 4 : 2, G = DS_PV_NV * DS_W;
+  int e = 0;
+  for (; e + G <= Dv; e += G) {
+    ds_pv_tile(MR, DS_PV_NV, DT, o, ldo, f, p, ldp, v, ldv, bc, e, pf, ldpf, npf, Dv * es);
+    pf = NULL;
+  }
+  for (; e + DS_W <= Dv; e += DS_W) {
+    ds_pv_tile(MR, 1, DT, o, ldo, f, p, ldp, v, ldv, bc, e, pf, ldpf, npf, Dv * es);
+    pf = NULL;
+  }
+  for (; e < Dv; ++e)
+    for (int rr = 0; rr < MR; ++rr) {
+      float acc = o[(ptrdiff_t)rr * ldo + e] * (f ? f[rr] : 1.0f);
+      for (int j = 0; j < bc; ++j)
+        acc += p[(ptrdiff_t)rr * ldp + j] * fa__dec_elem(v + (ptrdiff_t)j * ldv, (fa_dtype)DT, e);
+      o[(ptrdiff_t)rr * ldo + e] = acc;
+    }
+}
+
+DS_INLINE void ds_pv(const int DT, float *o, ptrdiff_t ldo, int nr, const float *f, const float *p, ptrdiff_t ldp,
+                     const char *v, ptrdiff_t ldv, int bc, int Dv, const char *pf, ptrdiff_t ldpf, int npf) {
+  const int nb = (nr + DS_PV_MR - 1) / DS_PV_MR, mr = (nr + nb - 1) / nb; /* balanced row blocks */
+  for (int r0 = 0; r0 < nr; r0 += mr) {
+    const int n = nr - r0 < mr ? nr - r0 : mr;
+    float *orow = o + (ptrdiff_t)r0 * ldo;
+    const float *fr = f ? f + r0 : NULL, *pr = p + (ptrdiff_t)r0 * ldp;
+    const char *pp = r0 == 0 ? pf : NULL;
+    switch (n) {
+      case 1: ds_pv_rows(1, DT, orow, ldo, fr, pr, ldp, v, ldv, bc, Dv, pp, ldpf, npf); break;
+      case 2: ds_pv_rows(2, DT, orow, ldo, fr, pr, ldp, v, ldv, bc, Dv, pp, ldpf, npf); break;
+      case 3: ds_pv_rows(3, DT, orow, ldo, fr, pr, ldp, v, ldv, bc, Dv, pp, ldpf, npf); break;
+#if DS_PV_MR > 3
+      case 4: ds_pv_rows(4, DT, orow, ldo, fr, pr, ldp, v, ldv, bc, Dv, pp, ldpf, npf); break;
+#endif
+#if DS_PV_MR > 4
+      case 5: ds_pv_rows(5, DT, orow, ldo, fr, pr, ldp, v, ldv, bc, Dv, pp, ldpf, npf); break;
+      case 6: ds_pv_rows(6, DT, orow, ldo, fr, pr, ldp, v, ldv, bc, Dv, pp, ldpf, npf); break;
+#endif
+      default: break;
+    }
+  }
+}
+
+static void ds_dec_pv(float *o, ptrdiff_t ldo, int nr, const float *f, const float *p, ptrdiff_t ldp, const void *v,
+                      ptrdiff_t ldv, int bc, int Dv, fa_dtype vdt, const void *pf, ptrdiff_t ldpf, int npf) {
+  const char *vc = (const char *)v, *pc = (const char *)pf;
+  if (vdt == FA_F32)
+    ds_pv(FA_F32, o, ldo, nr, f, p, ldp, vc, ldv, bc, Dv, pc, ldpf, npf);
+  else if (vdt == FA_BF16)
+    ds_pv(FA_BF16, o, ldo, nr, f, p, ldp, vc, ldv, bc, Dv, pc, ldpf, npf);
+  else
+    ds_pv(FA_F16, o, ldo, nr, f, p, ldp, vc, ldv, bc, Dv, pc, ldpf, npf);
+}
+
+#endif
