@@ -80,6 +80,27 @@ class Options(C.Structure):
     ]
 
 
+class KvCache(C.Structure):
+    """fa_kvcache of flashattn.h (the numpy layer fills one; the torch layer packs its bytes, _KVCACHE)."""
+
+    _fields_ = [
+        ("k_cache", Tensor),
+        ("v_cache", Tensor),
+        ("cache_seqlens", C.c_void_p),
+        ("block_table", C.c_void_p),
+        ("max_blocks", C.c_int64),
+        ("block_table_stride", C.c_int64),
+        ("k_new", Tensor),
+        ("v_new", Tensor),
+        ("rotary_cos", C.c_void_p),
+        ("rotary_sin", C.c_void_p),
+        ("rotary_len", C.c_int64),
+        ("rotary_dim", C.c_int64),
+        ("rotary_interleaved", C.c_int),
+        ("num_splits", C.c_int),
+    ]
+
+
 class CpuPlan(C.Structure):
     _fields_ = [
         ("isa", C.c_int),
@@ -187,6 +208,8 @@ def _load():
         # its structs into one buffer instead of building ctypes objects
         "fa_forward": (i32, [vp, i32] + [vp] * 6),
         "fa_backward": (i32, [vp, i32] + [vp] * 11),
+        "fa_forward_kvcache": (i32, [vp, i32] + [vp] * 5),
+        "fa_merge_states": (i32, [vp, i32, i32] + [vp] * 4),
         "fa_dropout_mask": (
             i32,
             [C.c_double, C.c_uint64, C.c_uint32, i64, i64, i64, i64, C.c_void_p, cp, C.c_size_t],
@@ -205,6 +228,11 @@ lib = _load()
 _TENSOR = struct.Struct("@Pi4x4q4qi4x")
 assert _TENSOR.size == C.sizeof(Tensor) and Tensor.memory.offset == 80, "fa_tensor layout"
 _SLOTS = 12
+# fa_kvcache as bytes: two tensors, the seqlens / block-table words, two tensors, the rotary words
+_KVCACHE = struct.Struct("@" + _TENSOR.format[1:] * 2 + "PPqq" + _TENSOR.format[1:] * 2 + "PPqqii")
+assert _KVCACHE.size == C.sizeof(KvCache) and KvCache.k_new.offset == 2 * _TENSOR.size + 32, "fa_kvcache layout"
+assert KvCache.num_splits.offset == _KVCACHE.size - 4, "fa_kvcache layout"
+_NO_TENSOR = (0,) * 11  # data NULL = none
 
 
 # ---- contexts: one per thread (the header's rule), created on first use ----
@@ -219,6 +247,7 @@ class _Context:
         self.stream = None
         self.buf = C.create_string_buffer(_TENSOR.size * _SLOTS)  # the fa_tensors of the call in flight
         self.base = C.addressof(self.buf)
+        self.kvbuf = None  # the fa_kvcache of the call in flight (see kvcache)
         self.options_cache = {}
 
     def tensor(self, slot, data, dtype, shape, strides, memory):
@@ -228,6 +257,25 @@ class _Context:
             shape, strides = (*shape, 1), (*strides, 0)
         _TENSOR.pack_into(self.buf, slot * _TENSOR.size, data, dtype, *shape, *strides, memory)
         return self.base + slot * _TENSOR.size
+
+    def kvcache(self, k_cache, v_cache, cache_seqlens, block_table, max_blocks, k_new, v_new, rotary, num_splits):
+        """Packs an fa_kvcache into this context's buffer and returns its address. The tensors are
+        (data, dtype, shape, strides, memory) with 4-entry shape and strides (k_new, v_new: or None);
+        cache_seqlens, block_table are addresses (block_table: or None, then max_blocks is ignored);
+        rotary is None or (cos address, sin address, rotary_len, rotary_dim, interleaved)."""
+        if self.kvbuf is None:
+            self.kvbuf = C.create_string_buffer(_KVCACHE.size)
+
+        def flat(t):
+            return _NO_TENSOR if t is None else (t[0], t[1], *t[2], *t[3], t[4])
+
+        cos, sin, rlen, rdim, inter = (0, 0, 0, 0, 0) if rotary is None else rotary
+        _KVCACHE.pack_into(
+            self.kvbuf, 0, *flat(k_cache), *flat(v_cache), cache_seqlens, block_table or 0,
+            max_blocks if block_table else 0, 0, *flat(k_new), *flat(v_new),
+            cos, sin, rlen, rdim, int(bool(inter)), num_splits,
+        )  # fmt: skip
+        return C.addressof(self.kvbuf)
 
     def cached_options(self, key, make):
         """fa_options for a key of option values, built once (a model calls
@@ -367,6 +415,31 @@ def forward(ctx, backend, q, k, v, opt, o, lse):
 def backward(ctx, backend, q, k, v, o, do, lse, opt, dq, dk, dv, dbias):
     """fa_backward; each struct argument is a ctypes struct or an address."""
     ctx.check(lib.fa_backward(ctx.ptr, backend, *map(_addr, (q, k, v, o, do, lse, opt, dq, dk, dv, dbias))))
+
+
+def forward_kvcache(ctx, backend, q, cache, opt, o, lse):
+    """fa_forward_kvcache; each struct argument is a ctypes struct or an address (lse: or None)."""
+    ctx.check(lib.fa_forward_kvcache(ctx.ptr, backend, *map(_addr, (q, cache, opt, o, lse))))
+
+
+def merge_parts(o_parts, lse_parts):
+    """merge_states' arguments as two lists of the same length >= 1 (FA_ERR_BAD_SIZE otherwise)."""
+    try:
+        o_parts, lse_parts = list(o_parts), list(lse_parts)
+    except TypeError:
+        raise invalid("o_parts and lse_parts must be sequences of arrays / tensors", "FA_ERR_BAD_SIZE") from None
+    if not o_parts or len(lse_parts) != len(o_parts):
+        raise invalid(
+            f"{len(o_parts)} o_parts and {len(lse_parts)} lse_parts: expected the same number >= 1", "FA_ERR_BAD_SIZE"
+        )
+    return o_parts, lse_parts
+
+
+def merge_states(ctx, backend, o_parts, lse_parts, o, lse):
+    """fa_merge_states over two sequences of n Tensor structs; o, lse: structs or addresses (lse: or None)."""
+    n = len(o_parts)
+    tos, tls = (Tensor * n)(*o_parts), (Tensor * n)(*lse_parts)
+    ctx.check(lib.fa_merge_states(ctx.ptr, backend, n, C.addressof(tos), C.addressof(tls), _addr(o), _addr(lse)))
 
 
 def last_backend():

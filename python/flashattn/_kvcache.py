@@ -1,40 +1,9 @@
 """numpy entry points of the decode calls: fa_forward_kvcache and fa_merge_states (thin over C)."""
 
-import ctypes as C
-
 import numpy as np
 
 from . import _capi
 from ._ndarray import _Call, _empty, _int32, _tensor
-
-P, vp = C.POINTER, C.c_void_p
-
-
-class KvCache(C.Structure):
-    """fa_kvcache of flashattn.h."""
-
-    _fields_ = [
-        ("k_cache", _capi.Tensor),
-        ("v_cache", _capi.Tensor),
-        ("cache_seqlens", vp),
-        ("block_table", vp),
-        ("max_blocks", C.c_int64),
-        ("block_table_stride", C.c_int64),
-        ("k_new", _capi.Tensor),
-        ("v_new", _capi.Tensor),
-        ("rotary_cos", vp),
-        ("rotary_sin", vp),
-        ("rotary_len", C.c_int64),
-        ("rotary_dim", C.c_int64),
-        ("rotary_interleaved", C.c_int),
-        ("num_splits", C.c_int),
-    ]
-
-
-_capi.lib.fa_forward_kvcache.restype = C.c_int
-_capi.lib.fa_forward_kvcache.argtypes = [vp, C.c_int, vp, vp, vp, vp, vp]
-_capi.lib.fa_merge_states.restype = C.c_int
-_capi.lib.fa_merge_states.argtypes = [vp, C.c_int, C.c_int, vp, vp, vp, vp]
 
 
 def attention_kvcache(
@@ -65,7 +34,7 @@ def attention_kvcache(
     c = _Call(q, k_cache, v_cache, layout, options)
     B, Hq, Lq, _ = c.q.shape
     Dv = c.v.shape[3]
-    kv = KvCache()
+    kv = _capi.KvCache()
     kv.k_cache, kv.v_cache = c.k, c.v
     seq = _int32(cache_seqlens, "cache_seqlens", B)
     keep = [seq]
@@ -98,10 +67,7 @@ def attention_kvcache(
     o = _empty((B, Hq, Lq, Dv), q.dtype, layout, False)
     lse = np.empty((B, Hq, Lq), np.float32)
     to, tl = _tensor(o, "o", layout), _tensor(lse, "lse", layout, ndim=3)
-    st = _capi.lib.fa_forward_kvcache(
-        c.ctx.ptr, c.backend, C.addressof(c.q), C.addressof(kv), C.addressof(c.opt), C.addressof(to), C.addressof(tl)
-    )
-    c.ctx.check(st)
+    _capi.forward_kvcache(c.ctx, c.backend, c.q, kv, c.opt, to, tl)
     return o, lse
 
 
@@ -109,20 +75,12 @@ def merge_states(o_parts, lse_parts, *, backend="auto"):
     """Merges partial results over disjoint key sets: returns (o, lse) with lse = logsumexp_i lse_i and
     o = sum_i exp(lse_i - lse) o_i (o = 0, lse = -inf where every lse_i = -inf). o_i [B, H, L, Dv],
     lse_i [B, H, L]."""
-    o_parts, lse_parts = list(o_parts), list(lse_parts)
-    n = len(o_parts)
-    if n == 0 or len(lse_parts) != n:
-        raise _capi.invalid(
-            f"{n} o_parts and {len(lse_parts)} lse_parts: expected the same number >= 1", "FA_ERR_BAD_SIZE"
-        )
-    tos = (_capi.Tensor * n)(*[_tensor(x, f"o_parts[{i}]", "bhsd") for i, x in enumerate(o_parts)])
-    tls = (_capi.Tensor * n)(*[_tensor(x, f"lse_parts[{i}]", "bhsd", ndim=3) for i, x in enumerate(lse_parts)])
-    o = np.empty(o_parts[0].shape, o_parts[0].dtype)
-    lse = np.empty(lse_parts[0].shape, np.float64 if lse_parts[0].dtype == np.float64 else np.float32)
-    to, tl = _tensor(o, "o", "bhsd"), _tensor(lse, "lse", "bhsd", ndim=3)
-    ctx = _capi.context()
+    o_parts, lse_parts = _capi.merge_parts(o_parts, lse_parts)
     be = _capi.code_of(backend, _capi.BACKENDS, "backend")
-    ctx.check(
-        _capi.lib.fa_merge_states(ctx.ptr, be, n, C.addressof(tos), C.addressof(tls), C.addressof(to), C.addressof(tl))
-    )
+    tos = [_tensor(x, f"o_parts[{i}]", "bhsd") for i, x in enumerate(o_parts)]
+    tls = [_tensor(x, f"lse_parts[{i}]", "bhsd", ndim=3) for i, x in enumerate(lse_parts)]
+    o = np.empty(o_parts[0].shape, o_parts[0].dtype)
+    lse = np.empty(o.shape[:3], np.float64 if lse_parts[0].dtype == np.float64 else np.float32)
+    to, tl = _tensor(o, "o", "bhsd"), _tensor(lse, "lse", "bhsd", ndim=3)
+    _capi.merge_states(_capi.context(), be, tos, tls, to, tl)
     return o, lse

@@ -6,6 +6,8 @@ traces them without graph breaks).
 - attention(q, k, v, **options): every C option by name, [B, H, L, D]
 - flash_attn_func and friends: FlashAttention 2's interface, [B, L, H, D]
 - scaled_dot_product_attention: torch SDPA's interface, [B, H, L, D]
+- flash_attn_with_kvcache (decode against a KV cache, appended in place; the op
+  flashattn::fwd_kvcache) and merge_states (flashattn::merge_states): no autograd
 """
 
 from ._attention import attention
@@ -17,6 +19,7 @@ from ._flash_attn import (
     flash_attn_varlen_kvpacked_func,
     flash_attn_varlen_qkvpacked_func,
 )
+from ._kvcache import flash_attn_with_kvcache, merge_states
 from ._sdpa import scaled_dot_product_attention
 
 __all__ = [
@@ -27,5 +30,7 @@ __all__ = [
     "flash_attn_varlen_func",
     "flash_attn_varlen_kvpacked_func",
     "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_with_kvcache",
+    "merge_states",
     "scaled_dot_product_attention",
 ]
