@@ -1,5 +1,8 @@
-/* libFuzzer target for the public API (issue 12): fa_forward / fa_backward
- * on ref and cpu with fa_tensor / fa_options decoded from the input bytes.
+/* libFuzzer target for the public API (issue 12): fa_forward / fa_backward,
+ * fa_forward_kvcache and fa_merge_states on ref and cpu with fa_tensor /
+ * fa_options / fa_kvcache decoded from the input bytes. The first byte
+ * picks the call (LLVMFuzzerTestOneInput at the end); below is what the
+ * attention calls decode, then fuzz_kvcache and fuzz_merge say what they add.
  *
  * What it decodes: the pass and backend; B, Hq, Hkv, Lq, Lk, D, Dv (small
  * mostly, sometimes 0, negative or huge); per tensor (q, k, v, o, lse,
@@ -640,6 +643,23 @@ out:
 
 /* ---- fa_forward_kvcache ------------------------------------------------------ */
 
+/* Decodes: sizes (B, Hkv, group, Lq, L_new, D, Dv), dtype; contiguous or
+ * paged; the page size or capacity, max_blocks, block_table_stride and the
+ * number of pages (hostile values included); num_splits (0, small, huge,
+ * negative); every option, and one of those the call refuses (mask, bias,
+ * seqlens, cu_seqlens, dropout, misaligned slopes); rotary (dim even, odd,
+ * 0, > D, hostile; rotary_len exact, one short, hostile); the seven tensors
+ * as fuzz_attn does (q, k_cache, v_cache, k_new, v_new, o, lse); then the
+ * arrays: cache_seqlens (in range, at the capacity's edge, hostile), the
+ * block table (every entry, or only those of the pages each sequence uses:
+ * the header promises no other entry is read; pages in range, one past,
+ * hostile), rotary tables (the rows of the rotated positions, no more), ALiBi
+ * slopes: each in its own malloc of exactly that size, misaligned, or
+ * placed over one of the tensors (the library must refuse one under an
+ * output: it reads them while it writes). With k_new the caches are outputs
+ * (the append may write them), else inputs; on failure nothing, the caches
+ * included, may have changed. */
+
 enum { V_Q, V_KC, V_VC, V_KN, V_VN, V_O, V_LSE, NV };
 static const char *const k_vnames[NV] = {"q", "k_cache", "v_cache", "k_new", "v_new", "o", "lse"};
 
@@ -942,6 +962,13 @@ skip:
 }
 
 /* ---- fa_merge_states ----------------------------------------------------------- */
+
+/* Decodes: n (0..16, negative), [B, H, L, Dv], the parts' dtype, o's dtype
+ * (sometimes another), f32 or f64 lse; o, lse and every part as fuzz_attn
+ * decodes tensors (so parts that disagree in shape, dtype, stride or place,
+ * over o included); what each lse part holds (-inf rows, +inf/NaN, values
+ * far apart); NULL o_parts / lse_parts / lse. The arrays of parts are
+ * exactly n long (ASan sees a part read past n). */
 
 enum { MAXPARTS = 16, NM = 2 + 2 * MAXPARTS };
 
