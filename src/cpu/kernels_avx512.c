@@ -333,6 +333,11 @@ FA_INLINE __m512 dsv_load_tail(const float *p, int n, float fill) {
 FA_INLINE void dsv_store_tail(float *p, __m512 v, int n) {
   _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1u), v);
 }
+FA_INLINE void dsv_store_lanes(float *p, __m512 v, int first, int n) {
+  const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(first),
+                                       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1u), first ? _mm512_permutexvar_ps(idx, v) : v);
+}
 /* 16 vectors to one, lane i = sum of a[i]: halves, quarters, pairs, then
  * one permute puts the lanes in order (the tree leaves them as
  * 0 2 1 3 8 10 9 11 4 6 5 7 12 14 13 15, a permutation that is its own

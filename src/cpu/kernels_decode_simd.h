@@ -6,6 +6,7 @@
  *   dsv_zero, dsv_set1, dsv_fma(a, b, c) = a*b + c, dsv_add, dsv_max
  *   dsv_loadu/dsv_storeu (f32), dsv_ld_bf16/dsv_ld_f16 (DS_W elements to f32)
  *   dsv_load_tail(p, n, fill) / dsv_store_tail(p, v, n): the first n < DS_W lanes
+ *   dsv_store_lanes(p, v, first, n): lanes first .. first + n - 1 to p[0 .. n)
  *   dsv_reduce(acc): DS_W vectors to one, lane i = the sum of acc[i]'s lanes
  *   dsv_hsum, dsv_hmax: one vector to a float;  dsv_exp: exp per lane
  *
@@ -59,33 +60,38 @@ DS_INLINE void ds_scores_block(const int MR, const int DT, float *s, ptrdiff_t l
   for (int rr = 0; rr < MR; ++rr) qr[rr] = q + (ptrdiff_t)(rr < nr ? rr : nr - 1) * ldq;
   for (int j0 = 0; j0 < bc; j0 += NK) {
     const char *kj[NK_MAX];
+    const char *pj[NK_MAX]; /* the next tile's rows: prefetched chunk by chunk as kj's are loaded */
+    const int npj = pf ? (npf - j0 < NK ? npf - j0 : NK) : 0;
 #pragma GCC unroll 16
     for (int jj = 0; jj < NK; ++jj) {
       const int j = j0 + jj < bc ? j0 + jj : bc - 1;
       kj[jj] = k + (ptrdiff_t)j * ldk;
-      if (pf && j0 + jj < npf) ds_prefetch_row(pf + (ptrdiff_t)(j0 + jj) * ldpf, rowb);
+      pj[jj] = jj < npj ? pf + (ptrdiff_t)(j0 + jj) * ldpf : NULL;
     }
+    if (Dw < D) /* a row's last part is not a whole vector: prefetch the rows whole */
+      for (int jj = 0; jj < npj; ++jj) ds_prefetch_row(pj[jj], rowb);
     DS_V acc[DS_W];
 #pragma GCC unroll 16
     for (int t = 0; t < DS_W; ++t) acc[t] = dsv_zero();
     for (int d = 0; d < Dw; d += DS_W) {
 #pragma GCC unroll 16
       for (int jj = 0; jj < NK; ++jj) {
+        if (jj < npj && (DT == FA_F32 || d % (2 * DS_W) == 0)) __builtin_prefetch(pj[jj] + (ptrdiff_t)d * es, 0, 3);
         const DS_V kv = ds_ld(kj[jj] + (ptrdiff_t)d * es, DT);
 #pragma GCC unroll 16
         for (int rr = 0; rr < MR; ++rr) acc[rr * NK + jj] = dsv_fma(dsv_loadu(qr[rr] + d), kv, acc[rr * NK + jj]);
       }
     }
-    float t[DS_W];
-    dsv_storeu(t, dsv_reduce(acc));
-    if (Dw < D)
+    const DS_V red = dsv_reduce(acc);
+    const int nk = bc - j0 < NK ? bc - j0 : NK, mr = nr < MR ? nr : MR;
+    if (Dw == D) { /* lanes rr*NK .. rr*NK + nk - 1 are row rr's scores */
+      for (int rr = 0; rr < mr; ++rr) dsv_store_lanes(s + (ptrdiff_t)rr * lds + j0, red, rr * NK, nk);
+    } else {
+      float t[DS_W];
+      dsv_storeu(t, red);
       for (int rr = 0; rr < MR; ++rr)
         for (int jj = 0; jj < NK; ++jj)
           for (int d = Dw; d < D; ++d) t[rr * NK + jj] += qr[rr][d] * fa__dec_elem(kj[jj], (fa_dtype)DT, d);
-    const int nk = bc - j0 < NK ? bc - j0 : NK, mr = nr < MR ? nr : MR;
-    if (NK == DS_W && nk == DS_W) {
-      dsv_storeu(s + j0, dsv_loadu(t));
-    } else {
       for (int rr = 0; rr < mr; ++rr)
         for (int jj = 0; jj < nk; ++jj) s[(ptrdiff_t)rr * lds + j0 + jj] = t[rr * NK + jj];
     }
@@ -193,11 +199,17 @@ DS_INLINE void ds_pv_tile(const int MR, const int NV, const int DT, float *o, pt
     }
   }
   const char *vj = v + (ptrdiff_t)e0 * es;
+  const int np = pf ? (npf < bc ? npf : bc) : 0;
+  const char *pj = pf ? pf + (ptrdiff_t)e0 * es : NULL;
   for (int j = 0; j < bc; ++j, vj += ldv) {
-    if (pf && j < npf) ds_prefetch_row(pf + (ptrdiff_t)j * ldpf, pfbytes);
     DS_V x[DS_PV_NV];
 #pragma GCC unroll 8
-    for (int vv = 0; vv < NV; ++vv) x[vv] = ds_ld(vj + (ptrdiff_t)vv * DS_W * es, DT);
+    for (int vv = 0; vv < NV; ++vv) {
+      /* the same columns of the next tile's row j, a line at a time */
+      if (j < np && (DT == FA_F32 || vv % 2 == 0)) __builtin_prefetch(pj + (ptrdiff_t)j * ldpf + vv * DS_W * es, 0, 3);
+      x[vv] = ds_ld(vj + (ptrdiff_t)vv * DS_W * es, DT);
+    }
+    if (pfbytes && j < np) ds_prefetch_row(pf + (ptrdiff_t)j * ldpf, pfbytes);
 #pragma GCC unroll 8
     for (int rr = 0; rr < MR; ++rr) {
       const DS_V pb = dsv_set1(p[(ptrdiff_t)rr * ldp + j]);
@@ -216,15 +228,18 @@ DS_INLINE void ds_pv_tile(const int MR, const int NV, const int DT, float *o, pt
 DS_INLINE void ds_pv_rows(const int MR, const int DT, float *o, ptrdiff_t ldo, const float *f, const float *p,
                           ptrdiff_t ldp, const char *v, ptrdiff_t ldv, int bc, int Dv, const char *pf, ptrdiff_t ldpf,
                           int npf) {
-  const int es = DT == FA_F32 ? 4 : 2, G = DS_PV_NV * DS_W;
+  const int es = DT == FA_F32 ? 4 : 2, G = DS_PV_NV * DS_W, Dw = Dv - Dv % DS_W;
   int e = 0;
+  /* each column group prefetches its own columns of the next tile; when
+   * the row ends in a partial vector the first group prefetches rows whole */
+  int tail = Dw < Dv ? Dv * es : 0;
   for (; e + G <= Dv; e += G) {
-    ds_pv_tile(MR, DS_PV_NV, DT, o, ldo, f, p, ldp, v, ldv, bc, e, pf, ldpf, npf, Dv * es);
-    pf = NULL;
+    ds_pv_tile(MR, DS_PV_NV, DT, o, ldo, f, p, ldp, v, ldv, bc, e, pf, ldpf, npf, tail);
+    tail = 0;
   }
   for (; e + DS_W <= Dv; e += DS_W) {
-    ds_pv_tile(MR, 1, DT, o, ldo, f, p, ldp, v, ldv, bc, e, pf, ldpf, npf, Dv * es);
-    pf = NULL;
+    ds_pv_tile(MR, 1, DT, o, ldo, f, p, ldp, v, ldv, bc, e, pf, ldpf, npf, tail);
+    tail = 0;
   }
   for (; e < Dv; ++e)
     for (int rr = 0; rr < MR; ++rr) {
