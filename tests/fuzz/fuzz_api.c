@@ -862,7 +862,7 @@ static void fuzz_kvcache(reader *rd, fa_context *ctx) {
   if (want_rot) {
     const int64_t need = sat_add(longest, qL > Lnew ? qL : Lnew);
     static const int64_t lens_bad[] = {0, -1, INT64_MAX, E(40), INT64_MIN};
-    rot_len = rlb < 200 ? need : rlb < 232 ? (need < INT64_MAX ? need + rlb % 3 - 1 : need) : lens_bad[rlb % 5];
+    rot_len = rlb < 200 ? need : rlb < 232 ? (need < INT64_MAX - 2 ? need + rlb % 3 - 1 : need) : lens_bad[rlb % 5];
     const int64_t rows_given = rot_len < need ? rot_len : need;
     const int64_t half = rot_dim > 1 && rot_dim <= 64 ? rot_dim / 2 : 1;
     rot_n = rows_given > 0 && rows_given <= 8192 ? (size_t)(rows_given * half) : 1;
