@@ -36,7 +36,8 @@ typedef struct dec_ctx {
   const fa__cpu_kernels *kt;
   int R;      /* most rows of an item: group * Lq */
   int lds;    /* score row stride: bk rounded up to FA_CPU_PANEL */
-  int nsplit; /* splits per (b, kv head) */
+  int nsplit; /* splits per (b, kv head group) */
+  int hg;     /* kv heads per item: all of them when the cache interleaves heads within a token's row */
   int bk, D, Dv;
   int elementwise; /* softcap or ALiBi */
   float *part_o;   /* [items][R][Dv] when nsplit > 1 */
@@ -44,8 +45,8 @@ typedef struct dec_ctx {
 } dec_ctx;
 
 typedef struct dec_scratch {
-  float *q, *o;     /* [R][D], [R][Dv] */
-  float *m, *l, *f; /* [R] */
+  float *q, *o;     /* [hg][R][D], [hg][R][Dv] */
+  float *m, *l, *f; /* [hg][R] */
   float *s;         /* [R][lds]: the scores, then the probabilities, of one tile */
   float *kbuf, *vbuf;
 } dec_scratch;
@@ -53,11 +54,12 @@ typedef struct dec_scratch {
 static void dec_carve(fa__cpu_arena *a, const void *ctx, void *scratch) {
   const dec_ctx *c = ctx;
   dec_scratch *s = scratch;
-  s->q = fa__cpu_take_f(a, (size_t)c->R * (size_t)c->D);
-  s->o = fa__cpu_take_f(a, (size_t)c->R * (size_t)c->Dv);
-  s->m = fa__cpu_take_f(a, (size_t)c->R);
-  s->l = fa__cpu_take_f(a, (size_t)c->R);
-  s->f = fa__cpu_take_f(a, (size_t)c->R);
+  const size_t rows = (size_t)c->hg * (size_t)c->R;
+  s->q = fa__cpu_take_f(a, rows * (size_t)c->D);
+  s->o = fa__cpu_take_f(a, rows * (size_t)c->Dv);
+  s->m = fa__cpu_take_f(a, rows);
+  s->l = fa__cpu_take_f(a, rows);
+  s->f = fa__cpu_take_f(a, rows);
   s->s = fa__cpu_take_f(a, (size_t)c->R * (size_t)c->lds);
   s->kbuf = fa__cpu_take_f(a, (size_t)c->bk * (size_t)c->D);
   s->vbuf = fa__cpu_take_f(a, (size_t)c->bk * (size_t)c->Dv);
@@ -112,9 +114,12 @@ static void dec_item(const void *ctx, void *scratch, int64_t it) {
   dec_scratch *s = scratch;
   const fa__problem *p = c->p;
   const fa__cpu_kernels *kt = c->kt;
-  const int64_t sp = it % c->nsplit, bh = it / c->nsplit, kvh = bh % p->Hkv, b = bh / p->Hkv;
+  const int64_t nhg = (p->Hkv + c->hg - 1) / c->hg;
+  const int64_t sp = it % c->nsplit, bg = it / c->nsplit, b = bg / nhg, h0 = bg % nhg * c->hg;
+  const int64_t h1 = h0 + c->hg < p->Hkv ? h0 + c->hg : p->Hkv;
   const fa__seq sq = dec_seq(p, b);
   const int lq = (int)sq.lq, group = (int)p->group, R = group * lq, D = c->D, Dv = c->Dv, lds = c->lds;
+  const int nh = (int)(h1 - h0);
   const fa__band bd = fa__seq_band(&sq, p->window_left, p->window_right, p->bottom_right);
   if (R == 0) return;
 
@@ -127,28 +132,30 @@ static void dec_item(const void *ctx, void *scratch, int64_t it) {
   const int64_t j0 = jlo + sp * chunk < jhi ? jlo + sp * chunk : jhi;
   const int64_t j1 = j0 + chunk < jhi ? j0 + chunk : jhi;
 
-  /* query rows r = hh * lq + i: scaled, rotated at cache_seqlens[b] + i */
+  /* query rows x * R + r of kv head h0 + x, r = hh * lq + i: scaled, rotated at cache_seqlens[b] + i */
   const fa__kv *kv = &p->kv;
-  for (int r = 0; r < R; ++r) {
-    const int hh = r / lq, i = r % lq;
-    const fa__cpu_mat qm = fa__cpu_mat_of(&p->q, sq.bidx, kvh * group + hh, sq.q_row0);
-    float *qr = s->q + (ptrdiff_t)r * D;
-    fa__cpu_load_row(kt, qr, &qm, i, D, (float)p->scale);
-    if (p->kvcache && kv->rotary_cos) {
-      const int64_t pos = (int64_t)kv->cache_seqlens[b] + i, half = kv->rotary_dim / 2;
-      fa__rotary_f(qr, kv->rotary_dim, kv->rotary_interleaved, kv->rotary_cos + pos * half,
-                   kv->rotary_sin + pos * half);
+  for (int x = 0; x < nh; ++x)
+    for (int r = 0; r < R; ++r) {
+      const int hh = r / lq, i = r % lq;
+      const fa__cpu_mat qm = fa__cpu_mat_of(&p->q, sq.bidx, (h0 + x) * group + hh, sq.q_row0);
+      float *qr = s->q + ((ptrdiff_t)x * R + r) * D;
+      fa__cpu_load_row(kt, qr, &qm, i, D, (float)p->scale);
+      if (p->kvcache && kv->rotary_cos) {
+        const int64_t pos = (int64_t)kv->cache_seqlens[b] + i, half = kv->rotary_dim / 2;
+        fa__rotary_f(qr, kv->rotary_dim, kv->rotary_interleaved, kv->rotary_cos + pos * half,
+                     kv->rotary_sin + pos * half);
+      }
     }
-  }
-  for (int r = 0; r < R; ++r) {
+  for (int r = 0; r < nh * R; ++r) {
     s->m[r] = -INFINITY;
     s->l[r] = 0.0f;
   }
-  memset(s->o, 0, (size_t)R * (size_t)Dv * sizeof(float));
+  memset(s->o, 0, (size_t)nh * (size_t)R * (size_t)Dv * sizeof(float));
   const float cap = (float)p->softcap;
 
-  /* tiles of at most bk keys that never cross a page; each tile's kernels
-   * are told where the next one is, so that they prefetch it */
+  /* tiles of at most bk keys that never cross a page, each taken by the
+   * item's kv heads in turn; each tile's kernels are told where the same
+   * head's next tile is, so that they prefetch it */
   int64_t j = j0;
   int bc = 0;
   fa__kvpos at = {0, 0};
@@ -161,58 +168,67 @@ static void dec_item(const void *ctx, void *scratch, int64_t it) {
     const int64_t jn = j + bc;
     int bcn = 0;
     fa__kvpos atn = {0, 0};
-    const void *pfk = NULL, *pfv = NULL;
-    ptrdiff_t ldpk = 0, ldpv = 0;
     if (jn < j1) {
       const int64_t run = p->kvcache ? fa__kv_run(&kv->map, jn, j1) : j1 - jn;
       bcn = (int)(run < c->bk ? run : c->bk);
       atn = dec_locate(p, &sq, b, jn);
-      pfk = dec_row0(&p->k, atn, kvh, &ldpk);
-      pfv = dec_row0(&p->v, atn, kvh, &ldpv);
     }
-    ptrdiff_t ldk, ldv;
-    fa_dtype kdt, vdt;
-    const void *K = dec_rows(c, &p->k, at, kvh, bc, D, s->kbuf, &ldk, &kdt);
-    kt->dec_scores(s->s, lds, s->q, D, R, K, ldk, bc, D, kdt, pfk, ldpk, bcn);
     const int full = fa__band_tile_full(&bd, 0, lq, j, j + bc);
-    if (c->elementwise || !full)
-      for (int r = 0; r < R; ++r) {
-        const int i = r % lq;
-        float *x = s->s + (ptrdiff_t)r * lds;
-        const float slope = p->alibi_slopes ? p->alibi_slopes[kvh * group + r / lq] : 0.0f;
-        for (int jj = 0; jj < bc; ++jj) {
-          if (!full && !fa__band_visible(&bd, i, j + jj)) {
-            x[jj] = -INFINITY;
-            continue;
-          }
-          if (cap > 0) x[jj] = fa__softcap_f(x[jj], cap);
-          if (p->alibi_slopes) x[jj] += fa__alibi_f(slope, fa__band_diag(&bd, i), j + jj);
-        }
+    for (int x = 0; x < nh; ++x) {
+      const int64_t kvh = h0 + x;
+      const void *pfk = NULL, *pfv = NULL;
+      ptrdiff_t ldpk = 0, ldpv = 0, ldk, ldv;
+      if (bcn) {
+        pfk = dec_row0(&p->k, atn, kvh, &ldpk);
+        pfv = dec_row0(&p->v, atn, kvh, &ldpv);
       }
-    const int moved = kt->dec_softmax(s->s, lds, R, bc, s->m, s->l, s->f);
-    const void *V = dec_rows(c, &p->v, at, kvh, bc, Dv, s->vbuf, &ldv, &vdt);
-    kt->dec_pv(s->o, Dv, R, moved ? s->f : NULL, s->s, lds, V, ldv, bc, Dv, vdt, pfv, ldpv, bcn);
+      float *q = s->q + (ptrdiff_t)x * R * D, *o = s->o + (ptrdiff_t)x * R * Dv;
+      float *m = s->m + x * R, *l = s->l + x * R, *f = s->f + x * R;
+      fa_dtype kdt, vdt;
+      const void *K = dec_rows(c, &p->k, at, kvh, bc, D, s->kbuf, &ldk, &kdt);
+      kt->dec_scores(s->s, lds, q, D, R, K, ldk, bc, D, kdt, pfk, ldpk, bcn);
+      if (c->elementwise || !full)
+        for (int r = 0; r < R; ++r) {
+          const int i = r % lq;
+          float *xr = s->s + (ptrdiff_t)r * lds;
+          const float slope = p->alibi_slopes ? p->alibi_slopes[kvh * group + r / lq] : 0.0f;
+          for (int jj = 0; jj < bc; ++jj) {
+            if (!full && !fa__band_visible(&bd, i, j + jj)) {
+              xr[jj] = -INFINITY;
+              continue;
+            }
+            if (cap > 0) xr[jj] = fa__softcap_f(xr[jj], cap);
+            if (p->alibi_slopes) xr[jj] += fa__alibi_f(slope, fa__band_diag(&bd, i), j + jj);
+          }
+        }
+      const int moved = kt->dec_softmax(s->s, lds, R, bc, m, l, f);
+      const void *V = dec_rows(c, &p->v, at, kvh, bc, Dv, s->vbuf, &ldv, &vdt);
+      kt->dec_pv(o, Dv, R, moved ? f : NULL, s->s, lds, V, ldv, bc, Dv, vdt, pfv, ldpv, bcn);
+    }
     j = jn;
     bc = bcn;
     at = atn;
   }
 
-/* o = acc / l, lse = m + log l (o = 0, lse = -inf where nothing was seen) */
-  for (int r = 0; r < R; ++r) {
-    float *orow = s->o + (ptrdiff_t)r * Dv;
-    const float l = s->l[r];
-    const float w = l > 0 ? 1.0f / l : 0.0f;
-    for (int e = 0; e < Dv; ++e) orow[e] = l > 0 ? orow[e] * w : 0.0f;
-    const float lse = l > 0 ? (float)((double)s->m[r] + log((double)l)) : -INFINITY;
-    if (c->nsplit > 1) {
-      memcpy(c->part_o + ((size_t)it * (size_t)c->R + (size_t)r) * (size_t)Dv, orow, (size_t)Dv * sizeof(float));
-      c->part_lse[(size_t)it * (size_t)c->R + (size_t)r] = lse;
-    } else {
-      const int64_t h = kvh * group + r / lq, row = sq.q_row0 + r % lq;
-      const fa__cpu_mat om = fa__cpu_mat_of(&p->o, sq.bidx, h, row);
-      fa__cpu_store_row(&om, 0, orow, Dv);
-      if (p->lse.data)
-        *((float *)p->lse.data + sq.bidx * p->lse.stride[0] + h * p->lse.stride[1] + row * p->lse.stride[2]) = lse;
+  /* o = acc / l, lse = m + log l (o = 0, lse = -inf where nothing was seen) */
+  for (int x = 0; x < nh; ++x) {
+    const int64_t kvh = h0 + x, part = (b * p->Hkv + kvh) * c->nsplit + sp; /* dec_merge's order */
+    for (int r = 0; r < R; ++r) {
+      float *orow = s->o + ((ptrdiff_t)x * R + r) * Dv;
+      const float l = s->l[x * R + r];
+      const float w = l > 0 ? 1.0f / l : 0.0f;
+      for (int e = 0; e < Dv; ++e) orow[e] = l > 0 ? orow[e] * w : 0.0f;
+      const float lse = l > 0 ? (float)((double)s->m[x * R + r] + log((double)l)) : -INFINITY;
+      if (c->nsplit > 1) {
+        memcpy(c->part_o + ((size_t)part * (size_t)c->R + (size_t)r) * (size_t)Dv, orow, (size_t)Dv * sizeof(float));
+        c->part_lse[(size_t)part * (size_t)c->R + (size_t)r] = lse;
+      } else {
+        const int64_t h = kvh * group + r / lq, row = sq.q_row0 + r % lq;
+        const fa__cpu_mat om = fa__cpu_mat_of(&p->o, sq.bidx, h, row);
+        fa__cpu_store_row(&om, 0, orow, Dv);
+        if (p->lse.data)
+          *((float *)p->lse.data + sq.bidx * p->lse.stride[0] + h * p->lse.stride[1] + row * p->lse.stride[2]) = lse;
+      }
     }
   }
 }
@@ -275,11 +291,23 @@ fa_status fa__cpu_decode(const fa__problem *p, const fa__cpu_kernels *kt, fa__er
   c.D = (int)p->D;
   c.Dv = (int)p->Dv;
   c.elementwise = p->softcap > 0 || p->alibi_slopes != NULL;
-  const int64_t base = p->B * p->Hkv;
+  /* A cache laid out [.., L, Hkv, D] (vLLM's pages, or [B, L, H, D]) keeps
+   * the kv heads of one token side by side: an item per kv head would touch
+   * each 4 KiB page once per head (a TLB walk each time) and walk rows too
+   * far apart for the hardware prefetcher. Then one item takes every kv
+   * head of its keys, tile by tile, and the threads share the keys
+   * (splits) instead. The per-head arithmetic is the same either way. */
+  const int64_t hs = p->k.stride[1] < 0 ? -p->k.stride[1] : p->k.stride[1],
+                rs = p->k.stride[2] < 0 ? -p->k.stride[2] : p->k.stride[2];
+  c.hg = p->Hkv > 1 && hs < rs ? (int)p->Hkv : 1;
+  const int64_t base = p->B * ((p->Hkv + c.hg - 1) / c.hg);
   int nsplit = p->kvcache ? p->kv.num_splits : 0;
-  if (nsplit <= 0) { /* enough items for every thread, each split at least DEC_MIN_SPLIT keys */
+  if (nsplit <= 0) {
+    /* about 8 items per thread, each split at least DEC_MIN_SPLIT keys: the
+     * items are taken one at a time, so when a thread is held up (a shared
+     * machine) the others take over its share, up to the item it holds */
     const int nt = fa__cpu_threads(p, INT32_MAX);
-    int64_t want = base >= 2 * (int64_t)nt ? 1 : (4 * (int64_t)nt + base - 1) / base;
+    int64_t want = base >= 8 * (int64_t)nt ? 1 : (8 * (int64_t)nt + base - 1) / base;
     const int64_t most = p->Lk / DEC_MIN_SPLIT > 1 ? p->Lk / DEC_MIN_SPLIT : 1;
     nsplit = (int)(want < most ? want : most);
   }
@@ -289,7 +317,7 @@ fa_status fa__cpu_decode(const fa__problem *p, const fa__cpu_kernels *kt, fa__er
   const int64_t items = base * nsplit;
   double *lv = NULL;
   if (nsplit > 1) {
-    const size_t rows = (size_t)items * (size_t)c.R;
+    const size_t rows = (size_t)(p->B * p->Hkv * nsplit) * (size_t)c.R; /* parts: (b, kv head, split) */
     c.part_o = (float *)malloc(rows * (size_t)c.Dv * sizeof(float));
     c.part_lse = (float *)malloc(rows * sizeof(float));
     lv = (double *)malloc((size_t)(2 * nsplit + c.Dv) * sizeof(double));
