@@ -15,6 +15,9 @@
 #                              mma.sync backward), memcheck / racecheck,
 #                              backward anchors, both kernels (variants 0,mbwd)
 #   scripts/gpu/run.sh suite   build + ctest without the compile-only tests
+#   scripts/gpu/run.sh decode  build + the kv-cache and merge tests (test_kvcache,
+#                              test_online_softmax), test_backend_cuda, memcheck of
+#                              test_kvcache, bench/gpu/decode.py ($DECODE_ARGS)
 #   scripts/gpu/run.sh ncu     build + Nsight Compute on the kernels matching
 #                              $NCU_KERNEL (default bwd), variant $NCU_VARIANT
 #                              (default 0), shapes $NCU_SHAPES ("D:L ...")
@@ -102,6 +105,36 @@ if [ "$MODE" = suite ]; then
   "$BUILD/tests/test_backend_cuda" >"$OUT/suite_cuda.log" 2>&1
   say "test_backend_cuda exit $?: $(suite_counts "$OUT/suite_cuda.log")"
   grep -E "determin" "$OUT/suite_cuda.log" | tee -a "$SUMMARY"
+  stage "done"
+  exit 0
+fi
+
+if [ "$MODE" = decode ]; then
+  # most important first (the whole command may be cut short by the device
+  # tool's limit; $OUT keeps what was written): the kv-cache tests, the
+  # benchmark, then (DECODE_SUITE=1) test_backend_cuda and memcheck. The cuda
+  # decode kernels run only with FLASHATTN_CUDA_DECODE=1 until verified here.
+  export FLASHATTN_CUDA_DECODE=${FLASHATTN_CUDA_DECODE:-1}
+  stage "kv-cache tests"
+  for t in test_kvcache test_online_softmax; do
+    timeout "${DECODE_TEST_S:-60}" "$BUILD/tests/$t" >"$OUT/$t.log" 2>&1
+    say "$t exit $?: $(suite_counts "$OUT/$t.log")"
+  done
+  grep -E "FAILED|err |differ|status|WRONG|cuda" "$OUT/test_kvcache.log" | head -30 | tee -a "$SUMMARY"
+  stage "decode benchmark"
+  export PYTHONUNBUFFERED=1
+  # shellcheck disable=SC2086
+  timeout "${DECODE_BENCH_S:-240}" python3 bench/gpu/decode.py --lib "$BUILD/libflashattn.so" --out "$OUT" \
+    ${DECODE_ARGS:-} 2>&1 | tee "$OUT/decode_run.txt" >>"$SUMMARY"
+  if [ "${DECODE_SUITE:-1}" = 1 ]; then
+    stage "test_backend_cuda"
+    timeout 300 "$BUILD/tests/test_backend_cuda" >"$OUT/suite_cuda.log" 2>&1
+    say "test_backend_cuda exit $?: $(suite_counts "$OUT/suite_cuda.log")"
+    stage "memcheck test_kvcache"
+    timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/test_kvcache" >"$BUILD/san.log" 2>&1
+    say "memcheck test_kvcache exit $?"
+    grep -E "ERROR SUMMARY|Invalid" "$BUILD/san.log" | sort | uniq -c | head -10 | tee -a "$SUMMARY"
+  fi
   stage "done"
   exit 0
 fi

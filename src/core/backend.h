@@ -39,6 +39,10 @@ typedef struct fa__backend {
    * NULL: the backend does not take the kv-cache call (dispatch refuses it
    * with FA_ERR_UNSUPPORTED). */
   fa_status (*forward_kvcache)(const fa__problem *p, fa__err *err);
+  /* fa_merge_states on tensors in this backend's device memory (checked by
+   * fa__merge_check), on stream. NULL: only the host merge (ref, cpu). */
+  fa_status (*merge_states)(int n, const fa_tensor *o_parts, const fa_tensor *lse_parts, fa_tensor *o, fa_tensor *lse,
+                            void *stream, fa__err *err);
 } fa__backend;
 
 /* The backend compiled in for id, or NULL. */

@@ -195,10 +195,19 @@ fa_status fa_merge_states(fa_context *ctx, fa_backend backend, int n, const fa_t
     snprintf(msg, sizeof msg, "%s backend is not compiled into this build", fa_backend_name(chosen));
     return fa__fail(ctx, FA_ERR_NO_BACKEND, msg);
   }
-  if (chosen == FA_BACKEND_CUDA)
-    return fa__fail(
-        ctx, FA_ERR_UNSUPPORTED,
-        "cuda backend cannot run this call: fa_merge_states has no CUDA kernel yet (host memory: ref, cpu)");
+  if (chosen == FA_BACKEND_CUDA) {
+    const fa__backend *be = fa__backend_get(chosen);
+    st = be->available(&err);
+    if (st != FA_OK) return fa__fail(ctx, st, err.msg);
+    if (where != FA_MEMORY_CUDA)
+      return fa__fail(ctx, FA_ERR_MEMORY_SPACE,
+                      "cuda backend cannot run this call: it needs CUDA device memory; the tensors are in host memory");
+    st = be->merge_states(n, o_parts, lse_parts, o, lse, ctx->stream, &err);
+    if (st != FA_OK) return fa__fail(ctx, st, err.msg);
+    report_add(ctx, "cuda: %s (the device merge, float64)\n", backend == FA_BACKEND_AUTO ? "chosen" : "chosen by name");
+    ctx->last_backend = chosen;
+    return FA_OK;
+  }
   if (where == FA_MEMORY_CUDA) {
     char msg[160];
     snprintf(msg, sizeof msg, "%s backend cannot run this call: it needs host memory; the tensors are in CUDA memory",

@@ -67,4 +67,4 @@ static fa_status cpu_backward(const fa__problem *p, fa__err *err) {
 }
 
 const fa__backend fa__backend_cpu = {FA_BACKEND_CPU, "cpu",        cpu_available, cpu_supports,
-                                     cpu_forward,    cpu_backward, cpu_forward};
+                                     cpu_forward,    cpu_backward, cpu_forward,   NULL};

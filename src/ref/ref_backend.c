@@ -16,4 +16,5 @@ static fa_status ref_supports(const fa__problem *p, fa__err *err) {
 }
 
 const fa__backend fa__backend_ref = {
-    FA_BACKEND_REF, "ref", ref_available, ref_supports, fa__ref_forward, fa__ref_backward, fa__ref_forward_kvcache};
+    FA_BACKEND_REF,          "ref", ref_available, ref_supports, fa__ref_forward, fa__ref_backward,
+    fa__ref_forward_kvcache, NULL};

@@ -1,0 +1,259 @@
+"""Decode on the GPU: flashattn's fa_forward_kvcache (cuda backend) next to
+PyTorch SDPA's backends (flash, efficient, cudnn, math where each runs), in
+one process, on issue 13's shapes: bf16, D = 128, one query token,
+bottom-right causal (for one query row: every key visible, so SDPA runs
+is_causal=False), the cache full (cache_seqlens = Lk, nothing appended),
+contiguous and paged (page 16 and 256, pages shuffled). Also a device-to-
+device copy in the same run: the bandwidth ceiling.
+
+Timing: CUDA events around a loop of --inner calls, warm-up first, the
+median of --reps loops, per call. "call" is what a caller sees (our call
+validates cache_seqlens / the block table on the host first: a synchronous
+copy); "kernels" is the device time of our kernels alone (torch.profiler,
+CUPTI), the figure to hold against the copy bandwidth. GB/s counts the K
+and V bytes once (2 B Hkv Lk D bytes each).
+
+usage: python3 bench/gpu/decode.py --lib build/libflashattn.so [--out DIR]
+       [--reps 15] [--inner 20] [--splits 0,16,64] [--quick]
+"""
+import argparse
+import ctypes as C
+import datetime
+import os
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fa_ctypes as fa  # noqa: E402
+
+
+class KVCache(C.Structure):
+    _fields_ = [
+        ("k_cache", fa.Tensor),
+        ("v_cache", fa.Tensor),
+        ("cache_seqlens", C.c_void_p),
+        ("block_table", C.c_void_p),
+        ("max_blocks", C.c_int64),
+        ("block_table_stride", C.c_int64),
+        ("k_new", fa.Tensor),
+        ("v_new", fa.Tensor),
+        ("rotary_cos", C.c_void_p),
+        ("rotary_sin", C.c_void_p),
+        ("rotary_len", C.c_int64),
+        ("rotary_dim", C.c_int64),
+        ("rotary_interleaved", C.c_int),
+        ("num_splits", C.c_int),
+    ]
+
+
+def tensor_view(data_ptr, shape, stride, code=fa.FA_BF16):
+    x = fa.Tensor()
+    x.data = data_ptr
+    x.dtype = code
+    for d in range(4):
+        x.shape[d] = shape[d]
+        x.stride[d] = stride[d]
+    x.memory = fa.FA_MEMORY_CUDA
+    return x
+
+
+def events_ms(fn, reps, inner, warmup=3):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(inner):
+            fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / inner)
+    return statistics.median(times)
+
+
+def kernel_ms(fn, calls=10):
+    """Device time of the kernels fn launches (all of them), per call."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    total = 0.0
+    names = []
+    for ev in prof.key_averages():
+        t = getattr(ev, "device_time_total", None)
+        if t is None:
+            t = getattr(ev, "cuda_time_total", 0.0)
+        if t and ("fa_dec" in ev.key or "kernel" in ev.key):
+            total += t
+            names.append(ev.key.split("(")[0][-40:])
+    return total / 1000.0 / calls, names
+
+
+def copy_gbps(reps):
+    n = 2 << 30  # 2 GiB read + 2 GiB written
+    src = torch.empty(n // 2, dtype=torch.bfloat16, device="cuda").uniform_()
+    dst = torch.empty_like(src)
+    ms = events_ms(lambda: dst.copy_(src), reps, 5)
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * n / (ms * 1e-3) / 1e9
+
+
+class Ours:
+    def __init__(self, lib_path):
+        os.environ.setdefault("FLASHATTN_CUDA_DECODE", "1")  # the kernels' opt-in until verified on a GPU
+        self.lib = fa.load(lib_path)
+        L = self.lib
+        P = C.POINTER
+        L.fa_forward_kvcache.argtypes = [C.c_void_p, C.c_int, P(fa.Tensor), P(KVCache), P(fa.Options), P(fa.Tensor),
+                                         P(fa.Tensor)]
+        L.fa_forward_kvcache.restype = C.c_int
+        why = C.create_string_buffer(256)
+        if L.fa_backend_available(fa.FA_BACKEND_CUDA, why, 256) != 0:
+            raise SystemExit("cuda backend not available: " + why.value.decode())
+        self.ctx = C.c_void_p()
+        assert L.fa_context_create(C.byref(self.ctx)) == 0
+        L.fa_context_set_stream(self.ctx, C.c_void_p(torch.cuda.current_stream().cuda_stream))
+
+    def call(self, q, kv, opt, o, lse):
+        st = self.lib.fa_forward_kvcache(self.ctx, fa.FA_BACKEND_CUDA, C.byref(q), C.byref(kv), C.byref(opt),
+                                         C.byref(o), C.byref(lse))
+        if st != 0:
+            raise RuntimeError("fa_forward_kvcache: %d %s" % (st, self.lib.fa_context_last_error(self.ctx).decode()))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--inner", type=int, default=20)
+    ap.add_argument("--splits", default="0", help="num_splits values to time (0 = auto)")
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    dev = torch.cuda.get_device_properties(0)
+    lines = []
+
+    def say(s=""):
+        print(s, flush=True)
+        lines.append(s)
+
+    say("# decode benchmark, %s, %s (%d SMs), torch %s" %
+        (datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), dev.name, dev.multi_processor_count, torch.__version__))
+    cbw = copy_gbps(a.reps)
+    say("device-to-device copy (2 GiB read + 2 GiB written): %.0f GB/s" % cbw)
+    ours = Ours(a.lib)
+    D = 128
+    shapes = [  # (B, Hq, Hkv, Lk, page)
+        (1, 32, 8, 32768, 0), (1, 32, 8, 131072, 0), (8, 32, 8, 8192, 0), (32, 32, 8, 4096, 0),
+        (8, 32, 32, 8192, 0), (1, 32, 8, 32768, 16), (1, 32, 8, 32768, 256), (8, 32, 8, 8192, 16),
+        (8, 32, 8, 8192, 256)]
+    if a.quick:
+        shapes = shapes[:1] + shapes[5:6]
+    splits = [int(x) for x in a.splits.split(",")]
+    hdr = "%-34s %9s %9s %9s %7s %7s %7s | %-44s %6s" % ("shape", "ours ms", "kern ms", "kern GB/s", "%copy",
+                                                         "vs best", "kern vs", "SDPA ms (flash/eff/cudnn/math)", "err")
+    say(hdr)
+    for (B, Hq, Hkv, Lk, page) in shapes:
+        g = Hq // Hkv
+        kvbytes = 2 * B * Hkv * Lk * D * 2
+        q = torch.randn(B, Hq, 1, D, dtype=torch.bfloat16, device="cuda")
+        k = torch.randn(B, Hkv, Lk, D, dtype=torch.bfloat16, device="cuda")
+        v = torch.randn(B, Hkv, Lk, D, dtype=torch.bfloat16, device="cuda")
+        o = torch.empty(B, Hq, 1, D, dtype=torch.bfloat16, device="cuda")
+        lse = torch.empty(B, Hq, 1, dtype=torch.float32, device="cuda")
+        seqlens = torch.full((B,), Lk, dtype=torch.int32, device="cuda")
+        kv = KVCache()
+        bt = None
+        if page:
+            nb = Lk // page
+            perm = torch.randperm(B * nb, device="cuda").to(torch.int32)
+            bt = perm.view(B, nb).contiguous()
+            # vLLM layout [pages, page, Hkv, D]; page bt[b, j // page] holds keys of b
+            kp = torch.empty(B * nb, page, Hkv, D, dtype=torch.bfloat16, device="cuda")
+            vp = torch.empty_like(kp)
+            kp[bt.view(-1).long()] = k.permute(0, 2, 1, 3).reshape(B * nb, page, Hkv, D)
+            vp[bt.view(-1).long()] = v.permute(0, 2, 1, 3).reshape(B * nb, page, Hkv, D)
+            shp = [B * nb, Hkv, page, D]
+            std = [page * Hkv * D, D, Hkv * D, 1]
+            kv.k_cache = tensor_view(kp.data_ptr(), shp, std)
+            kv.v_cache = tensor_view(vp.data_ptr(), shp, std)
+            kv.block_table = bt.data_ptr()
+            kv.max_blocks = nb
+        else:
+            kv.k_cache = fa.tensor_of(k, fa.FA_BF16)
+            kv.v_cache = fa.tensor_of(v, fa.FA_BF16)
+        kv.cache_seqlens = seqlens.data_ptr()
+        tq, to, tl = fa.tensor_of(q, fa.FA_BF16), fa.tensor_of(o, fa.FA_BF16), fa.tensor_of(lse, fa.FA_F32)
+        opt = fa.Options()
+        ours.lib.fa_options_init(C.byref(opt))
+        opt.causal = 1
+
+        # SDPA (contiguous K/V; GQA through enable_gqa, else K/V repeated beforehand)
+        sd = {}
+        ref = None
+        for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("eff", SDPBackend.EFFICIENT_ATTENTION),
+                         ("cudnn", SDPBackend.CUDNN_ATTENTION), ("math", SDPBackend.MATH)):
+            if name == "math" and B * Hq * Lk > 8 * 32 * 8192:
+                continue
+            try:
+                with sdpa_kernel(be):
+                    if g > 1:
+                        try:
+                            fn = (lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
+                            out = fn()
+                            tag = ""
+                        except Exception:
+                            kr, vr = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+                            fn = (lambda kr=kr, vr=vr: F.scaled_dot_product_attention(q, kr, vr))
+                            out = fn()
+                            tag = "*"
+                    else:
+                        fn = (lambda: F.scaled_dot_product_attention(q, k, v))
+                        out = fn()
+                        tag = ""
+                    sd[name] = (events_ms(fn, a.reps, a.inner), tag)
+                    if ref is None or name == "math":
+                        ref = out.float()
+            except Exception as e:  # a backend missing for this shape / build
+                sd[name] = (None, type(e).__name__[:12])
+        best = min([t for t, _ in sd.values() if t is not None], default=None)
+
+        for ns in splits:
+            kv.num_splits = ns
+            fn = (lambda: ours.call(tq, kv, opt, to, tl))
+            fn()
+            torch.cuda.synchronize()
+            err = (o.float() - ref).abs().max().item() if ref is not None else float("nan")
+            t_call = events_ms(fn, a.reps, a.inner)
+            t_kern, _ = kernel_ms(fn)
+            gbs = kvbytes / (t_kern * 1e-3) / 1e9 if t_kern > 0 else float("nan")
+            name = "B=%d H=%d/%d Lk=%d%s%s" % (B, Hq, Hkv, Lk, " page %d" % page if page else "",
+                                                 " splits %d" % ns if ns else "")
+            sdp = "/".join(("%.4f%s" % (t, tag)) if t is not None else tag for t, tag in
+                           (sd.get(n, (None, "-")) for n in ("flash", "eff", "cudnn", "math")))
+            say("%-34s %9.4f %9.4f %9.0f %6.0f%% %6.2fx %6.2fx | %-44s %6.3f" %
+                (name, t_call, t_kern, gbs, 100 * gbs / cbw, (best / t_call) if best else float("nan"),
+                 (best / t_kern) if best and t_kern > 0 else float("nan"), sdp, err))
+        del q, k, v, o, lse, kv
+        torch.cuda.empty_cache()
+    say("(vs best: best SDPA call time / our call time; kern vs: best SDPA call time / our kernels' time; * = K/V repeated to Hq heads before timing, SDPA backend "
+        "without GQA; %copy: kernel GB/s of K/V over the copy bandwidth above)")
+    if a.out:
+        with open(os.path.join(a.out, "decode.txt"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

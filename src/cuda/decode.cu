@@ -1,0 +1,514 @@
+// fa_forward_kvcache and fa_merge_states on the cuda backend: the host side
+// (checks, split count, scratch, launches), the append kernel and the two
+// merge kernels. The decode kernel itself is decode_kernel.cuh.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../rules/half.h"
+#include "../rules/kv_address.h"
+#include "../rules/online_softmax.h"
+#include "decode.cuh"
+#include "launch.cuh"
+#include "rules.cuh"
+
+namespace {
+
+constexpr int kMaxSplits = 256;  // a larger num_splits is taken as this many
+
+// ---- append ---------------------------------------------------------------
+
+struct append_params {
+  const void *k_new, *v_new;
+  void *k, *v;
+  int64_t kn[3], vn[3], ks[3], vs[3];
+  fa__kvmap map;
+  const int32_t *cache_seqlens;
+  const float *rot_cos, *rot_sin;
+  int rot_dim, rot_interleaved;
+  int D, Dv, dtype;
+};
+
+__device__ __forceinline__ double elem_get(const void *p, int64_t i, int dt) {
+  switch (dt) {
+    case FA_F32: return static_cast<const float *>(p)[i];
+    case FA_F16: return __half2float(static_cast<const __half *>(p)[i]);
+    default: return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
+  }
+}
+
+// double -> the dtype exactly as the host's fa__elem_set rounds it (through f32).
+__device__ __forceinline__ void elem_set(void *p, int64_t i, int dt, double v) {
+  const float f = __double2float_rn(v);
+  switch (dt) {
+    case FA_F32: static_cast<float *>(p)[i] = f; break;
+    case FA_F16: static_cast<uint16_t *>(p)[i] = fa__f32_to_f16(f); break;
+    default: static_cast<uint16_t *>(p)[i] = fa__f32_to_bf16(f); break;
+  }
+}
+
+// One block per (new token t, kv head h, sequence b): k_new rotated at
+// cache_seqlens[b] + t (in float64 without contraction, as the host rule), then
+// both rows stored where kv_address.h puts key cache_seqlens[b] + t.
+__global__ void append_kernel(const append_params p) {
+  const int64_t t = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int64_t pos = static_cast<int64_t>(p.cache_seqlens[b]) + t;
+  const fa__kvpos at = fa__kv_locate(&p.map, b, pos);
+  const int64_t kin = b * p.kn[0] + h * p.kn[1] + t * p.kn[2], vin = b * p.vn[0] + h * p.vn[1] + t * p.vn[2];
+  const int64_t kout = at.page * p.ks[0] + h * p.ks[1] + at.row * p.ks[2];
+  const int64_t vout = at.page * p.vs[0] + h * p.vs[1] + at.row * p.vs[2];
+  const int half = p.rot_dim / 2;
+  for (int d = threadIdx.x; d < p.D; d += blockDim.x) {
+    double x = elem_get(p.k_new, kin + d, p.dtype);
+    if (p.rot_cos && d < p.rot_dim) {
+      const int tt = p.rot_interleaved ? d / 2 : d % half;
+      const double c = p.rot_cos[pos * half + tt], s = p.rot_sin[pos * half + tt];
+      const bool first = p.rot_interleaved ? (d & 1) == 0 : d < half;
+      const int other = p.rot_interleaved ? (first ? d + 1 : d - 1) : (first ? d + half : d - half);
+      const double y = elem_get(p.k_new, kin + other, p.dtype);
+      x = first ? __dsub_rn(__dmul_rn(x, c), __dmul_rn(y, s)) : __dadd_rn(__dmul_rn(y, s), __dmul_rn(x, c));
+    }
+    elem_set(p.k, kout + d, p.dtype, x);
+  }
+  const int es = p.dtype == FA_F32 ? 4 : 2;
+  for (int d = threadIdx.x; d < p.Dv; d += blockDim.x) {
+    if (es == 4)
+      static_cast<float *>(p.v)[vout + d] = static_cast<const float *>(p.v_new)[vin + d];
+    else
+      static_cast<uint16_t *>(p.v)[vout + d] = static_cast<const uint16_t *>(p.v_new)[vin + d];
+  }
+}
+
+// ---- merges ----------------------------------------------------------------
+
+// Warp 0 folds the n lse values with the online-softmax merge (each lane its
+// parts lane, lane + 32, ... in order, then the lanes in a fixed butterfly):
+// w[k] = exp(lse_k - lse) into shared memory, returns lse (all lanes of warp 0).
+template <typename F>
+__device__ __forceinline__ double merge_weights(int n, F lse_of, double *w) {
+  const int lane = threadIdx.x & 31;
+  fa__osm st = fa__osm_init();
+  for (int k = lane; k < n; k += 32) {
+    const double x = lse_of(k);
+    fa__osm part;
+    part.m = x;
+    part.l = x == -INFINITY ? 0.0 : 1.0;
+    double wa, wb;
+    st = fa__osm_merge(st, part, &wa, &wb);
+  }
+  for (int off = 16; off > 0; off >>= 1) {
+    fa__osm other;
+    other.m = __shfl_xor_sync(0xffffffffu, st.m, off);
+    other.l = __shfl_xor_sync(0xffffffffu, st.l, off);
+    double wa, wb;
+    st = lane & off ? fa__osm_merge(other, st, &wa, &wb) : fa__osm_merge(st, other, &wa, &wb);
+  }
+  const double inv = fa__osm_inv_l(&st);
+  for (int k = lane; k < n; k += 32) {
+    const double x = lse_of(k);
+    w[k] = x == -INFINITY || st.m == -INFINITY ? 0.0 : exp(x - st.m) * inv;
+  }
+  return fa__osm_lse(&st);
+}
+
+struct combine_params {
+  const float *part_o, *part_lse;  // [items][nsplit][R][Dv], [items][nsplit][R]
+  void *o;
+  float *lse;
+  int64_t os[3], lses[3];
+  int64_t Hkv, group, Lq;
+  int R, Dv, nsplit, dtype;
+};
+
+// One block per (sequence, kv head, row): the splits of the decode kernel.
+__global__ void combine_kernel(const combine_params p) {
+  __shared__ double w[kMaxSplits];
+  __shared__ double lse_s;
+  const int64_t x = blockIdx.x;
+  const int r = static_cast<int>(x % p.R);
+  const int64_t item = x / p.R, kvh = item % p.Hkv, b = item / p.Hkv;
+  const float *plse = p.part_lse + item * p.nsplit * p.R + r;
+  const float *po = p.part_o + (item * p.nsplit * p.R + r) * p.Dv;
+  if (threadIdx.x < 32) {
+    const double lse = merge_weights(
+        p.nsplit, [&](int k) { return static_cast<double>(plse[k * p.R]); }, w);
+    if (threadIdx.x == 0) lse_s = lse;
+  }
+  __syncthreads();
+  const int64_t h = kvh * p.group + r / p.Lq, i = r % p.Lq;
+  for (int e = threadIdx.x; e < p.Dv; e += blockDim.x) {
+    double acc = 0.0;
+    for (int k = 0; k < p.nsplit; ++k)
+      if (w[k] != 0.0) acc += w[k] * po[static_cast<int64_t>(k) * p.R * p.Dv + e];
+    fa_cuda::store_any(p.o, b * p.os[0] + h * p.os[1] + i * p.os[2] + e, p.dtype, static_cast<float>(acc));
+  }
+  if (threadIdx.x == 0 && p.lse) p.lse[b * p.lses[0] + h * p.lses[1] + i * p.lses[2]] = static_cast<float>(lse_s);
+}
+
+struct part_desc {
+  const void *o, *lse;
+  int odt, ldt;
+  int64_t os[4], ls[3];
+};
+
+struct merge_params {
+  const part_desc *parts;
+  int n;
+  void *o, *lse;
+  int odt, ldt;
+  int64_t os[4], ls[3];
+  int64_t H, L, Dv;
+};
+
+// fa_merge_states: one block per row (b, h, i), any dtypes and strides.
+__global__ void merge_kernel(const merge_params p) {
+  extern __shared__ double wdyn[];
+  __shared__ double lse_s;
+  const int64_t x = blockIdx.x, i = x % p.L, h = (x / p.L) % p.H, b = x / (p.L * p.H);
+  if (threadIdx.x < 32) {
+    const double lse = merge_weights(
+        p.n,
+        [&](int k) {
+          const part_desc &d = p.parts[k];
+          const int64_t at = b * d.ls[0] + h * d.ls[1] + i * d.ls[2];
+          return d.ldt == FA_F64 ? static_cast<const double *>(d.lse)[at]
+                                 : static_cast<double>(static_cast<const float *>(d.lse)[at]);
+        },
+        wdyn);
+    if (threadIdx.x == 0) lse_s = lse;
+  }
+  __syncthreads();
+  for (int64_t e = threadIdx.x; e < p.Dv; e += blockDim.x) {
+    double acc = 0.0;
+    for (int k = 0; k < p.n; ++k) {
+      if (wdyn[k] == 0.0) continue;
+      const part_desc &d = p.parts[k];
+      const int64_t at = b * d.os[0] + h * d.os[1] + i * d.os[2] + e * d.os[3];
+      const double v = d.odt == FA_F64 ? static_cast<const double *>(d.o)[at]
+                                       : static_cast<double>(fa_cuda::load_any(d.o, at, d.odt));
+      acc += wdyn[k] * v;
+    }
+    const int64_t at = b * p.os[0] + h * p.os[1] + i * p.os[2] + e * p.os[3];
+    if (p.odt == FA_F64)
+      static_cast<double *>(p.o)[at] = acc;
+    else
+      fa_cuda::store_any(p.o, at, p.odt, static_cast<float>(acc));
+  }
+  if (threadIdx.x == 0 && p.lse) {
+    const int64_t at = b * p.ls[0] + h * p.ls[1] + i * p.ls[2];
+    if (p.ldt == FA_F64)
+      static_cast<double *>(p.lse)[at] = lse_s;
+    else
+      static_cast<float *>(p.lse)[at] = static_cast<float>(lse_s);
+  }
+}
+
+// ---- host ------------------------------------------------------------------
+
+struct device_scratch {
+  void *ptr = nullptr;
+  cudaStream_t stream = nullptr;
+  bool async = false;
+  fa_status alloc(size_t bytes, cudaStream_t s, const char *what, fa__err *err) {
+    stream = s;
+    if (cudaMallocAsync(&ptr, bytes, s) == cudaSuccess) {
+      async = true;
+      return FA_OK;
+    }
+    (void)cudaGetLastError();
+    const cudaError_t e = cudaMalloc(&ptr, bytes);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      ptr = nullptr;
+      fa__err_set(err, "cuda: cannot allocate %zu bytes for %s: %s", bytes, what, cudaGetErrorString(e));
+      return e == cudaErrorMemoryAllocation ? FA_ERR_OUT_OF_MEMORY : FA_ERR_DEVICE;
+    }
+    return FA_OK;
+  }
+  ~device_scratch() {
+    if (!ptr) return;
+    if (async) {
+      (void)cudaFreeAsync(ptr, stream);
+    } else {
+      (void)cudaStreamSynchronize(stream);
+      (void)cudaFree(ptr);
+    }
+  }
+};
+
+struct device_guard {
+  int prev = -1;
+  bool switched = false;
+  fa_status enter(const void *ptr, fa__err *err) {
+    cudaPointerAttributes a;
+    FA_CUDA_TRY(cudaPointerGetAttributes(&a, ptr), "cudaPointerGetAttributes");
+    FA_CUDA_TRY(cudaGetDevice(&prev), "cudaGetDevice");
+    if (a.type == cudaMemoryTypeDevice && a.device != prev) {
+      FA_CUDA_TRY(cudaSetDevice(a.device), "cudaSetDevice");
+      switched = true;
+    }
+    return FA_OK;
+  }
+  ~device_guard() {
+    if (switched) (void)cudaSetDevice(prev);
+  }
+};
+
+void copy3(int64_t dst[3], const fa_tensor &t) {
+  for (int d = 0; d < 3; ++d) dst[d] = t.stride[d];
+}
+
+// 16-byte copies need every cache row on a 16-byte boundary.
+bool rows_aligned16(const fa_tensor &t) {
+  const int64_t es = static_cast<int64_t>(fa_dtype_size(t.dtype));
+  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) return false;
+  for (int d = 0; d < 3; ++d)
+    if (t.stride[d] * es % 16 != 0) return false;
+  return true;
+}
+
+int bucket(int64_t d) {
+  return d <= 64 ? 64 : d <= 128 ? 128 : 256;
+}
+
+int occupancy(fa_dtype dt, int kd, int rb) {
+  return dt == FA_BF16  ? fa__cuda_decode_occupancy_bf16(kd, rb)
+         : dt == FA_F16 ? fa__cuda_decode_occupancy_f16(kd, rb)
+                        : fa__cuda_decode_occupancy_f32(kd, rb);
+}
+
+// Keys per tile of the decode kernel for a head-dim bucket (see cfg in decode_kernel.cuh).
+int tile_keys(int kd) {
+  return 128 / (kd / 8) * 4;
+}
+
+}  // namespace
+
+// num_splits = 0: the blocks of one wave. items = B * Hkv * row blocks; each
+// multiprocessor holds `occ` decode blocks (occupancy API), so SMs * occ blocks
+// are resident at once. With items below that, the keys are split in
+// floor(SMs * occ / items) parts (every block resident, all streaming at
+// once, none waiting for a second wave), each at least 8 tiles long (the
+// pipeline's fill and the merge stay small) and at most 128 parts.
+static int choose_splits(const fa__problem *p, int64_t items, int kd, int rb) {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    sms = 132;
+  }
+  int occ = occupancy(p->dtype, kd, rb);
+  if (occ < 1) occ = 1;
+  const int64_t slots = static_cast<int64_t>(sms) * occ;
+  if (items >= slots) return 1;
+  int64_t n = slots / items;
+  const int64_t most = p->Lk / (8 * tile_keys(kd));
+  if (n > most) n = most;
+  if (n > 128) n = 128;
+  return n < 1 ? 1 : static_cast<int>(n);
+}
+
+fa_status fa__cuda_forward_kvcache(const fa__problem *p, fa__err *err) {
+  const fa__kv *kv = &p->kv;
+  const fa_tensor *caches[2] = {&p->k, &p->v};
+  const char *cn[2] = {"cache->k_cache", "cache->v_cache"};
+  for (int x = 0; x < 2; ++x)
+    if (!rows_aligned16(*caches[x])) {
+      fa__err_set(err,
+                  "%s: the cuda backend reads cache rows with 16-byte copies; the data pointer and the strides of "
+                  "dims 0..2 must be multiples of 16 bytes",
+                  cn[x]);
+      return FA_ERR_UNSUPPORTED;
+    }
+  const fa_tensor *news[2] = {&kv->k_new, &kv->v_new};
+  const char *nn[2] = {"cache->k_new", "cache->v_new"};
+  for (int x = 0; x < 2; ++x)
+    if (news[x]->data && news[x]->shape[3] > 1 && news[x]->stride[3] != 1) {
+      fa__err_set(err, "%s->stride[3] = %lld: the cuda backend needs a contiguous last dimension", nn[x],
+                  (long long)news[x]->stride[3]);
+      return FA_ERR_UNSUPPORTED;
+    }
+  const int64_t R = p->group * p->Lq;
+  if (R > 65536 || p->B * p->Hkv > (int64_t)1 << 24) {
+    fa__err_set(err, "cuda decode: %lld query rows per kv head and %lld sequences x kv heads is past its limits",
+                (long long)R, (long long)(p->B * p->Hkv));
+    return FA_ERR_UNSUPPORTED;
+  }
+
+  device_guard dg;
+  fa_status st = dg.enter(p->q.data, err);
+  if (st != FA_OK) return st;
+  cudaStream_t s = static_cast<cudaStream_t>(p->stream);
+
+  if (kv->L_new > 0) {
+    append_params a;
+    memset(&a, 0, sizeof a);
+    a.k_new = kv->k_new.data;
+    a.v_new = kv->v_new.data;
+    a.k = p->k.data;
+    a.v = p->v.data;
+    copy3(a.kn, kv->k_new);
+    copy3(a.vn, kv->v_new);
+    copy3(a.ks, p->k);
+    copy3(a.vs, p->v);
+    a.map = kv->map;
+    a.cache_seqlens = kv->cache_seqlens;
+    a.rot_cos = kv->rotary_cos;
+    a.rot_sin = kv->rotary_sin;
+    a.rot_dim = static_cast<int>(kv->rotary_dim);
+    a.rot_interleaved = kv->rotary_interleaved;
+    a.D = static_cast<int>(p->D);
+    a.Dv = static_cast<int>(p->Dv);
+    a.dtype = p->dtype;
+    if (kv->L_new > 65535 || p->Hkv > 65535 || p->B > 65535) {
+      fa__err_set(err, "cuda kv-cache append: L_new, Hkv and B must each be at most 65535");
+      return FA_ERR_UNSUPPORTED;
+    }
+    append_kernel<<<dim3(static_cast<unsigned>(kv->L_new), static_cast<unsigned>(p->Hkv), static_cast<unsigned>(p->B)),
+                    64, 0, s>>>(a);
+    FA_CUDA_CHECK_LAUNCH("launching the kv-cache append kernel");
+  }
+
+  const int kd = bucket(p->D > p->Dv ? p->D : p->Dv);
+  const int rb = R == 1 ? 1 : R <= 4 ? 4 : 8;
+  const int64_t nrb = (R + rb - 1) / rb;
+  const int64_t items = p->B * p->Hkv * nrb;
+  int nsplit = kv->num_splits > 0 ? kv->num_splits : choose_splits(p, items, kd, rb);
+  if (nsplit > kMaxSplits) nsplit = kMaxSplits;
+  if (items * nsplit > 0x7fffffffLL) {
+    fa__err_set(err, "cuda decode: %lld blocks exceed the grid", (long long)(items * nsplit));
+    return FA_ERR_UNSUPPORTED;
+  }
+
+  fa__dec_params dp;
+  memset(&dp, 0, sizeof dp);
+  dp.q = p->q.data;
+  dp.k = p->k.data;
+  dp.v = p->v.data;
+  dp.o = p->o.data;
+  dp.lse = static_cast<float *>(p->lse.data);
+  copy3(dp.qs, p->q);
+  copy3(dp.os, p->o);
+  copy3(dp.lses, p->lse);
+  copy3(dp.ks, p->k);
+  copy3(dp.vs, p->v);
+  dp.map = kv->map;
+  dp.cache_seqlens = kv->cache_seqlens;
+  dp.L_new = kv->L_new;
+  dp.rot_cos = kv->rotary_cos;
+  dp.rot_sin = kv->rotary_sin;
+  dp.rot_dim = static_cast<int>(kv->rotary_dim);
+  dp.rot_interleaved = kv->rotary_interleaved;
+  dp.alibi = p->alibi_slopes;
+  dp.B = p->B;
+  dp.Hq = p->Hq;
+  dp.Hkv = p->Hkv;
+  dp.group = p->group;
+  dp.Lq = p->Lq;
+  dp.D = static_cast<int>(p->D);
+  dp.Dv = static_cast<int>(p->Dv);
+  dp.R = static_cast<int>(R);
+  dp.nrb = static_cast<int>(nrb);
+  dp.nsplit = nsplit;
+  dp.elementwise = p->softcap > 0 || p->alibi_slopes != nullptr;
+  dp.qscale = static_cast<float>(dp.elementwise ? p->scale : p->scale * 1.4426950408889634);
+  dp.softcap = static_cast<float>(p->softcap);
+  dp.wl = p->window_left;
+  dp.wr = p->window_right;
+
+  device_scratch part;
+  if (nsplit > 1) {
+    const size_t rows = static_cast<size_t>(p->B * p->Hkv) * static_cast<size_t>(nsplit) * static_cast<size_t>(R);
+    st = part.alloc(rows * static_cast<size_t>(p->Dv + 1) * sizeof(float), s, "the split-KV partial results", err);
+    if (st != FA_OK) return st;
+    dp.part_o = static_cast<float *>(part.ptr);
+    dp.part_lse = dp.part_o + rows * static_cast<size_t>(p->Dv);
+  }
+  const int64_t blocks = items * nsplit;
+  st = p->dtype == FA_BF16  ? fa__cuda_decode_launch_bf16(dp, kd, rb, blocks, s, err)
+       : p->dtype == FA_F16 ? fa__cuda_decode_launch_f16(dp, kd, rb, blocks, s, err)
+                            : fa__cuda_decode_launch_f32(dp, kd, rb, blocks, s, err);
+  if (st != FA_OK || nsplit == 1) return st;
+
+  combine_params cp;
+  memset(&cp, 0, sizeof cp);
+  cp.part_o = dp.part_o;
+  cp.part_lse = dp.part_lse;
+  cp.o = p->o.data;
+  cp.lse = dp.lse;
+  copy3(cp.os, p->o);
+  copy3(cp.lses, p->lse);
+  cp.Hkv = p->Hkv;
+  cp.group = p->group;
+  cp.Lq = p->Lq;
+  cp.R = static_cast<int>(R);
+  cp.Dv = static_cast<int>(p->Dv);
+  cp.nsplit = nsplit;
+  cp.dtype = p->dtype;
+  combine_kernel<<<static_cast<unsigned>(p->B * p->Hkv * R), 128, 0, s>>>(cp);
+  FA_CUDA_CHECK_LAUNCH("launching the split-KV combine kernel");
+  return FA_OK;
+}
+
+fa_status fa__cuda_merge_states(int n, const fa_tensor *o_parts, const fa_tensor *lse_parts, fa_tensor *o,
+                                fa_tensor *lse, void *stream, fa__err *err) {
+  device_guard dg;
+  fa_status st = dg.enter(o->data, err);
+  if (st != FA_OK) return st;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const int64_t rows = o->shape[0] * o->shape[1] * o->shape[2];
+  if (rows > 0x7fffffffLL) {
+    fa__err_set(err, "fa_merge_states on cuda: %lld rows exceed the grid", (long long)rows);
+    return FA_ERR_UNSUPPORTED;
+  }
+  if (static_cast<size_t>(n) * sizeof(double) > 48 * 1024) {
+    fa__err_set(err, "fa_merge_states on cuda merges at most %d parts (n = %d)", 48 * 1024 / 8, n);
+    return FA_ERR_UNSUPPORTED;
+  }
+  const size_t dbytes = static_cast<size_t>(n) * sizeof(part_desc);
+  part_desc *host = static_cast<part_desc *>(malloc(dbytes));
+  if (!host) {
+    fa__err_set(err, "fa_merge_states: cannot allocate %d part descriptors", n);
+    return FA_ERR_OUT_OF_MEMORY;
+  }
+  for (int k = 0; k < n; ++k) {
+    part_desc &d = host[k];
+    d.o = o_parts[k].data;
+    d.lse = lse_parts[k].data;
+    d.odt = o_parts[k].dtype;
+    d.ldt = lse_parts[k].dtype;
+    for (int x = 0; x < 4; ++x) d.os[x] = o_parts[k].shape[x] == 1 ? 0 : o_parts[k].stride[x];
+    for (int x = 0; x < 3; ++x) d.ls[x] = lse_parts[k].shape[x] == 1 ? 0 : lse_parts[k].stride[x];
+  }
+  device_scratch descs;
+  st = descs.alloc(dbytes, s, "fa_merge_states' part descriptors", err);
+  if (st == FA_OK) {
+    const cudaError_t e = cudaMemcpyAsync(descs.ptr, host, dbytes, cudaMemcpyHostToDevice, s);
+    if (e == cudaSuccess) (void)cudaStreamSynchronize(s);  // host is freed below
+    if (e != cudaSuccess) st = fa__cuda_fail(e, "copying fa_merge_states' part descriptors", err);
+  }
+  free(host);
+  if (st != FA_OK) return st;
+  merge_params mp;
+  memset(&mp, 0, sizeof mp);
+  mp.parts = static_cast<const part_desc *>(descs.ptr);
+  mp.n = n;
+  mp.o = o->data;
+  mp.odt = o->dtype;
+  for (int x = 0; x < 4; ++x) mp.os[x] = o->shape[x] == 1 ? 0 : o->stride[x];
+  if (lse && lse->data) {
+    mp.lse = lse->data;
+    mp.ldt = lse->dtype;
+    for (int x = 0; x < 3; ++x) mp.ls[x] = lse->shape[x] == 1 ? 0 : lse->stride[x];
+  }
+  mp.H = o->shape[1];
+  mp.L = o->shape[2];
+  mp.Dv = o->shape[3];
+  const size_t smem = static_cast<size_t>(n) * sizeof(double);
+  merge_kernel<<<static_cast<unsigned>(rows), 128, smem, s>>>(mp);
+  FA_CUDA_CHECK_LAUNCH("launching the fa_merge_states kernel");
+  return FA_OK;
+}

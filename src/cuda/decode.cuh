@@ -1,0 +1,73 @@
+// Decode on the cuda backend: fa_forward_kvcache and fa_merge_states.
+//
+// A decode step reads each key and value once and does a handful of
+// multiply-adds per byte: the time is the bytes of K and V over the memory
+// bandwidth. Three kernels, one stream:
+//   append   k_new (rotated) and v_new written into the cache at
+//            cache_seqlens[b] (contiguous or paged, src/rules/kv_address.h);
+//   decode   ("flash-decoding") one block per (sequence, kv head, split,
+//            row block): the g query heads of the kv head times the Lq new
+//            query rows (R = g * Lq rows, up to RB at a time) share every K/V
+//            tile read, so K and V cross the memory bus once per kv head.
+//            Tiles of BK keys stream through a 4-stage cp.async pipeline
+//            (16-byte copies, 48 KiB in flight per block); the block's
+//            128 threads form key groups of D/8 lanes, each lane holding 8
+//            elements of the head dim, each group running its own online
+//            softmax over its keys of every tile (no block-wide reduction in
+//            the loop); the groups merge once at the end. CUDA cores with
+//            f32 accumulation: at R <= 8 rows a tile is ~2 R multiply-adds
+//            per byte, under the fp32 rate at 4.3 TB/s;
+//   combine  the splits' partial (o, lse) merged in a fixed order with the
+//            online-softmax merge (src/rules/online_softmax.h), in float64.
+// fa_merge_states is the combine over the caller's tensors.
+#ifndef FA_CUDA_DECODE_CUH
+#define FA_CUDA_DECODE_CUH
+
+#include <cuda_runtime.h>
+
+#include "../core/backend.h"
+
+// fa_forward_kvcache on the cuda backend (p->kvcache set, validated).
+fa_status fa__cuda_forward_kvcache(const fa__problem *p, fa__err *err);
+
+// fa_merge_states on device tensors (checked by fa__merge_check).
+fa_status fa__cuda_merge_states(int n, const fa_tensor *o_parts, const fa_tensor *lse_parts, fa_tensor *o,
+                                fa_tensor *lse, void *stream, fa__err *err);
+
+// The decode kernel's problem, by value.
+struct fa__dec_params {
+  const void *q;
+  const void *k, *v;  // the caches: element (page, h, row, d) at page*s0 + h*s1 + row*s2 + d
+  void *o;
+  float *lse;       // may be NULL
+  float *part_o;    // [items][nsplit][R][Dv] f32 when nsplit > 1
+  float *part_lse;  // [items][nsplit][R]
+  int64_t qs[3], os[3], lses[3], ks[3], vs[3];
+  fa__kvmap map;
+  const int32_t *cache_seqlens;
+  int64_t L_new;
+  const float *rot_cos, *rot_sin;
+  int rot_dim, rot_interleaved;
+  const float *alibi;
+  int64_t B, Hq, Hkv, group, Lq;
+  int D, Dv, R, nrb, nsplit;
+  float qscale;  // scale * log2 e (plain) or scale (softcap / ALiBi: the transform is in natural units)
+  float softcap;
+  int elementwise;
+  int64_t wl, wr;
+};
+
+// One decode launch: dtype (FA_F16 / FA_BF16 / FA_F32), kd head-dim bucket
+// (64 / 128 / 256), rb rows per block (1 / 4 / 8). grid blocks, 128 threads.
+fa_status fa__cuda_decode_launch_bf16(const fa__dec_params &p, int kd, int rb, int64_t blocks, cudaStream_t s,
+                                      fa__err *err);
+fa_status fa__cuda_decode_launch_f16(const fa__dec_params &p, int kd, int rb, int64_t blocks, cudaStream_t s,
+                                     fa__err *err);
+fa_status fa__cuda_decode_launch_f32(const fa__dec_params &p, int kd, int rb, int64_t blocks, cudaStream_t s,
+                                     fa__err *err);
+// Resident blocks per multiprocessor of that decode kernel (0 on error).
+int fa__cuda_decode_occupancy_bf16(int kd, int rb);
+int fa__cuda_decode_occupancy_f16(int kd, int rb);
+int fa__cuda_decode_occupancy_f32(int kd, int rb);
+
+#endif
