@@ -238,7 +238,7 @@ FA_API fa_status fa_backward(fa_context *ctx, fa_backend backend, const fa_tenso
  * give o = 0, lse = -inf. o_parts[i] [B,H,L,Dv] share one float dtype;
  * lse_parts[i] [B,H,L] are f32 (or f64); o is [B,H,L,Dv] of any float dtype,
  * lse (f32 or f64; may be NULL) [B,H,L]. Host memory: ref and cpu (and auto)
- * run it, in float64; cuda answers FA_ERR_UNSUPPORTED for now. */
+ * run it, in float64; device memory: cuda (float64 arithmetic, a fixed order). */
 FA_API fa_status fa_merge_states(fa_context *ctx, fa_backend backend, int n, const fa_tensor *o_parts,
                                  const fa_tensor *lse_parts, fa_tensor *o, fa_tensor *lse);
 
@@ -288,7 +288,9 @@ typedef struct fa_kvcache {
  * Refused with FA_ERR_OPTION: mask, bias, dropout, seqlens_*, cu_seqlens_*
  * (cache_seqlens says the lengths). Nothing is written (the cache included)
  * when the call fails its checks. No backward. q, caches, k_new, v_new and
- * o share one dtype. ref and cpu run it; cuda answers FA_ERR_UNSUPPORTED. */
+ * o share one dtype. ref, cpu and cuda run it (cuda: f32, f16, bf16, head
+ * dims that are multiples of 8 up to 256, 16-byte aligned cache rows;
+ * FA_ERR_UNSUPPORTED otherwise). */
 FA_API fa_status fa_forward_kvcache(fa_context *ctx, fa_backend backend, const fa_tensor *q, const fa_kvcache *cache,
                                     const fa_options *opt, fa_tensor *o, fa_tensor *lse);
 

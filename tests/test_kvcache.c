@@ -408,13 +408,6 @@ static double err_of(const double *x, const double *r, int64_t n) {
 
 static const fa_dtype all_dts[] = {FA_F32, FA_F64, FA_F16, FA_BF16};
 
-/* The cuda decode kernels answer only with FLASHATTN_CUDA_DECODE=1 until a
- * GPU run has verified them (src/cuda/backend.cu). */
-static int cuda_decode_on(void) {
-  const char *e = getenv("FLASHATTN_CUDA_DECODE");
-  return e && strcmp(e, "1") == 0;
-}
-
 static void check_backend(const tb_backend *be, const tb_variant *var) {
   fa_context *ctx;
   assert_int_equal(fa_context_create(&ctx), FA_OK);
@@ -432,9 +425,8 @@ static void check_backend(const tb_backend *be, const tb_variant *var) {
       double *o1 = malloc((size_t)(nrow * c->Dv) * sizeof(double));
       unsigned char *kc = malloc(P.kc_bytes), *vc = malloc(P.vc_bytes);
       fa_status want = FA_OK;
-      /* cuda: head dims that are multiples of 8 (its 16-byte copies), no f64;
-       * until verified on a GPU, only with FLASHATTN_CUDA_DECODE=1 */
-      if (be->id == FA_BACKEND_CUDA && (c->D % 8 || c->Dv % 8 || !cuda_decode_on())) want = FA_ERR_UNSUPPORTED;
+      /* cuda: head dims that are multiples of 8 (its 16-byte copies), no f64 */
+      if (be->id == FA_BACKEND_CUDA && (c->D % 8 || c->Dv % 8)) want = FA_ERR_UNSUPPORTED;
       if (be->id == FA_BACKEND_CPU && dt == FA_F64) want = FA_ERR_DTYPE;
       if (be->id == FA_BACKEND_CUDA && dt == FA_F64) want = FA_ERR_DTYPE;
       static const int splits[] = {0, 1, 2, 3, 7, 64};
@@ -866,30 +858,22 @@ static void test_merge_cuda(void **state) {
       tdo.memory = tdl.memory = FA_MEMORY_CUDA;
       const fa_status st = fa_merge_states(ctx, FA_BACKEND_CUDA, NP, dto, dtl, &tdo, &tdl);
       unsigned char *go = NULL, *gl = NULL;
-      if (!cuda_decode_on()) { /* not yet verified on a GPU: refused, nothing written */
-        assert_int_equal(st, FA_ERR_UNSUPPORTED);
-        unsigned char *chk = malloc((size_t)(rows * DV) * oes);
-        get(1, chk, dout, (size_t)(rows * DV) * oes);
-        assert_memory_equal(chk, ho[0], (size_t)(rows * DV) * oes);
-        free(chk);
-      } else {
-        if (st != FA_OK) fail_msg("cuda merge: %s: %s", fa_status_name(st), fa_context_last_error(ctx));
-        go = malloc((size_t)(rows * DV) * oes);
-        gl = malloc((size_t)rows * les);
-        get(1, go, dout, (size_t)(rows * DV) * oes);
-        get(1, gl, dlse, (size_t)rows * les);
-        const double tol = odt == FA_F64 ? 1e-12 : odt == FA_F32 ? 1e-6 : odt == FA_F16 ? 2e-3 : 1e-2;
-        for (int64_t i = 0; i < rows; ++i) {
-          const double lg = fa__elem_get(gl, ldt, i), lr = rl[i];
-          if (!(lg == lr || fabs(lg - lr) <= 1e-6 * (1 + fabs(lr))))
-            fail_msg("cuda merge %s/%s row %lld: lse %.9g, host %.9g", fa_dtype_name(odt), fa_dtype_name(ldt),
-                     (long long)i, lg, lr);
-          for (int e = 0; e < DV; ++e) {
-            const double og = fa__elem_get(go, odt, i * DV + e), orf = ro[i * DV + e];
-            if (!(fabs(og - orf) <= tol * (1 + fabs(orf))))
-              fail_msg("cuda merge %s/%s row %lld col %d: o %.9g, host %.9g", fa_dtype_name(odt), fa_dtype_name(ldt),
-                       (long long)i, e, og, orf);
-          }
+      if (st != FA_OK) fail_msg("cuda merge: %s: %s", fa_status_name(st), fa_context_last_error(ctx));
+      go = malloc((size_t)(rows * DV) * oes);
+      gl = malloc((size_t)rows * les);
+      get(1, go, dout, (size_t)(rows * DV) * oes);
+      get(1, gl, dlse, (size_t)rows * les);
+      const double tol = odt == FA_F64 ? 1e-12 : odt == FA_F32 ? 1e-6 : odt == FA_F16 ? 2e-3 : 1e-2;
+      for (int64_t i = 0; i < rows; ++i) {
+        const double lg = fa__elem_get(gl, ldt, i), lr = rl[i];
+        if (!(lg == lr || fabs(lg - lr) <= 1e-6 * (1 + fabs(lr))))
+          fail_msg("cuda merge %s/%s row %lld: lse %.9g, host %.9g", fa_dtype_name(odt), fa_dtype_name(ldt),
+                   (long long)i, lg, lr);
+        for (int e = 0; e < DV; ++e) {
+          const double og = fa__elem_get(go, odt, i * DV + e), orf = ro[i * DV + e];
+          if (!(fabs(og - orf) <= tol * (1 + fabs(orf))))
+            fail_msg("cuda merge %s/%s row %lld col %d: o %.9g, host %.9g", fa_dtype_name(odt), fa_dtype_name(ldt),
+                     (long long)i, e, og, orf);
         }
       }
       /* host tensors on cuda: refused, naming the memory */

@@ -112,9 +112,7 @@ fi
 if [ "$MODE" = decode ]; then
   # most important first (the whole command may be cut short by the device
   # tool's limit; $OUT keeps what was written): the kv-cache tests, the
-  # benchmark, then (DECODE_SUITE=1) test_backend_cuda and memcheck. The cuda
-  # decode kernels run only with FLASHATTN_CUDA_DECODE=1 until verified here.
-  export FLASHATTN_CUDA_DECODE=${FLASHATTN_CUDA_DECODE:-1}
+  # benchmark, then (DECODE_SUITE=1) test_backend_cuda and memcheck.
   stage "kv-cache tests"
   for t in test_kvcache test_online_softmax; do
     timeout "${DECODE_TEST_S:-60}" "$BUILD/tests/$t" >"$OUT/$t.log" 2>&1

@@ -341,27 +341,13 @@ fa_status cuda_backward(const fa__problem *p, fa__err *err) {
   return FA_OK;
 }
 
-// The decode kernels (decode.cu) are compiled in but not yet run on a GPU:
-// they answer only with FLASHATTN_CUDA_DECODE=1 until a GPU run of
-// `FLASHATTN_CUDA_DECODE=1 scripts/gpu/run.sh decode` has passed.
-bool decode_enabled(fa__err *err) {
-  const char *env = getenv("FLASHATTN_CUDA_DECODE");
-  if (env && strcmp(env, "1") == 0) return true;
-  fa__err_set(err,
-              "the cuda decode kernels (fa_forward_kvcache, fa_merge_states) are built but not yet verified on a "
-              "GPU; FLASHATTN_CUDA_DECODE=1 runs them");
-  return false;
-}
-
 // fa_forward_kvcache: decode.cu (append, split-KV decode, combine).
 fa_status cuda_forward_kvcache(const fa__problem *p, fa__err *err) {
-  if (!decode_enabled(err)) return FA_ERR_UNSUPPORTED;
   return fa__cuda_forward_kvcache(p, err);
 }
 
 fa_status cuda_merge_states(int n, const fa_tensor *o_parts, const fa_tensor *lse_parts, fa_tensor *o, fa_tensor *lse,
                             void *stream, fa__err *err) {
-  if (!decode_enabled(err)) return FA_ERR_UNSUPPORTED;
   return fa__cuda_merge_states(n, o_parts, lse_parts, o, lse, stream, err);
 }
 

@@ -3,7 +3,7 @@ reference written here (from docs/semantics.md's KV-cache section and FlashAtten
 contiguous and paged caches (shuffled pages), 0 / 1 / several appended tokens, GQA, causal, window,
 softcap, ALiBi, rotary (both styles), split counts, the cache contents after the append (bit-exact),
 torch.compile of a decode step (the cache mutation through the op), bad input, and CUDA tensors
-(refused by the cuda backend for now).
+(on cuda tensors where a GPU is).
 """
 
 import math
@@ -448,21 +448,30 @@ def test_failed_call_leaves_cache_untouched():
     assert torch.equal(kc, k0) and torch.equal(vc, v0)
 
 
-# ---- CUDA tensors: the cuda backend refuses the cache call for now ----------------------
+# ---- CUDA tensors: the cuda decode kernels against the same reference ------------------
 @needs_cuda
 @pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
-def test_cuda_unsupported_cache_untouched(paged):
-    q, kc, vc, bt, k, v, seqlens = (None if t is None else t.cuda() for t in problem(page=16 if paged else 0))
-    k0, v0 = kc.clone(), vc.clone()
-    with pytest.raises(flashattn.UnsupportedError):
-        ft.flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens, block_table=bt, causal=True)
-    torch.cuda.synchronize()
-    assert torch.equal(kc, k0) and torch.equal(vc, v0)
-    with pytest.raises(flashattn.UnsupportedError):
-        ft.flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=5, block_table=bt, backend="cuda")
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 2e-4), (torch.bfloat16, 5e-2)], ids=["f32", "bf16"])
+def test_cuda_matches_reference(paged, dtype, tol):
+    host = problem(page=16 if paged else 0, L_new=2, Lq=2, dtype=dtype)
+    q, kc, vc, bt, k, v, seqlens = (None if t is None else t.cuda() for t in host)
+    for splits in (0, 1, 3):
+        kcs, vcs = kc.clone(), vc.clone()
+        out, lse = ft.flash_attn_with_kvcache(q, kcs, vcs, k, v, cache_seqlens=seqlens, block_table=bt, causal=True,
+                                             num_splits=splits, return_softmax_lse=True, backend="cuda")  # fmt: skip
+        assert flashattn.last_backend() == "cuda"
+        r_out, r_lse, r_kc, r_vc = reference(host[0], host[1], host[2], host[6], host[4], host[5], host[3],
+                                             causal=True)  # fmt: skip
+        close(out.cpu(), r_out, tol, f"out splits {splits}")
+        close(lse.cpu(), r_lse, 1e-4, f"lse splits {splits}")
+        assert torch.equal(kcs.cpu(), r_kc) and torch.equal(vcs.cpu(), r_vc), "cache after the append"
 
 
 @needs_cuda
-def test_cuda_merge_states_unsupported():
-    with pytest.raises(flashattn.UnsupportedError):
-        ft.merge_states([torch.zeros(1, 1, 2, 8, device="cuda")] * 2, [torch.zeros(1, 1, 2, device="cuda")] * 2)
+def test_cuda_merge_states():
+    o = [randn((1, 2, 3, 8)).cuda(), randn((1, 2, 3, 8)).cuda()]
+    lse = [randn((1, 2, 3)).cuda(), randn((1, 2, 3)).cuda()]
+    got_o, got_l = ft.merge_states(o, lse)
+    want_o, want_l = ft.merge_states([x.cpu() for x in o], [x.cpu() for x in lse])
+    close(got_o.cpu(), want_o, 1e-5, "o")
+    close(got_l.cpu(), want_l, 1e-5, "lse")
