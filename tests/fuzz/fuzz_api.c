@@ -671,6 +671,7 @@ typedef struct xarr {
   unsigned char *mem;  /* own malloc (or NULL) */
   unsigned char *copy; /* the bytes before the call */
   size_t n;            /* bytes */
+  size_t read;         /* of which the library reads the first (the block table: the used entries) */
   int mode;            /* 0 own, 1 misaligned, 2 over tensor `over` */
   int over;
   void *p; /* what the call gets */
@@ -678,7 +679,7 @@ typedef struct xarr {
 
 static void xarr_decode(reader *r, xarr *x, size_t n) {
   memset(x, 0, sizeof *x);
-  x->n = n;
+  x->n = x->read = n;
   const uint8_t m = u8(r);
   x->mode = m < 224 ? 0 : m < 248 ? 2 : 1;
   if (x->mode == 2) x->over = u8(r) % NV;
@@ -694,7 +695,7 @@ static void xarr_place(xarr *x, const void *vals, const tdesc *t, unsigned char 
       if (at + x->n <= total) {
         memcpy(arena + at, vals, x->n);
         x->p = arena + at;
-        reg[(*nreg)++] = (region){at, x->n};
+        reg[(*nreg)++] = (region){at, x->read}; /* an output may cover entries never read */
         return;
       }
     }
@@ -857,6 +858,16 @@ static void fuzz_kvcache(reader *rd, fa_context *ctx) {
     for (size_t i = 0; i < nbt; ++i) bt[i] = pick_int(u8(&r), 0, np);
   }
   xarr_decode(&r, &xbt, nbt * sizeof(int32_t));
+  if (paged && lens_ok && krows > 0) { /* the entries of the pages used (none if the call is refused earlier) */
+    const int64_t st = bt_stride ? bt_stride : max_blocks;
+    size_t end = 0;
+    for (int b = 0; b < nB && st >= max_blocks; ++b) {
+      const int64_t x = lens[b] + Lnew, used = x > 0 ? (x - 1) / krows + 1 : 0;
+      if (used > 0 && (uint64_t)b * (uint64_t)st + (uint64_t)used > end)
+        end = (size_t)((uint64_t)b * (uint64_t)st + (uint64_t)used);
+    }
+    if (end * sizeof(int32_t) < xbt.read) xbt.read = end * sizeof(int32_t);
+  }
   /* rotary tables: the rows of the positions rotated, or fewer */
   size_t rot_n = 0;
   if (want_rot) {
