@@ -251,6 +251,9 @@ P(cu_q_past_end, to_varlen(c); c->cu_q[2] = LQ + 1)
 P(o_is_q, c->o.data = c->q.data)
 P(o_tail_on_q, c->o.data = (char *)g_q.t.data + g_q.span - 4 - (g_o.span - 4))
 P(lse_on_o, c->lse.data = c->o.data)
+/* arrays the backends read while they write: not under an output */
+P(alibi_in_o, c->opt.alibi_slopes = (const float *)c->o.data)
+P(alibi_in_dk, c->opt.alibi_slopes = (const float *)c->dk.data)
 P(o_stride0, c->o.stride[3] = 0)
 P(o_rows_overlap, c->o.stride[2] = 1)
 P(lse_stride0, c->lse.stride[2] = 0)
@@ -392,6 +395,8 @@ static const bad g_bad[] = {
     {"o is q", F, o_is_q, FA_ERR_OVERLAP, "o"},
     {"o's last element on q's", F, o_tail_on_q, FA_ERR_OVERLAP, "q"},
     {"lse on o", F, lse_on_o, FA_ERR_OVERLAP, "lse"},
+    {"alibi_slopes inside o", F, alibi_in_o, FA_ERR_OVERLAP, "opt->alibi_slopes"},
+    {"alibi_slopes inside dk (backward)", BW, alibi_in_dk, FA_ERR_OVERLAP, "opt->alibi_slopes"},
     {"o stride[3] = 0", F, o_stride0, FA_ERR_OVERLAP, "o"},
     {"o rows overlap (stride[2] = 1)", F, o_rows_overlap, FA_ERR_OVERLAP, "o"},
     {"lse stride[2] = 0", F, lse_stride0, FA_ERR_OVERLAP, "lse"},

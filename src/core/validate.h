@@ -18,6 +18,9 @@ typedef struct fa__call {
  * be) to check their values. */
 fa_status fa__problem_build(fa__problem *p, const fa__call *c, fa__err *err);
 
+/* fa__problem_build for fa_forward_kvcache (validate_kvcache.c). */
+fa_status fa__kv_problem_build(fa__problem *p, const fa__call *c, fa__err *err);
+
 /* fa_merge_states's checks: n parts of equal shape, the outputs apart from
  * the inputs. Fills *memory with where the tensors live. */
 fa_status fa__merge_check(int n, const fa_tensor *o_parts, const fa_tensor *lse_parts, const fa_tensor *o,
