@@ -13,62 +13,13 @@
 #include <string.h>
 
 #include "decode.cuh"
+#include "host_call.cuh"
 #include "launch.cuh"
 
 namespace {
 
-// The device the tensors live on becomes current for the call, and the
-// caller's current device is restored afterwards.
-struct device_guard {
-  int prev = -1;
-  bool switched = false;
-  fa_status enter(const void *ptr, fa__err *err) {
-    cudaPointerAttributes a;
-    FA_CUDA_TRY(cudaPointerGetAttributes(&a, ptr), "cudaPointerGetAttributes(q)");
-    FA_CUDA_TRY(cudaGetDevice(&prev), "cudaGetDevice");
-    if (a.type == cudaMemoryTypeDevice && a.device != prev) {
-      FA_CUDA_TRY(cudaSetDevice(a.device), "cudaSetDevice");
-      switched = true;
-    }
-    return FA_OK;
-  }
-  ~device_guard() {
-    if (switched) (void)cudaSetDevice(prev);
-  }
-};
-
-// Stream-ordered scratch; plain cudaMalloc where memory pools are missing.
-struct scratch {
-  void *ptr = nullptr;
-  cudaStream_t stream = nullptr;
-  bool async = false;
-  fa_status alloc(size_t bytes, cudaStream_t s, const char *what, fa__err *err) {
-    stream = s;
-    cudaError_t e = cudaMallocAsync(&ptr, bytes, s);
-    if (e == cudaSuccess) {
-      async = true;
-      return FA_OK;
-    }
-    (void)cudaGetLastError();
-    e = cudaMalloc(&ptr, bytes);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      ptr = nullptr;
-      fa__err_set(err, "cuda: cannot allocate %zu bytes for %s: %s", bytes, what, cudaGetErrorString(e));
-      return e == cudaErrorMemoryAllocation ? FA_ERR_OUT_OF_MEMORY : FA_ERR_DEVICE;
-    }
-    return FA_OK;
-  }
-  ~scratch() {
-    if (!ptr) return;
-    if (async) {
-      (void)cudaFreeAsync(ptr, stream);
-    } else {
-      (void)cudaStreamSynchronize(stream);  // kernels may still read it
-      (void)cudaFree(ptr);
-    }
-  }
-};
+using fa_cuda::device_guard;
+using fa_cuda::scratch;
 
 fa__cuda_strides strides_of(const fa_tensor &t) {
   fa__cuda_strides s;

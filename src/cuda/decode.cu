@@ -12,6 +12,7 @@
 #include "../rules/kv_address.h"
 #include "../rules/online_softmax.h"
 #include "decode.cuh"
+#include "host_call.cuh"
 #include "launch.cuh"
 #include "rules.cuh"
 
@@ -208,54 +209,8 @@ __global__ void merge_kernel(const merge_params p) {
 
 // ---- host ------------------------------------------------------------------
 
-struct device_scratch {
-  void *ptr = nullptr;
-  cudaStream_t stream = nullptr;
-  bool async = false;
-  fa_status alloc(size_t bytes, cudaStream_t s, const char *what, fa__err *err) {
-    stream = s;
-    if (cudaMallocAsync(&ptr, bytes, s) == cudaSuccess) {
-      async = true;
-      return FA_OK;
-    }
-    (void)cudaGetLastError();
-    const cudaError_t e = cudaMalloc(&ptr, bytes);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      ptr = nullptr;
-      fa__err_set(err, "cuda: cannot allocate %zu bytes for %s: %s", bytes, what, cudaGetErrorString(e));
-      return e == cudaErrorMemoryAllocation ? FA_ERR_OUT_OF_MEMORY : FA_ERR_DEVICE;
-    }
-    return FA_OK;
-  }
-  ~device_scratch() {
-    if (!ptr) return;
-    if (async) {
-      (void)cudaFreeAsync(ptr, stream);
-    } else {
-      (void)cudaStreamSynchronize(stream);
-      (void)cudaFree(ptr);
-    }
-  }
-};
-
-struct device_guard {
-  int prev = -1;
-  bool switched = false;
-  fa_status enter(const void *ptr, fa__err *err) {
-    cudaPointerAttributes a;
-    FA_CUDA_TRY(cudaPointerGetAttributes(&a, ptr), "cudaPointerGetAttributes");
-    FA_CUDA_TRY(cudaGetDevice(&prev), "cudaGetDevice");
-    if (a.type == cudaMemoryTypeDevice && a.device != prev) {
-      FA_CUDA_TRY(cudaSetDevice(a.device), "cudaSetDevice");
-      switched = true;
-    }
-    return FA_OK;
-  }
-  ~device_guard() {
-    if (switched) (void)cudaSetDevice(prev);
-  }
-};
+using fa_cuda::device_guard;
+using fa_cuda::scratch;
 
 void copy3(int64_t dst[3], const fa_tensor &t) {
   for (int d = 0; d < 3; ++d) dst[d] = t.stride[d];
@@ -419,7 +374,7 @@ fa_status fa__cuda_forward_kvcache(const fa__problem *p, fa__err *err) {
   dp.wl = p->window_left;
   dp.wr = p->window_right;
 
-  device_scratch part;
+  scratch part;
   if (nsplit > 1) {
     const size_t rows = static_cast<size_t>(p->B * p->Hkv) * static_cast<size_t>(nsplit) * static_cast<size_t>(R);
     st = part.alloc(rows * static_cast<size_t>(p->Dv + 1) * sizeof(float), s, "the split-KV partial results", err);
@@ -483,7 +438,7 @@ fa_status fa__cuda_merge_states(int n, const fa_tensor *o_parts, const fa_tensor
     for (int x = 0; x < 4; ++x) d.os[x] = o_parts[k].shape[x] == 1 ? 0 : o_parts[k].stride[x];
     for (int x = 0; x < 3; ++x) d.ls[x] = lse_parts[k].shape[x] == 1 ? 0 : lse_parts[k].stride[x];
   }
-  device_scratch descs;
+  scratch descs;
   st = descs.alloc(dbytes, s, "fa_merge_states' part descriptors", err);
   if (st == FA_OK) {
     const cudaError_t e = cudaMemcpyAsync(descs.ptr, host, dbytes, cudaMemcpyHostToDevice, s);
