@@ -98,6 +98,23 @@ def _call_fwd(args):
     return _EagerAttention.apply(*args) if grad else _ops.fwd_impl(*args)
 
 
+def alibi_tensor(slopes, Hq, device):
+    """ALiBi slopes as a contiguous float32 [Hq] tensor on device (FlashAttention's
+    [1, Hq] taken too; C reads a bare pointer, so the length is checked here)."""
+    if slopes is None:
+        return None
+    slopes = torch.as_tensor(slopes, device=device)
+    if slopes.dim() == 2 and slopes.shape[0] == 1:
+        slopes = slopes[0]
+    if tuple(slopes.shape) != (Hq,):
+        raise _capi.invalid(
+            f"alibi_slopes has shape {tuple(slopes.shape)}, expected ({Hq},) (one slope per query head, "
+            "the same for every batch)",
+            "FA_ERR_SHAPE",
+        )
+    return slopes.to(torch.float32).contiguous()
+
+
 def _check_4d(t, arg, layout):
     if not isinstance(t, torch.Tensor):
         raise _capi.invalid(f"{arg} must be a torch.Tensor, got {type(t).__name__}", "FA_ERR_DTYPE")
@@ -155,16 +172,7 @@ def attention(
         except (TypeError, ValueError):
             raise _capi.invalid(f"window = {window!r}, expected a pair (left, right); -1 = unbounded") from None
     dev, B, Hq = q.device, q.shape[0], q.shape[1]
-    if alibi_slopes is not None:
-        alibi_slopes = torch.as_tensor(alibi_slopes, device=dev)
-        if alibi_slopes.dim() == 2 and alibi_slopes.shape[0] == 1:
-            alibi_slopes = alibi_slopes[0]
-        if tuple(alibi_slopes.shape) != (Hq,):
-            raise _capi.invalid(
-                f"alibi_slopes has shape {tuple(alibi_slopes.shape)}, expected ({Hq},) (one slope per query head, "
-                "the same for every batch)"
-            )
-        alibi_slopes = alibi_slopes.to(torch.float32).contiguous()
+    alibi_slopes = alibi_tensor(alibi_slopes, Hq, dev)
     if cu_seqlens_q is not None and cu_seqlens_k is not None and len(cu_seqlens_q) != len(cu_seqlens_k):
         raise _capi.invalid(f"cu_seqlens_q has {len(cu_seqlens_q)} entries but cu_seqlens_k has {len(cu_seqlens_k)}")
     args = (q, k, v, _padded4(mask, "mask"), _padded4(bias, "bias"), alibi_slopes,

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from .. import _capi
 from . import _ops
-from ._attention import _check_4d, _int32, _plain_eager
+from ._attention import _check_4d, _int32, _plain_eager, alibi_tensor
 
 
 def _bshd(t, arg):
@@ -253,16 +253,7 @@ def flash_attn_with_kvcache(
             )
         rotary_cos = torch.as_tensor(rotary_cos, device=dev).to(torch.float32)
         rotary_sin = torch.as_tensor(rotary_sin, device=dev).to(torch.float32)
-    if alibi_slopes is not None:
-        alibi_slopes = torch.as_tensor(alibi_slopes, device=dev)
-        if alibi_slopes.dim() == 2 and alibi_slopes.shape[0] == 1:
-            alibi_slopes = alibi_slopes[0]
-        if tuple(alibi_slopes.shape) != (Hq,):
-            raise _capi.invalid(
-                f"alibi_slopes has shape {tuple(alibi_slopes.shape)}, expected ({Hq},) (one slope per query head, "
-                "the same for every batch)"
-            )
-        alibi_slopes = alibi_slopes.to(torch.float32).contiguous()
+    alibi_slopes = alibi_tensor(alibi_slopes, Hq, dev)
     q, k, v = _detached(q), _detached(k), _detached(v)
     args = (q, k_cache, v_cache, k, v, cache_seqlens, block_table, rotary_cos, rotary_sin, alibi_slopes,
             float(softmax_scale or 0.0), float(softcap or 0.0), bool(causal), wl, wr, bool(rotary_interleaved),
