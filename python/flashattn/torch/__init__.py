@@ -8,6 +8,8 @@ traces them without graph breaks).
 - scaled_dot_product_attention: torch SDPA's interface, [B, H, L, D]
 - flash_attn_with_kvcache (decode against a KV cache, appended in place; the op
   flashattn::fwd_kvcache) and merge_states (flashattn::merge_states): no autograd
+- ring_attention: context parallel over torch.distributed (the sequence split
+  across ranks, zig-zag layout for causal; shard_sequence / unshard_sequence)
 """
 
 from ._attention import attention
@@ -20,6 +22,7 @@ from ._flash_attn import (
     flash_attn_varlen_qkvpacked_func,
 )
 from ._kvcache import flash_attn_with_kvcache, merge_states
+from ._ring import ring_attention, shard_sequence, unshard_sequence
 from ._sdpa import scaled_dot_product_attention
 
 __all__ = [
@@ -32,5 +35,8 @@ __all__ = [
     "flash_attn_varlen_qkvpacked_func",
     "flash_attn_with_kvcache",
     "merge_states",
+    "ring_attention",
     "scaled_dot_product_attention",
+    "shard_sequence",
+    "unshard_sequence",
 ]

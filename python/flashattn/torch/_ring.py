@@ -1,0 +1,370 @@
+"""Context parallel (ring) attention over torch.distributed: the sequence is split
+across the ranks of a process group, K/V blocks travel around the ring, and each
+rank's partial results (o, lse) are combined with flashattn's online-softmax merge.
+
+Layout. Every rank holds the same number L_local of query AND key/value rows of
+the global sequence (q [B, L_local, Hq, D], k / v [B, L_local, Hkv, D], as
+flash_attn_func), the same B, heads and head dims on every rank.
+
+- zigzag=True (the default; load-balanced for causal): the global sequence of
+  length L = W * L_local (W = the group's size) is cut into 2W chunks of
+  c = L_local / 2 rows; rank r holds chunks r and 2W-1-r, one after the other
+  (so L_local must be even). Rank 0 of 2: chunks 0 and 3; rank 1: chunks 1, 2.
+- zigzag=False: rank r holds the contiguous rows [r L_local, (r+1) L_local).
+
+shard_sequence / unshard_sequence cut a global tensor into a rank's slice and
+put the slices of all ranks back together (no communication).
+
+Forward: W steps; at step t rank r attends its queries to the K/V block of rank
+(r - t) mod W with flashattn's attention(..., return_lse=True) (only the query
+and key ranges that see something, with the causal / window band expressed in
+the block's local positions) while the next block is sent/received
+(batch_isend_irecv: overlapped with the compute where the backend allows; NCCL
+runs it on its own stream), and merges the partial result into its running
+(o, lse) with merge_states (float64 inside; the running o is kept in float32,
+float64 for float64 inputs). On CUDA tensors, where the cuda backend refuses
+merge_states (opt-in until a GPU run verifies it), the same formula runs in torch.
+
+Backward: the same ring. At each step the op flashattn::bwd runs on the block
+with the GLOBAL o and lse (exact: the block's share of the gradient, as
+ring-flash-attn does); dq accumulates locally (float32 / float64), dK/dV
+accumulators travel with their blocks and arrive home after W hops, summed in a
+fixed order (rank s, s+1, ...), so every run gives the same bits.
+
+Options: causal, window_size (global positions, top-left = bottom-right since
+the global Lq = Lk), softcap, softmax_scale, GQA/MQA (Hq = g Hkv), deterministic,
+backend. Refused with UnsupportedError naming the option: alibi_slopes (its
+bias needs an offset between a block's query and key positions that the C
+options cannot express), dropout_p > 0 (the keep bits are indexed by the global
+(b, h, i, j): needs a position offset in the C call; not yet). Not offered:
+masks, biases, varlen (cu_seqlens / seqlens).
+"""
+
+import math
+
+import torch
+import torch.distributed as dist
+
+from .. import _capi
+from . import _ops
+from ._attention import _check_4d, attention
+from ._kvcache import merge_states
+
+_INF = math.inf
+
+
+# ---- layout ------------------------------------------------------------------
+def _chunks(rank, world, zigzag):
+    """The global chunk indices a rank holds and their count."""
+    return ((rank, 2 * world - 1 - rank), 2 * world) if zigzag else ((rank,), world)
+
+
+def shard_sequence(x, rank, world_size, *, zigzag=True, dim=1):
+    """Rank `rank`'s slice of a global tensor x (sequence along `dim`, dim 1 for
+    [B, L, H, D]): chunks rank and 2W-1-rank of 2W (zigzag) or chunk rank of W."""
+    idx, n = _chunks(rank, world_size, zigzag)
+    if x.shape[dim] % n:
+        raise _capi.invalid(
+            f"sequence length {x.shape[dim]} (dim {dim}) is not a multiple of {n} chunks", "FA_ERR_SHAPE"
+        )
+    parts = x.chunk(n, dim)
+    return torch.cat([parts[i] for i in idx], dim)
+
+
+def unshard_sequence(shards, *, zigzag=True, dim=1):
+    """The global tensor from every rank's slice (shards[r] = rank r's), the
+    inverse of shard_sequence (e.g. after dist.all_gather)."""
+    world = len(shards)
+    n = 2 * world if zigzag else world
+    parts = [None] * n
+    for r, s in enumerate(shards):
+        idx, _ = _chunks(r, world, zigzag)
+        for i, p in zip(idx, s.chunk(len(idx), dim)):
+            parts[i] = p
+    return torch.cat(parts, dim)
+
+
+def _segments(rank, world, L, zigzag):
+    """[(global start, local start, length)] of a rank's rows."""
+    idx, n = _chunks(rank, world, zigzag)
+    c = L // len(idx)
+    return [(i * c, j * c, c) for j, i in enumerate(idx)]
+
+
+# ---- which query rows see which keys of a block --------------------------------
+def _band(delta, n, m, causal, wl, wr):
+    """Rows i in [0, n) see keys j in [0, m) where lo <= j - i <= hi (delta = the
+    rows' global start - the keys' global start): (lo, hi) clipped to the
+    differences that occur, None when nothing is visible."""
+    lo = delta - wl if wl >= 0 else -_INF
+    hi = delta + (0 if causal else wr) if (causal or wr >= 0) else _INF
+    lo, hi = max(lo, -(n - 1)), min(hi, m - 1)
+    return None if lo > hi else (int(lo), int(hi))
+
+
+def _call(band, q0, n, k0, m):
+    """One C call for a visible band of the rows [q0, q0+n) and keys [k0, k0+m):
+    (qa, qb, ka, kb, left, right), the ranges cut down to those that see something
+    and the band as a top-left window (-1 = unbounded)."""
+    lo, hi = band
+    qa, qb = max(0, -hi), min(n, m - lo)
+    ka, kb = max(0, lo), min(m, n + hi)
+    lo, hi = lo - ka + qa, hi - ka + qa  # in the cut ranges: lo <= 0 <= hi
+    left = -1 if -lo >= qb - qa - 1 else -lo
+    right = -1 if hi >= kb - ka - 1 else hi
+    return (q0 + qa, q0 + qb, k0 + ka, k0 + kb, left, right)
+
+
+def _plan(qsegs, ksegs, causal, wl, wr):
+    """The calls for a rank's queries (segments qsegs) against a block of keys
+    (ksegs): one over everything when the band in local positions is the global
+    one, else one per key segment or query segment that is all-visible, else one
+    per pair of segments."""
+    glob = {(a, b): _band(qg - kg, n, m, causal, wl, wr) for a, (qg, _, n) in enumerate(qsegs)
+            for b, (kg, _, m) in enumerate(ksegs)}  # fmt: skip
+    full = {(a, b): (-(n - 1), m - 1) for a, (_, _, n) in enumerate(qsegs) for b, (_, _, m) in enumerate(ksegs)}
+    Lq, Lk = sum(s[2] for s in qsegs), sum(s[2] for s in ksegs)
+    local = {(a, b): _band(ql - kl, n, m, causal, wl, wr) for a, (_, ql, n) in enumerate(qsegs)
+             for b, (_, kl, m) in enumerate(ksegs)}  # fmt: skip
+    if local == glob:
+        whole = _band(0, Lq, Lk, causal, wl, wr)
+        return [] if whole is None else [_call(whole, 0, Lq, 0, Lk)]
+    rows, cols = range(len(qsegs)), range(len(ksegs))
+    for groups, outer in (([[(a, b) for a in rows] for b in cols], "k"), ([[(a, b) for b in cols] for a in rows], "q")):
+        if all(all(glob[p] == full[p] for p in g) or all(glob[p] is None for p in g) for g in groups):
+            calls = []
+            for g in groups:
+                if glob[g[0]] is None:
+                    continue
+                if outer == "k":
+                    _, kl, m = ksegs[g[0][1]]
+                    calls.append((0, Lq, kl, kl + m, -1, -1))
+                else:
+                    _, ql, n = qsegs[g[0][0]]
+                    calls.append((ql, ql + n, 0, Lk, -1, -1))
+            return calls
+    return [_call(glob[(a, b)], qsegs[a][1], qsegs[a][2], ksegs[b][1], ksegs[b][2])
+            for a in rows for b in cols if glob[(a, b)] is not None]  # fmt: skip
+
+
+# ---- the merge -------------------------------------------------------------------
+_torch_merge = set()  # devices types whose backend refused merge_states
+
+
+def _merge(acc_o, acc_lse, o, lse):
+    """(o, lse) of the running result merged with a block's, [B, H, n, Dv] / [B, H, n]:
+    flashattn's merge_states; on a device whose backend refuses it, the same formula
+    (lse = logaddexp, o = sum exp(lse_i - lse) o_i, 0 / -inf where all are -inf)."""
+    dev = o.device.type
+    if dev not in _torch_merge:
+        try:
+            return merge_states([acc_o, o], [acc_lse, lse])
+        except _capi.UnsupportedError:
+            _torch_merge.add(dev)
+    new = torch.logaddexp(acc_lse, lse)
+    safe = torch.where(torch.isinf(new), torch.zeros_like(new), new)
+    w0, w1 = torch.exp(acc_lse - safe).unsqueeze(-1), torch.exp(lse - safe).unsqueeze(-1)
+    return w0 * acc_o + w1 * o, new
+
+
+# ---- communication ----------------------------------------------------------------
+class _Ring:
+    def __init__(self, group):
+        self.group = group
+        self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
+        to_global = (lambda r: dist.get_global_rank(group, r)) if group is not None else (lambda r: r)
+        self.next, self.prev = to_global((self.rank + 1) % self.world), to_global((self.rank - 1) % self.world)
+
+    def start(self, tensors):
+        """Sends tensors to the next rank and receives the previous rank's into
+        new buffers: (buffers, requests to wait on)."""
+        bufs = [torch.empty_like(t) for t in tensors]
+        ops = [dist.P2POp(dist.isend, t, self.next, self.group) for t in tensors]
+        ops += [dist.P2POp(dist.irecv, b, self.prev, self.group) for b in bufs]
+        return bufs, dist.batch_isend_irecv(ops)
+
+    @staticmethod
+    def wait(reqs):
+        for r in reqs:
+            r.wait()
+
+
+def _reads_o_lse(q, backend):
+    """False for ref (float64 on CPU under "auto"): its backward recomputes P and reads neither o nor lse."""
+    return not (backend == "ref" or (backend == "auto" and not q.is_cuda and q.dtype == torch.float64))
+
+
+_NONE7 = (None,) * 7  # mask, bias, alibi, seqlens_q, seqlens_k, cu_seqlens_q, cu_seqlens_k
+
+
+def _block_grads(dout, q, k, v, o, lse, scalars):
+    """A block's share of dq, dk, dv ([B, H, L, D] views) given the GLOBAL o and lse:
+    flashattn::bwd with them, on a backend that reads them (cpu, cuda). ref reads
+    neither, so there the block's gradient is taken through the merge instead:
+    with the block's own (o_b, lse_b) and w = exp(lse_b - lse), grad_o = w dO and
+    grad_lse_b = c = w (dO.o_b - dO.o), whose gradient is scale c (P_b K) for q
+    and P_b^T (scale c q) for k (no softcap: refused there)."""
+    if _reads_o_lse(q, scalars[-1]):
+        return _ops.bwd_impl(dout, q, k, v, o, lse, *_NONE7, None, *scalars, False)[:3]
+    fwd = lambda a, b, c: _ops.fwd_impl(a, b, c, *_NONE7, None, *scalars)  # noqa: E731
+    o_b, lse_b = fwd(q, k, v)
+    w = torch.where(torch.isinf(lse_b), torch.zeros_like(lse_b), torch.exp(lse_b - lse))
+    dq, dk, dv, _ = _ops.bwd_impl(dout * w.unsqueeze(-1), q, k, v, o_b, lse_b, *_NONE7, None, *scalars, False)
+    c = w * ((dout * o_b).sum(-1) - (dout * o).sum(-1))
+    scale = (scalars[0] or 1.0 / math.sqrt(q.shape[-1])) * c.unsqueeze(-1)
+    pk, _ = fwd(q, k, k)
+    _, _, dk_extra, _ = _ops.bwd_impl(scale * q, q, k, k, pk, lse_b, *_NONE7, None, *scalars, False)
+    return dq + scale * pk, dk + dk_extra, dv
+
+
+def _acc_dtype(t):
+    return torch.float64 if t.dtype == torch.float64 else torch.float32
+
+
+def _window_kwargs(left, right):
+    if left == -1 and right == 0:
+        return {"causal": True}
+    return {} if left == -1 and right == -1 else {"window": (left, right)}
+
+
+class _RingAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, group, zigzag, causal, wl, wr, scale, softcap, deterministic, backend):
+        ring = _Ring(group)
+        W, r, L = ring.world, ring.rank, q.shape[1]
+        qsegs = _segments(r, W, L, zigzag)
+        B, H, Dv = q.shape[0], q.shape[2], v.shape[3]
+        acc_o = torch.zeros((B, H, L, Dv), dtype=_acc_dtype(q), device=q.device)
+        acc_lse = torch.full((B, H, L), -_INF, dtype=_ops._lse_dtype(q), device=q.device)
+        opts = dict(scale=scale, softcap=softcap, deterministic=deterministic, backend=backend, layout="bshd")
+        kb, vb = k.contiguous(), v.contiguous()
+        for step in range(W):
+            nxt = ring.start([kb, vb]) if step + 1 < W else None
+            src = (r - step) % W
+            for qa, qb, ka, kb_, left, right in _plan(qsegs, _segments(src, W, L, zigzag), causal, wl, wr):
+                o, lse = attention(q[:, qa:qb], kb[:, ka:kb_], vb[:, ka:kb_], return_lse=True,
+                                   **_window_kwargs(left, right), **opts)  # fmt: skip
+                o = o.transpose(1, 2).to(acc_o.dtype)
+                if qa == 0 and qb == L:
+                    acc_o, acc_lse = _merge(acc_o, acc_lse, o, lse)
+                else:
+                    m_o, m_lse = _merge(acc_o[:, :, qa:qb], acc_lse[:, :, qa:qb], o, lse)
+                    acc_o[:, :, qa:qb], acc_lse[:, :, qa:qb] = m_o, m_lse
+            if nxt is not None:
+                ring.wait(nxt[1])
+                kb, vb = nxt[0]
+        out = acc_o.transpose(1, 2).to(q.dtype).contiguous()
+        ctx.save_for_backward(q, k, v, out, acc_lse)
+        ctx.args = (group, zigzag, causal, wl, wr, scale, softcap, deterministic, backend)
+        ctx.mark_non_differentiable(acc_lse)
+        return out, acc_lse
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_o, grad_lse):
+        q, k, v, out, lse = ctx.saved_tensors
+        group, zigzag, causal, wl, wr, scale, softcap, deterministic, backend = ctx.args
+        ring = _Ring(group)
+        W, r, L = ring.world, ring.rank, q.shape[1]
+        qsegs = _segments(r, W, L, zigzag)
+        t = lambda x: x.transpose(1, 2)  # noqa: E731  [B, L, H, D] -> C's [B, H, L, D] view
+        dout = t(grad_o.contiguous())
+        qt, ot = t(q), t(out)
+        dq = torch.zeros(qt.shape, dtype=_acc_dtype(q), device=q.device)
+        kb, vb = k.contiguous(), v.contiguous()
+        dkv_in = None  # (buffers, requests): the accumulators of the block arriving
+        for step in range(W):
+            nxt = ring.start([kb, vb]) if step + 1 < W else None
+            src = (r - step) % W
+            kt, vt = t(kb), t(vb)
+            dk = torch.zeros(kt.shape, dtype=_acc_dtype(k), device=k.device)
+            dv = torch.zeros(vt.shape, dtype=_acc_dtype(v), device=v.device)
+            for qa, qb, ka, kb_, left, right in _plan(qsegs, _segments(src, W, L, zigzag), causal, wl, wr):
+                c = left == -1 and right == 0
+                band = (c, False, -1 if c else left, -1 if c else right, 0.0, bool(deterministic), backend)
+                dq_, dk_, dv_ = _block_grads(
+                    dout[:, :, qa:qb], qt[:, :, qa:qb], kt[:, :, ka:kb_], vt[:, :, ka:kb_], ot[:, :, qa:qb],
+                    lse[:, :, qa:qb], (float(scale or 0.0), float(softcap or 0.0)) + band,
+                )  # fmt: skip
+                dq[:, :, qa:qb] += dq_
+                dk[:, :, ka:kb_] += dk_
+                dv[:, :, ka:kb_] += dv_
+            if dkv_in is not None:  # add this rank's share to what the earlier ranks summed
+                ring.wait(dkv_in[1])
+                dk, dv = dkv_in[0][0] + dk, dkv_in[0][1] + dv
+            dkv_in = ring.start([dk, dv]) if W > 1 else ([dk, dv], [])
+            if nxt is not None:
+                ring.wait(nxt[1])
+                kb, vb = nxt[0]
+        ring.wait(dkv_in[1])  # after W hops: this rank's own block, every rank's share summed
+        dk, dv = dkv_in[0]
+        return (t(dq).to(q.dtype), t(dk).to(k.dtype), t(dv).to(v.dtype)) + (None,) * 9
+
+
+def ring_attention(
+    q,
+    k,
+    v,
+    group=None,
+    *,
+    causal=False,
+    softmax_scale=None,
+    zigzag=True,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    dropout_p=0.0,
+    deterministic=False,
+    backend="auto",
+    return_lse=False,
+):
+    """Exact attention over a sequence split across the ranks of `group` (None:
+    the default group), with autograd.
+
+    q [B, L_local, Hq, D], k [B, L_local, Hkv, D], v [B, L_local, Hkv, Dv] (as
+    flash_attn_func): this rank's rows of the global sequence, laid out as
+    zigzag says (module docstring; shard_sequence makes them). Returns o
+    [B, L_local, Hq, Dv] (and lse [B, Hq, L_local], float32 / float64, the
+    global log-sum-exp of this rank's rows, if return_lse). causal and
+    window_size (left, right; -1 = unbounded) act on global positions;
+    softcap, softmax_scale (None = 1/sqrt(D)), GQA, deterministic and backend
+    as in attention(). alibi_slopes and dropout_p > 0 raise UnsupportedError.
+    """
+    for x, n in ((q, "q"), (k, "k"), (v, "v")):
+        _check_4d(x, n, "[B, L_local, H, D]")
+    if alibi_slopes is not None:
+        raise _capi.error(
+            "FA_ERR_UNSUPPORTED",
+            "ring_attention: alibi_slopes is not supported (its bias needs the offset between a block's query and "
+            "key positions, which the C options cannot express)",
+        )
+    if dropout_p:
+        raise _capi.error(
+            "FA_ERR_UNSUPPORTED",
+            "ring_attention: dropout_p > 0 is not supported yet (the keep bits of (b, h, i, j) need global positions)",
+        )
+    if k.shape[1] != q.shape[1] or v.shape[1] != q.shape[1]:
+        raise _capi.invalid(
+            f"ring_attention: q, k, v hold {q.shape[1]}, {k.shape[1]}, {v.shape[1]} rows; every rank holds the same "
+            "rows of the sequence for all three",
+            "FA_ERR_SHAPE",
+        )
+    if zigzag and q.shape[1] % 2:
+        raise _capi.invalid(
+            f"ring_attention: zigzag needs an even L_local (two chunks), got {q.shape[1]}", "FA_ERR_SHAPE"
+        )
+    if softcap and not _reads_o_lse(q, backend):
+        raise _capi.error(
+            "FA_ERR_UNSUPPORTED",
+            "ring_attention: softcap is not supported on the ref backend (float64 on CPU): its backward reads "
+            "neither o nor lse, and the gradient through a block's lse under softcap is not expressible",
+        )
+    try:
+        wl, wr = (int(x) for x in window_size)
+    except (TypeError, ValueError):
+        raise _capi.invalid(f"window_size = {window_size!r}, expected a pair (left, right); -1 = unbounded") from None
+    if not dist.is_available() or not dist.is_initialized():
+        raise _capi.invalid("ring_attention needs an initialized torch.distributed process group")
+    o, lse = _RingAttention.apply(q, k, v, group, bool(zigzag), bool(causal), wl, wr, softmax_scale, softcap,
+                                  deterministic, backend)  # fmt: skip
+    return (o, lse) if return_lse else o

@@ -1,0 +1,145 @@
+"""flashattn.torch.ring_attention (context parallel over torch.distributed)
+against single-process flashattn attention on the same global data: 2 and 4
+processes on this machine, gloo, CPU tensors (float64 on ref, float32 on cpu);
+outputs and gradients dq, dk, dv; causal (zig-zag and contiguous) and not, GQA,
+window, softcap. A one-rank ring is bit-identical to attention(). Skipped when
+torch.distributed or gloo is missing.
+"""
+
+import os
+import traceback
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+
+import flashattn.torch as ft  # noqa: E402
+
+HAVE_GLOO = dist.is_available() and dist.is_gloo_available()
+pytestmark = pytest.mark.skipif(not HAVE_GLOO, reason="torch.distributed with gloo is not available here")
+
+TOL = {torch.float64: 1e-10, torch.float32: 2e-4}
+# (name, dtype, Hq, Hkv, options, zigzag)
+CASES = [
+    ("full f64", torch.float64, 2, 2, {}, True),
+    ("causal zigzag f64 gqa", torch.float64, 4, 2, {"causal": True}, True),
+    ("causal contiguous f64", torch.float64, 2, 1, {"causal": True}, False),
+    ("causal zigzag f32 gqa", torch.float32, 4, 2, {"causal": True}, True),
+    ("full f32 mqa softcap", torch.float32, 4, 1, {"softcap": 5.0, "softmax_scale": 0.3}, True),
+    ("window zigzag f64", torch.float64, 2, 2, {"causal": True, "window_size": (5, 0)}, True),
+    ("window both f64", torch.float64, 2, 1, {"window_size": (3, 7)}, True),
+    ("window contiguous f32", torch.float32, 2, 2, {"window_size": (9, 2)}, False),
+]
+
+
+def _err(x, ref):
+    x, ref = x.detach().double(), ref.detach().double()
+    return (x - ref).abs().max().item() / max(1.0, ref.abs().max().item())
+
+
+def _reference(q, k, v, dout, opts):
+    """o, dq, dk, dv of single-process attention on the global [B, L, H, D] data."""
+    q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
+    o = ft.attention(q, k, v, layout="bshd", causal=opts.get("causal", False), scale=opts.get("softmax_scale"),
+                     window=opts.get("window_size"), softcap=opts.get("softcap", 0.0))  # fmt: skip
+    o.backward(dout)
+    return o.detach(), q.grad, k.grad, v.grad
+
+
+def _data(dtype, Hq, Hkv, L, seed):
+    g = torch.Generator().manual_seed(seed)
+    B, D = 2, 16
+    q = torch.randn(B, L, Hq, D, generator=g, dtype=torch.float64).to(dtype)
+    k = torch.randn(B, L, Hkv, D, generator=g, dtype=torch.float64).to(dtype)
+    v = torch.randn(B, L, Hkv, D, generator=g, dtype=torch.float64).to(dtype)
+    dout = torch.randn(B, L, Hq, D, generator=g, dtype=torch.float64).to(dtype)
+    return q, k, v, dout
+
+
+def _ring(q, k, v, dout, opts, zigzag, rank, world, group=None):
+    """This rank's o, dq, dk, dv through ring_attention."""
+    shard = lambda t: ft.shard_sequence(t, rank, world, zigzag=zigzag).clone()  # noqa: E731
+    ql, kl, vl = (shard(t).requires_grad_() for t in (q, k, v))
+    o = ft.ring_attention(ql, kl, vl, group, zigzag=zigzag, **opts)
+    o.backward(shard(dout))
+    return o.detach(), ql.grad, kl.grad, vl.grad
+
+
+def _worker(rank, world, store, L, failures):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    errors = []
+    try:
+        for i, (name, dtype, Hq, Hkv, opts, zigzag) in enumerate(CASES):
+            q, k, v, dout = _data(dtype, Hq, Hkv, L, seed=100 + i)
+            ref = _reference(q, k, v, dout, opts)
+            got = _ring(q, k, v, dout, opts, zigzag, rank, world)
+            for what, x, r in zip(("o", "dq", "dk", "dv"), got, ref):
+                r = ft.shard_sequence(r, rank, world, zigzag=zigzag)
+                e = _err(x, r)
+                if not e <= TOL[dtype]:
+                    errors.append(f"{name} (world {world}, rank {rank}): {what} error {e:.3g} > {TOL[dtype]}")
+        # a ring of one rank: one call, the same bits as attention()
+        singles = [dist.new_group([r]) for r in range(world)]
+        for i, (name, dtype, Hq, Hkv, opts, zigzag) in enumerate(CASES[:4]):
+            q, k, v, dout = _data(dtype, Hq, Hkv, L, seed=200 + i)
+            ref = _reference(q, k, v, dout, opts)
+            got = _ring(q, k, v, dout, opts, zigzag, 0, 1, group=singles[rank])
+            for what, x, r in zip(("o", "dq", "dk", "dv"), got, ref):
+                if not torch.equal(x, r):
+                    errors.append(f"{name} (one rank): {what} not bit-identical, error {_err(x, r):.3g}")
+        # refusals name the option
+        q, k, v, _ = _data(torch.float32, 2, 2, L // world, seed=1)
+        refused = (({"alibi_slopes": torch.ones(2)}, "alibi_slopes"), ({"dropout_p": 0.1}, "dropout_p"),
+                   ({"softcap": 5.0, "backend": "ref"}, "softcap"))  # fmt: skip
+        for kw, word in refused:
+            try:
+                ft.ring_attention(q.double() if "backend" in kw else q, k, v, **kw)
+                errors.append(f"{word}: not refused")
+            except NotImplementedError as e:
+                if word not in str(e):
+                    errors.append(f"{word}: refused without naming it: {e}")
+    except Exception:
+        errors.append(f"rank {rank}: {traceback.format_exc()}")
+    finally:
+        dist.destroy_process_group()
+    failures.put(errors)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_ring_matches_single_process(world, tmp_path):
+    mp = torch.multiprocessing.get_context("spawn")
+    failures = mp.SimpleQueue()
+    store = os.path.join(tmp_path, "store")
+    L = 16 * world  # zigzag: chunks of 8 rows
+    procs = [mp.Process(target=_worker, args=(r, world, store, L, failures)) for r in range(world)]
+    for p in procs:
+        p.start()
+    errors = []
+    for _ in procs:
+        errors += failures.get()
+    for p in procs:
+        p.join(60)
+    assert not errors, "\n".join(errors)
+    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+
+
+def test_shard_unshard_round_trip():
+    x = torch.arange(2 * 24 * 3).reshape(2, 24, 3)
+    for world in (1, 2, 3):
+        for zigzag in (True, False):
+            shards = [ft.shard_sequence(x, r, world, zigzag=zigzag) for r in range(world)]
+            assert all(s.shape == (2, 24 // world, 3) for s in shards)
+            assert torch.equal(ft.unshard_sequence(shards, zigzag=zigzag), x)
+    # zigzag, 2 ranks: rank 0 holds chunks 0 and 3 of 4
+    s0 = ft.shard_sequence(x, 0, 2)
+    assert torch.equal(s0, torch.cat([x[:, 0:6], x[:, 18:24]], 1))
+
+
+def test_refused_without_process_group():
+    if dist.is_initialized():
+        pytest.skip("a process group is initialized in this process")
+    q = torch.zeros(1, 4, 1, 8)
+    with pytest.raises(ValueError, match="process group"):
+        ft.ring_attention(q, q, q)
