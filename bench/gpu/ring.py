@@ -1,0 +1,129 @@
+"""Context parallel (ring) attention on GPUs: flashattn.torch.ring_attention over
+NCCL, one process per GPU, against one GPU (the same call in a ring of one rank,
+which is one plain attention call). Issue 17's targets: L = 128k total, D = 128,
+bf16, causal (zig-zag layout) and not, forward and forward+backward; tokens/s
+(global tokens over the slowest rank's median time) and max memory per GPU.
+
+WRITTEN BUT NOT RUN YET: no machine with several GPUs was lent when it was
+written; the CPU path is verified by tests/python/test_ring.py (gloo).
+
+usage (one host):
+  torchrun --nproc_per_node=1 bench/gpu/ring.py [--out DIR]   # the 1-GPU baseline
+  torchrun --nproc_per_node=2 bench/gpu/ring.py [--out DIR]   # then 4, 8 if lent
+  options: --L 131072 --heads 16 --kv-heads 16 --D 128 --batch 1 --reps 10 --warmup 3
+           --modes fwd,fwdbwd --causal 0,1
+with FLASHATTN_LIBRARY pointing at a libflashattn.so built with FA_WITH_CUDA=ON
+and PYTHONPATH=python. NVLink multicast stays off: NCCL_NVLS_ENABLE=0 is set
+when the environment does not set it (leave the machine's other NCCL switches
+as they are). Target: 2 GPUs >= 1.8x one GPU's tokens/s, memory per GPU about
+half; compare with torch.distributed.tensor.experimental.context_parallel in the
+same run where it runs (not scripted here).
+"""
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+
+os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+import flashattn.torch as ft  # noqa: E402
+
+
+def timed(fn, reps, warmup):
+    """Median milliseconds of fn() over reps, CUDA events, after warm-up; every
+    rank in step (a barrier before each repetition)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        dist.barrier()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--L", type=int, default=131072, help="total sequence length (all ranks)")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--kv-heads", type=int, default=16)
+    ap.add_argument("--D", type=int, default=128)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--modes", default="fwd,fwdbwd")
+    ap.add_argument("--causal", default="0,1")
+    ap.add_argument("--out", default=None, help="directory for a JSON line per case (rank 0)")
+    args = ap.parse_args()
+
+    dist.init_process_group("nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    torch.cuda.set_device(local)
+    dev = torch.device("cuda", local)
+    assert args.L % (2 * world) == 0, "L must split into 2W chunks"
+    Ll = args.L // world
+    g = torch.Generator(device=dev).manual_seed(1234 + rank)
+    shape_q, shape_kv = (args.batch, Ll, args.heads, args.D), (args.batch, Ll, args.kv_heads, args.D)
+    q = torch.randn(shape_q, device=dev, dtype=torch.bfloat16, generator=g)
+    k = torch.randn(shape_kv, device=dev, dtype=torch.bfloat16, generator=g)
+    v = torch.randn(shape_kv, device=dev, dtype=torch.bfloat16, generator=g)
+    dout = torch.randn(shape_q, device=dev, dtype=torch.bfloat16, generator=g)
+    rows = []
+    for causal in [bool(int(c)) for c in args.causal.split(",")]:
+        for mode in args.modes.split(","):
+            qq, kk, vv = (t.detach().requires_grad_(mode == "fwdbwd") for t in (q, k, v))
+
+            def step():
+                o = ft.ring_attention(qq, kk, vv, causal=causal)
+                if mode == "fwdbwd":
+                    o.backward(dout)
+
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(dev)
+            base = torch.cuda.memory_allocated(dev)
+            ms = timed(step, args.reps, args.warmup)
+            peak = torch.cuda.max_memory_allocated(dev)
+            t = torch.tensor([ms, peak - base], dtype=torch.float64, device=dev)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            ms_max, extra = t.tolist()
+            flops = 4 * args.batch * args.heads * args.L * args.L * args.D * (0.5 if causal else 1.0)
+            flops *= 3.5 if mode == "fwdbwd" else 1.0  # backward = 2.5x forward (DESIGN.md)
+            row = {
+                "gpus": world,
+                "L": args.L,
+                "D": args.D,
+                "heads": args.heads,
+                "kv_heads": args.kv_heads,
+                "batch": args.batch,
+                "causal": causal,
+                "mode": mode,
+                "ms": ms_max,
+                "tokens_per_s": args.batch * args.L / (ms_max / 1e3),
+                "tflops_total": flops / (ms_max / 1e3) / 1e12,
+                "peak_extra_bytes_per_gpu": int(extra),
+                "peak_bytes_per_gpu": int(peak),
+            }
+            rows.append(row)
+            if rank == 0:
+                print(json.dumps(row), flush=True)
+    if rank == 0 and args.out:
+        os.makedirs(args.out, exist_ok=True)
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        with open(os.path.join(args.out, f"ring-{world}gpu-{stamp}.jsonl"), "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
