@@ -22,8 +22,7 @@ the block's local positions) while the next block is sent/received
 (batch_isend_irecv: overlapped with the compute where the backend allows; NCCL
 runs it on its own stream), and merges the partial result into its running
 (o, lse) with merge_states (float64 inside; the running o is kept in float32,
-float64 for float64 inputs). On CUDA tensors, where the cuda backend refuses
-merge_states (opt-in until a GPU run verifies it), the same formula runs in torch.
+float64 for float64 inputs).
 
 Backward: the same ring. At each step the op flashattn::bwd runs on the block
 with the GLOBAL o and lse (exact: the block's share of the gradient, as
@@ -148,23 +147,10 @@ def _plan(qsegs, ksegs, causal, wl, wr):
 
 
 # ---- the merge -------------------------------------------------------------------
-_torch_merge = set()  # devices types whose backend refused merge_states
-
-
 def _merge(acc_o, acc_lse, o, lse):
     """(o, lse) of the running result merged with a block's, [B, H, n, Dv] / [B, H, n]:
-    flashattn's merge_states; on a device whose backend refuses it, the same formula
-    (lse = logaddexp, o = sum exp(lse_i - lse) o_i, 0 / -inf where all are -inf)."""
-    dev = o.device.type
-    if dev not in _torch_merge:
-        try:
-            return merge_states([acc_o, o], [acc_lse, lse])
-        except _capi.UnsupportedError:
-            _torch_merge.add(dev)
-    new = torch.logaddexp(acc_lse, lse)
-    safe = torch.where(torch.isinf(new), torch.zeros_like(new), new)
-    w0, w1 = torch.exp(acc_lse - safe).unsqueeze(-1), torch.exp(lse - safe).unsqueeze(-1)
-    return w0 * acc_o + w1 * o, new
+    flashattn's merge_states (DESIGN.md: partial results combine only through it)."""
+    return merge_states([acc_o, o], [acc_lse, lse])
 
 
 # ---- communication ----------------------------------------------------------------
