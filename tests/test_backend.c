@@ -163,66 +163,19 @@ static void test_dropout_mask_exact(void **state) {
   assert_true(nkeep > 0 && nkeep < n);
 }
 
-/* NaN in the inputs propagates as IEEE says and never crashes: a NaN in
- * q[0,0,3,0] makes every score of that row NaN, so O[0,0,3,:] and
- * LSE[0,0,3] are NaN; a NaN in v[1,1,5,2] reaches O[1,1,i,2] of every row
- * that sees key 5 and nothing else. Everything else stays finite. */
-static void test_nan_propagates(void **state) {
-  const tb_variant *var = (const tb_variant *)*state;
+/* NaN and Inf in the inputs propagate as IEEE says and never crash. x (NaN
+ * or +Inf) planted in q[0,0,3,0] makes the scores of that row NaN or +-Inf,
+ * its max NaN or +Inf, so O[0,0,3,:] and LSE[0,0,3] are NaN (exp(Inf - Inf)
+ * = NaN); x in v[1,1,5,2] reaches O[1,1,i,2] of every row (each sees key 5
+ * with a weight > 0) with a finite LSE. Everything else stays finite, and
+ * the backward runs (its values are not specified). */
+static void check_special_inputs(const tb_variant *var, float x, const char *what) {
   skip_unless_usable();
-  const tcase c = {.name = "nan", .B = 2, .Hq = 2, .Hkv = 2, .Lq = 9, .Lk = 17, .D = 8, .Dv = 8};
+  const tcase c = {.name = what, .B = 2, .Hq = 2, .Hkv = 2, .Lq = 9, .Lk = 17, .D = 8, .Dv = 8};
   tc_inputs in;
-  tc_inputs_make(&in, &c, FA_F32, 2);
-  in.q[((0 * c.Hq + 0) * c.Lq + 3) * c.D + 0] = NAN;
-  in.v[((1 * c.Hkv + 1) * c.Lk + 5) * c.Dv + 2] = NAN;
-  tc_tensors T;
-  assert_int_equal(tc_tensors_make(&T, &in, FA_F32, TL_BHLD, g_be->memory == FA_MEMORY_CUDA), 0);
-  fa_context *ctx = new_ctx(var);
-  fa_status st = fa_forward(ctx, g_be->id, &T.q.t, &T.k.t, &T.v.t, &T.opt, &T.o.t, &T.lse.t);
-  if (st != FA_OK) fail_msg("forward: %s", fa_context_last_error(ctx));
-  assert_int_equal(tb_download(&T.o), 0);
-  assert_int_equal(tb_download(&T.lse), 0);
-  tc_report rep;
-  memset(&rep, 0, sizeof rep);
-  for (int64_t b = 0; b < c.B; ++b)
-    for (int64_t h = 0; h < c.Hq; ++h)
-      for (int64_t i = 0; i < c.Lq; ++i) {
-        const int nan_row = b == 0 && h == 0 && i == 3;
-        const double lse = tb_get(&T.lse, b, h, i, 0);
-        if (nan_row != !!isnan(lse))
-          tc_report_add(&rep, "LSE[%lld,%lld,%lld] = %g", (long long)b, (long long)h, (long long)i, lse);
-        for (int64_t d = 0; d < c.Dv; ++d) {
-          const int want_nan = nan_row || (b == 1 && h == 1 && d == 2);
-          const double o = tb_get(&T.o, b, h, i, d);
-          if (want_nan != !!isnan(o))
-            tc_report_add(&rep, "O[%lld,%lld,%lld,%lld] = %g, expected %s", (long long)b, (long long)h, (long long)i,
-                          (long long)d, o, want_nan ? "NaN" : "a finite value");
-        }
-      }
-  /* the backward must not crash either; its values are not specified */
-  st = fa_backward(ctx, g_be->id, &T.q.t, &T.k.t, &T.v.t, &T.o.t, &T.dout.t, &T.lse.t, &T.opt, &T.dq.t, &T.dk.t,
-                   &T.dv.t, NULL);
-  if (st != FA_OK && g_be->refuses(&c, FA_F32, 1) == FA_OK)
-    tc_report_add(&rep, "backward with NaN inputs: %s", fa_context_last_error(ctx));
-  fa_context_destroy(ctx);
-  tc_tensors_free(&T);
-  tc_inputs_free(&in);
-  if (rep.fails) fail_msg("NaN inputs on %s (%s):\n%s", g_be->name, var->name, rep.buf);
-}
-
-/* Inf in the inputs, as IEEE arithmetic has it: +Inf in q[0,0,3,0] makes
- * the scores of that row +-Inf, its max +Inf and exp(Inf - Inf) = NaN, so
- * O[0,0,3,:] and LSE[0,0,3] are NaN; +Inf in v[1,1,5,2] gives O[1,1,i,2] =
- * +Inf in every row (each sees key 5 with a weight > 0) with a finite LSE.
- * Everything else stays finite, and the backward does not crash. */
-static void test_inf_propagates(void **state) {
-  const tb_variant *var = (const tb_variant *)*state;
-  skip_unless_usable();
-  const tcase c = {.name = "inf", .B = 2, .Hq = 2, .Hkv = 2, .Lq = 9, .Lk = 17, .D = 8, .Dv = 8};
-  tc_inputs in;
-  tc_inputs_make(&in, &c, FA_F32, 3);
-  in.q[((0 * c.Hq + 0) * c.Lq + 3) * c.D + 0] = INFINITY;
-  in.v[((1 * c.Hkv + 1) * c.Lk + 5) * c.Dv + 2] = INFINITY;
+  tc_inputs_make(&in, &c, FA_F32, isnan(x) ? 2 : 3);
+  in.q[((0 * c.Hq + 0) * c.Lq + 3) * c.D + 0] = x;
+  in.v[((1 * c.Hkv + 1) * c.Lk + 5) * c.Dv + 2] = x;
   tc_tensors T;
   assert_int_equal(tc_tensors_make(&T, &in, FA_F32, TL_BHLD, g_be->memory == FA_MEMORY_CUDA), 0);
   fa_context *ctx = new_ctx(var);
@@ -240,25 +193,32 @@ static void test_inf_propagates(void **state) {
         if (nan_row ? !isnan(lse) : !isfinite(lse))
           tc_report_add(&rep, "LSE[%lld,%lld,%lld] = %g", (long long)b, (long long)h, (long long)i, lse);
         for (int64_t d = 0; d < c.Dv; ++d) {
-          const int want_inf = b == 1 && h == 1 && d == 2;
+          const int want_x = b == 1 && h == 1 && d == 2;
           const double o = tb_get(&T.o, b, h, i, d);
-          const int ok = nan_row ? isnan(o) : want_inf ? o == INFINITY : isfinite(o);
+          const int ok = nan_row || (want_x && isnan(x)) ? isnan(o) : want_x ? o == x : isfinite(o);
           if (!ok)
             tc_report_add(&rep, "O[%lld,%lld,%lld,%lld] = %g, expected %s", (long long)b, (long long)h, (long long)i,
                           (long long)d, o,
-                          nan_row    ? "NaN"
-                          : want_inf ? "+inf"
-                                     : "a finite value");
+                          nan_row  ? "NaN"
+                          : want_x ? what
+                                   : "a finite value");
         }
       }
   st = fa_backward(ctx, g_be->id, &T.q.t, &T.k.t, &T.v.t, &T.o.t, &T.dout.t, &T.lse.t, &T.opt, &T.dq.t, &T.dk.t,
                    &T.dv.t, NULL);
   if (st != FA_OK && g_be->refuses(&c, FA_F32, 1) == FA_OK)
-    tc_report_add(&rep, "backward with Inf inputs: %s", fa_context_last_error(ctx));
+    tc_report_add(&rep, "backward with %s inputs: %s", what, fa_context_last_error(ctx));
   fa_context_destroy(ctx);
   tc_tensors_free(&T);
   tc_inputs_free(&in);
-  if (rep.fails) fail_msg("Inf inputs on %s (%s):\n%s", g_be->name, var->name, rep.buf);
+  if (rep.fails) fail_msg("%s inputs on %s (%s):\n%s", what, g_be->name, var->name, rep.buf);
+}
+
+static void test_nan_propagates(void **state) {
+  check_special_inputs((const tb_variant *)*state, NAN, "NaN");
+}
+static void test_inf_propagates(void **state) {
+  check_special_inputs((const tb_variant *)*state, INFINITY, "+inf");
 }
 
 /* deterministic = 1: the backward gives the same bits on every run and for
