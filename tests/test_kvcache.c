@@ -857,10 +857,8 @@ static void test_merge_cuda(void **state) {
       fa_tensor tdo = fa_tensor_contiguous(dout, odt, B, H, L, DV), tdl = fa_tensor_contiguous(dlse, ldt, B, H, L, 1);
       tdo.memory = tdl.memory = FA_MEMORY_CUDA;
       const fa_status st = fa_merge_states(ctx, FA_BACKEND_CUDA, NP, dto, dtl, &tdo, &tdl);
-      unsigned char *go = NULL, *gl = NULL;
       if (st != FA_OK) fail_msg("cuda merge: %s: %s", fa_status_name(st), fa_context_last_error(ctx));
-      go = malloc((size_t)(rows * DV) * oes);
-      gl = malloc((size_t)rows * les);
+      unsigned char *go = malloc((size_t)(rows * DV) * oes), *gl = malloc((size_t)rows * les);
       get(1, go, dout, (size_t)(rows * DV) * oes);
       get(1, gl, dlse, (size_t)rows * les);
       const double tol = odt == FA_F64 ? 1e-12 : odt == FA_F32 ? 1e-6 : odt == FA_F16 ? 2e-3 : 1e-2;
