@@ -40,6 +40,7 @@ masks, biases, varlen (cu_seqlens / seqlens).
 """
 
 import math
+from typing import NamedTuple, Optional
 
 import torch
 import torch.distributed as dist
@@ -146,6 +147,52 @@ def _plan(qsegs, ksegs, causal, wl, wr):
             for a in rows for b in cols if glob[(a, b)] is not None]  # fmt: skip
 
 
+# ---- which calls a ring step makes ------------------------------------------------
+class _Call(NamedTuple):
+    """One C call of a ring step: the query rows and the key rows it takes (along
+    L: a slice, or an index tensor for rows gathered from packed sequences), the
+    band as a top-left window (-1 = unbounded) and, for packed sequences, the
+    cu_seqlens of the rows taken (None: dense rows, one problem per batch entry)."""
+
+    q: object
+    k: object
+    left: int
+    right: int
+    cu_q: Optional[torch.Tensor] = None
+    cu_k: Optional[torch.Tensor] = None
+
+
+class _DenseLayout:
+    """ring_attention's layout: L_local rows per batch entry, all of one sequence."""
+
+    def __init__(self, L, zigzag, causal, wl, wr):
+        self.L, self.zigzag, self.band = L, zigzag, (causal, wl, wr)
+
+    def calls(self, rank, src, world):
+        segs = lambda r: _segments(r, world, self.L, self.zigzag)  # noqa: E731
+        return [_Call(slice(qa, qb), slice(ka, kb), left, right)
+                for qa, qb, ka, kb, left, right in _plan(segs(rank), segs(src), *self.band)]  # fmt: skip
+
+
+# rows along L of C's [B, H, L, ...] views: a slice (a view) or an index tensor (a gathered copy)
+def _take(x, sel):
+    return x[:, :, sel] if isinstance(sel, slice) else x.index_select(2, sel)
+
+
+def _put(x, sel, val):
+    if isinstance(sel, slice):
+        x[:, :, sel] = val
+    else:
+        x.index_copy_(2, sel, val.to(x.dtype))
+
+
+def _add(x, sel, val):
+    if isinstance(sel, slice):
+        x[:, :, sel] += val
+    else:
+        x.index_add_(2, sel, val.to(x.dtype))
+
+
 # ---- the merge -------------------------------------------------------------------
 def _merge(acc_o, acc_lse, o, lse):
     """(o, lse) of the running result merged with a block's, [B, H, n, Dv] / [B, H, n]:
@@ -180,26 +227,25 @@ def _reads_o_lse(q, backend):
     return not (backend == "ref" or (backend == "auto" and not q.is_cuda and q.dtype == torch.float64))
 
 
-_NONE7 = (None,) * 7  # mask, bias, alibi, seqlens_q, seqlens_k, cu_seqlens_q, cu_seqlens_k
-
-
-def _block_grads(dout, q, k, v, o, lse, scalars):
+def _block_grads(dout, q, k, v, o, lse, scalars, cu=(None, None)):
     """A block's share of dq, dk, dv ([B, H, L, D] views) given the GLOBAL o and lse:
     flashattn::bwd with them, on a backend that reads them (cpu, cuda). ref reads
     neither, so there the block's gradient is taken through the merge instead:
     with the block's own (o_b, lse_b) and w = exp(lse_b - lse), grad_o = w dO and
     grad_lse_b = c = w (dO.o_b - dO.o), whose gradient is scale c (P_b K) for q
-    and P_b^T (scale c q) for k (no softcap: refused there)."""
+    and P_b^T (scale c q) for k (no softcap: refused there). cu: the calls'
+    (cu_seqlens_q, cu_seqlens_k) for packed rows."""
+    opt = (None,) * 5 + tuple(cu) + (None,)  # mask, bias, alibi, seqlens_q/k; cu_seqlens_q/k; rng
     if _reads_o_lse(q, scalars[-1]):
-        return _ops.bwd_impl(dout, q, k, v, o, lse, *_NONE7, None, *scalars, False)[:3]
-    fwd = lambda a, b, c: _ops.fwd_impl(a, b, c, *_NONE7, None, *scalars)  # noqa: E731
+        return _ops.bwd_impl(dout, q, k, v, o, lse, *opt, *scalars, False)[:3]
+    fwd = lambda a, b, c: _ops.fwd_impl(a, b, c, *opt, *scalars)  # noqa: E731
     o_b, lse_b = fwd(q, k, v)
     w = torch.where(torch.isinf(lse_b), torch.zeros_like(lse_b), torch.exp(lse_b - lse))
-    dq, dk, dv, _ = _ops.bwd_impl(dout * w.unsqueeze(-1), q, k, v, o_b, lse_b, *_NONE7, None, *scalars, False)
+    dq, dk, dv, _ = _ops.bwd_impl(dout * w.unsqueeze(-1), q, k, v, o_b, lse_b, *opt, *scalars, False)
     c = w * ((dout * o_b).sum(-1) - (dout * o).sum(-1))
     scale = (scalars[0] or 1.0 / math.sqrt(q.shape[-1])) * c.unsqueeze(-1)
     pk, _ = fwd(q, k, k)
-    _, _, dk_extra, _ = _ops.bwd_impl(scale * q, q, k, k, pk, lse_b, *_NONE7, None, *scalars, False)
+    _, _, dk_extra, _ = _ops.bwd_impl(scale * q, q, k, k, pk, lse_b, *opt, *scalars, False)
     return dq + scale * pk, dk + dk_extra, dv
 
 
@@ -213,35 +259,44 @@ def _window_kwargs(left, right):
     return {} if left == -1 and right == -1 else {"window": (left, right)}
 
 
+def _t(x):
+    """[B, L, H, D] -> C's [B, H, L, D] (a view) and back."""
+    return x.transpose(1, 2)
+
+
 class _RingAttention(torch.autograd.Function):
+    """The ring over q, k, v [B, L_local, H, D]; `layout` (_DenseLayout or
+    _ring_varlen's) says which calls each step makes."""
+
     @staticmethod
-    def forward(ctx, q, k, v, group, zigzag, causal, wl, wr, scale, softcap, deterministic, backend):
+    def forward(ctx, q, k, v, group, layout, scale, softcap, deterministic, backend):
         ring = _Ring(group)
         W, r, L = ring.world, ring.rank, q.shape[1]
-        qsegs = _segments(r, W, L, zigzag)
         B, H, Dv = q.shape[0], q.shape[2], v.shape[3]
         acc_o = torch.zeros((B, H, L, Dv), dtype=_acc_dtype(q), device=q.device)
         acc_lse = torch.full((B, H, L), -_INF, dtype=_ops._lse_dtype(q), device=q.device)
-        opts = dict(scale=scale, softcap=softcap, deterministic=deterministic, backend=backend, layout="bshd")
-        kb, vb = k.contiguous(), v.contiguous()
+        opts = dict(scale=scale, softcap=softcap, deterministic=deterministic, backend=backend)
+        qt, kb, vb = _t(q), k.contiguous(), v.contiguous()
         for step in range(W):
             nxt = ring.start([kb, vb]) if step + 1 < W else None
-            src = (r - step) % W
-            for qa, qb, ka, kb_, left, right in _plan(qsegs, _segments(src, W, L, zigzag), causal, wl, wr):
-                o, lse = attention(q[:, qa:qb], kb[:, ka:kb_], vb[:, ka:kb_], return_lse=True,
-                                   **_window_kwargs(left, right), **opts)  # fmt: skip
-                o = o.transpose(1, 2).to(acc_o.dtype)
-                if qa == 0 and qb == L:
+            kt, vt = _t(kb), _t(vb)
+            for c in layout.calls(r, (r - step) % W, W):
+                o, lse = attention(_take(qt, c.q), _take(kt, c.k), _take(vt, c.k), return_lse=True,
+                                   cu_seqlens_q=c.cu_q, cu_seqlens_k=c.cu_k, **_window_kwargs(c.left, c.right),
+                                   **opts)  # fmt: skip
+                o = o.to(acc_o.dtype)
+                if isinstance(c.q, slice) and c.q.start == 0 and c.q.stop == L:
                     acc_o, acc_lse = _merge(acc_o, acc_lse, o, lse)
                 else:
-                    m_o, m_lse = _merge(acc_o[:, :, qa:qb], acc_lse[:, :, qa:qb], o, lse)
-                    acc_o[:, :, qa:qb], acc_lse[:, :, qa:qb] = m_o, m_lse
+                    m_o, m_lse = _merge(_take(acc_o, c.q), _take(acc_lse, c.q), o, lse)
+                    _put(acc_o, c.q, m_o)
+                    _put(acc_lse, c.q, m_lse)
             if nxt is not None:
                 ring.wait(nxt[1])
                 kb, vb = nxt[0]
-        out = acc_o.transpose(1, 2).to(q.dtype).contiguous()
+        out = _t(acc_o).to(q.dtype).contiguous()
         ctx.save_for_backward(q, k, v, out, acc_lse)
-        ctx.args = (group, zigzag, causal, wl, wr, scale, softcap, deterministic, backend)
+        ctx.args = (group, layout, scale, softcap, deterministic, backend)
         ctx.mark_non_differentiable(acc_lse)
         return out, acc_lse
 
@@ -249,32 +304,29 @@ class _RingAttention(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_o, grad_lse):
         q, k, v, out, lse = ctx.saved_tensors
-        group, zigzag, causal, wl, wr, scale, softcap, deterministic, backend = ctx.args
+        group, layout, scale, softcap, deterministic, backend = ctx.args
         ring = _Ring(group)
-        W, r, L = ring.world, ring.rank, q.shape[1]
-        qsegs = _segments(r, W, L, zigzag)
-        t = lambda x: x.transpose(1, 2)  # noqa: E731  [B, L, H, D] -> C's [B, H, L, D] view
-        dout = t(grad_o.contiguous())
-        qt, ot = t(q), t(out)
+        W, r = ring.world, ring.rank
+        dout, qt, ot = _t(grad_o.contiguous()), _t(q), _t(out)
         dq = torch.zeros(qt.shape, dtype=_acc_dtype(q), device=q.device)
         kb, vb = k.contiguous(), v.contiguous()
         dkv_in = None  # (buffers, requests): the accumulators of the block arriving
         for step in range(W):
             nxt = ring.start([kb, vb]) if step + 1 < W else None
-            src = (r - step) % W
-            kt, vt = t(kb), t(vb)
+            kt, vt = _t(kb), _t(vb)
             dk = torch.zeros(kt.shape, dtype=_acc_dtype(k), device=k.device)
             dv = torch.zeros(vt.shape, dtype=_acc_dtype(v), device=v.device)
-            for qa, qb, ka, kb_, left, right in _plan(qsegs, _segments(src, W, L, zigzag), causal, wl, wr):
-                c = left == -1 and right == 0
-                band = (c, False, -1 if c else left, -1 if c else right, 0.0, bool(deterministic), backend)
+            for c in layout.calls(r, (r - step) % W, W):
+                causal = c.left == -1 and c.right == 0
+                band = (causal, False, -1 if causal else c.left, -1 if causal else c.right, 0.0, bool(deterministic))
                 dq_, dk_, dv_ = _block_grads(
-                    dout[:, :, qa:qb], qt[:, :, qa:qb], kt[:, :, ka:kb_], vt[:, :, ka:kb_], ot[:, :, qa:qb],
-                    lse[:, :, qa:qb], (float(scale or 0.0), float(softcap or 0.0)) + band,
+                    _take(dout, c.q), _take(qt, c.q), _take(kt, c.k), _take(vt, c.k), _take(ot, c.q),
+                    _take(lse, c.q), (float(scale or 0.0), float(softcap or 0.0)) + band + (backend,),
+                    (c.cu_q, c.cu_k),
                 )  # fmt: skip
-                dq[:, :, qa:qb] += dq_
-                dk[:, :, ka:kb_] += dk_
-                dv[:, :, ka:kb_] += dv_
+                _add(dq, c.q, dq_)
+                _add(dk, c.k, dk_)
+                _add(dv, c.k, dv_)
             if dkv_in is not None:  # add this rank's share to what the earlier ranks summed
                 ring.wait(dkv_in[1])
                 dk, dv = dkv_in[0][0] + dk, dkv_in[0][1] + dv
@@ -284,7 +336,40 @@ class _RingAttention(torch.autograd.Function):
                 kb, vb = nxt[0]
         ring.wait(dkv_in[1])  # after W hops: this rank's own block, every rank's share summed
         dk, dv = dkv_in[0]
-        return (t(dq).to(q.dtype), t(dk).to(k.dtype), t(dv).to(v.dtype)) + (None,) * 9
+        return (_t(dq).to(q.dtype), _t(dk).to(k.dtype), _t(dv).to(v.dtype)) + (None,) * 6
+
+
+def check_options(fn, q, alibi_slopes, dropout_p, softcap, backend, window_size):
+    """The options every ring function refuses or checks alike; (left, right) of window_size."""
+    if alibi_slopes is not None:
+        raise _capi.error(
+            "FA_ERR_UNSUPPORTED",
+            f"{fn}: alibi_slopes is not supported (its bias needs the offset between a block's query and "
+            "key positions, which the C options cannot express)",
+        )
+    if dropout_p:
+        raise _capi.error(
+            "FA_ERR_UNSUPPORTED",
+            f"{fn}: dropout_p > 0 is not supported yet (the keep bits of (b, h, i, j) need global positions)",
+        )
+    if softcap and not _reads_o_lse(q, backend):
+        raise _capi.error(
+            "FA_ERR_UNSUPPORTED",
+            f"{fn}: softcap is not supported on the ref backend (float64 on CPU): its backward reads "
+            "neither o nor lse, and the gradient through a block's lse under softcap is not expressible",
+        )
+    try:
+        wl, wr = (int(x) for x in window_size)
+    except (TypeError, ValueError):
+        raise _capi.invalid(f"window_size = {window_size!r}, expected a pair (left, right); -1 = unbounded") from None
+    if not dist.is_available() or not dist.is_initialized():
+        raise _capi.invalid(f"{fn} needs an initialized torch.distributed process group")
+    return wl, wr
+
+
+def ring(q, k, v, group, layout, softmax_scale, softcap, deterministic, backend):
+    """(o, lse) of the ring over q, k, v [B, L_local, H, D] (with autograd)."""
+    return _RingAttention.apply(q, k, v, group, layout, softmax_scale, softcap, deterministic, backend)
 
 
 def ring_attention(
@@ -318,17 +403,6 @@ def ring_attention(
     """
     for x, n in ((q, "q"), (k, "k"), (v, "v")):
         _check_4d(x, n, "[B, L_local, H, D]")
-    if alibi_slopes is not None:
-        raise _capi.error(
-            "FA_ERR_UNSUPPORTED",
-            "ring_attention: alibi_slopes is not supported (its bias needs the offset between a block's query and "
-            "key positions, which the C options cannot express)",
-        )
-    if dropout_p:
-        raise _capi.error(
-            "FA_ERR_UNSUPPORTED",
-            "ring_attention: dropout_p > 0 is not supported yet (the keep bits of (b, h, i, j) need global positions)",
-        )
     if k.shape[1] != q.shape[1] or v.shape[1] != q.shape[1]:
         raise _capi.invalid(
             f"ring_attention: q, k, v hold {q.shape[1]}, {k.shape[1]}, {v.shape[1]} rows; every rank holds the same "
@@ -339,18 +413,7 @@ def ring_attention(
         raise _capi.invalid(
             f"ring_attention: zigzag needs an even L_local (two chunks), got {q.shape[1]}", "FA_ERR_SHAPE"
         )
-    if softcap and not _reads_o_lse(q, backend):
-        raise _capi.error(
-            "FA_ERR_UNSUPPORTED",
-            "ring_attention: softcap is not supported on the ref backend (float64 on CPU): its backward reads "
-            "neither o nor lse, and the gradient through a block's lse under softcap is not expressible",
-        )
-    try:
-        wl, wr = (int(x) for x in window_size)
-    except (TypeError, ValueError):
-        raise _capi.invalid(f"window_size = {window_size!r}, expected a pair (left, right); -1 = unbounded") from None
-    if not dist.is_available() or not dist.is_initialized():
-        raise _capi.invalid("ring_attention needs an initialized torch.distributed process group")
-    o, lse = _RingAttention.apply(q, k, v, group, bool(zigzag), bool(causal), wl, wr, softmax_scale, softcap,
-                                  deterministic, backend)  # fmt: skip
+    wl, wr = check_options("ring_attention", q, alibi_slopes, dropout_p, softcap, backend, window_size)
+    layout = _DenseLayout(q.shape[1], bool(zigzag), bool(causal), wl, wr)
+    o, lse = ring(q, k, v, group, layout, softmax_scale, softcap, deterministic, backend)
     return (o, lse) if return_lse else o
