@@ -72,23 +72,31 @@ except ImportError as exc:  # the numpy part runs without torch
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     default_dev = "cuda,cpu" if torch is not None and torch.cuda.is_available() else "cpu"
-    ap.add_argument("--device", default=default_dev,
-                    help="torch tensors on: cuda, cpu or a list (cuda,cpu); default %(default)s")
+    ap.add_argument(
+        "--device", default=default_dev, help="torch tensors on: cuda, cpu or a list (cuda,cpu); default %(default)s"
+    )
     ap.add_argument("--B", type=int, default=1)
     ap.add_argument("--H", type=int, default=1)
     ap.add_argument("--D", type=int, default=64)
     ap.add_argument("--L", default="16,32,64,128", help="sequence lengths (Lq = Lk)")
     ap.add_argument("--causal", action="store_true")
-    ap.add_argument("--dtype", choices=("float32", "float16", "bfloat16"),
-                    help="torch dtype (default bfloat16 on cuda, float32 on cpu); numpy is always float32")
+    ap.add_argument(
+        "--dtype",
+        choices=("float32", "float16", "bfloat16"),
+        help="torch dtype (default bfloat16 on cuda, float32 on cpu); numpy is always float32",
+    )
     ap.add_argument("--iters", type=int, default=0, help="calls per timed loop (default 1000 host, 200 cuda)")
     ap.add_argument("--loops", type=int, default=7, help="timed loops; the median is reported")
     ap.add_argument("--event-reps", type=int, default=200, help="single calls timed with CUDA events")
     ap.add_argument("--no-numpy", action="store_true", help="skip the numpy layer")
-    ap.add_argument("--threads", type=int, default=0,
-                    help="cpu backend threads for every host call (torch.set_num_threads too); 0 = the defaults "
-                         "(OpenMP's for numpy, torch's for torch). 1 keeps OpenMP barriers out of the C time "
-                         "on a busy host")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="cpu backend threads for every host call (torch.set_num_threads too); 0 = the defaults "
+        "(OpenMP's for numpy, torch's for torch). 1 keeps OpenMP barriers out of the C time "
+        "on a busy host",
+    )
     ap.add_argument("--out", help="also write the report here (markdown)")
     args = ap.parse_args(argv)
     args.L = [int(x) for x in args.L.split(",")]
@@ -161,8 +169,11 @@ def direct_forward(ctx, backend, tensors, opt):
     """fa_forward with every argument built before the loop (byref objects
     included): what remains per call is ctypes and C."""
     fn = _capi.lib.fa_forward
-    args = (ctx.ptr, backend) + tuple(C.byref(t) for t in tensors[:3]) + (C.byref(opt),) + tuple(
-        C.byref(t) for t in tensors[3:]
+    args = (
+        (ctx.ptr, backend)
+        + tuple(C.byref(t) for t in tensors[:3])
+        + (C.byref(opt),)
+        + tuple(C.byref(t) for t in tensors[3:])
     )
     check = ctx.check
 
@@ -250,16 +261,20 @@ def bench_numpy(args, raw, L, rep):
         ("empty C call through ctypes: fa_options_init(&opt)", lambda: init(ref_opt)),
         ("C fa_forward via ctypes, prebuilt structs", floor),
         ("C fa_forward via ctypes, structs built per call", with_structs),
-        ("flashattn.attention (numpy layer)",
-         lambda: flashattn.attention(q, k, v, causal=args.causal, align="bottom_right", threads=args.threads)),
+        (
+            "flashattn.attention (numpy layer)",
+            lambda: flashattn.attention(q, k, v, causal=args.causal, align="bottom_right", threads=args.threads),
+        ),
     ]
     iters = args.iters or 1000
     rows = []
     for name, fn in paths:
         loop, _, best = time_loops(fn, iters, args.loops)
         rows.append((name, {"loop": loop, "best loop": best}))
-    rep(f"\n### (a) numpy layer, host memory: B={B} H={H} L={L} D={D} float32"
-        f"{' causal' if args.causal else ''} (backend that ran: {backend_name})\n")
+    rep(
+        f"\n### (a) numpy layer, host memory: B={B} H={H} L={L} D={D} float32"
+        f"{' causal' if args.causal else ''} (backend that ran: {backend_name})\n"
+    )
     rep.table(rows, "C fa_forward via ctypes, prebuilt structs", ["loop", "best loop"])
     return rows
 
@@ -323,12 +338,23 @@ def bench_torch(args, raw, L, dev, rep):
         ("C fa_forward via ctypes, structs built per call", with_structs, False),
         ("flashattn::fwd's Python body, no dispatcher", lambda: body(qt, kt, vt, *nones, *scalars), False),
         ("torch.ops.flashattn.fwd", lambda: op(qt, kt, vt, *nones, *scalars), False),
-        ("flashattn.torch.attention(layout='bshd')",
-         lambda: fat.attention(q, k, v, causal=causal, align="bottom_right", layout="bshd"), False),
+        (
+            "flashattn.torch.attention(layout='bshd')",
+            lambda: fat.attention(q, k, v, causal=causal, align="bottom_right", layout="bshd"),
+            False,
+        ),
         ("flashattn.torch.flash_attn_func", lambda: fat.flash_attn_func(q, k, v, causal=causal), False),
         ("flash_attn_func, inputs require grad", lambda: fat.flash_attn_func(qg, kg, vg, causal=causal), False),
-        ("torch SDPA (PyTorch's own, for reference)",
-         lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal), True),
+        (
+            "flashattn.torch.scaled_dot_product_attention",
+            lambda: fat.scaled_dot_product_attention(qt, kt, vt, is_causal=causal),
+            False,
+        ),
+        (
+            "torch SDPA (PyTorch's own, for reference)",
+            lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal),
+            True,
+        ),
     ]
     if body is None:
         paths = [p for p in paths if not p[0].startswith("flashattn::fwd's")]
@@ -345,8 +371,10 @@ def bench_torch(args, raw, L, dev, rep):
         rows.append((name, vals))
     dname = str(dtype).replace("torch.", "")
     where = torch.cuda.get_device_name() if cuda else "CPU"
-    rep(f"\n### (b) torch layer, {dev} tensors ({where}): B={B} H={H} L={L} D={D} {dname}"
-        f"{' causal' if causal else ''}, [B, L, H, D] (backend that ran: {backend_name})\n")
+    rep(
+        f"\n### (b) torch layer, {dev} tensors ({where}): B={B} H={H} L={L} D={D} {dname}"
+        f"{' causal' if causal else ''}, [B, L, H, D] (backend that ran: {backend_name})\n"
+    )
     cols = ["loop", "submit", "events"] if cuda else ["loop", "best loop"]
     rep.table(rows, "C fa_forward via ctypes, prebuilt structs", cols)
     return rows
@@ -359,12 +387,16 @@ def main(argv=None):
     if args.threads and torch is not None:
         torch.set_num_threads(args.threads)
     rep(f"# Python call overhead over the C call, {datetime.datetime.now().isoformat(timespec='seconds')}\n")
-    rep(f"- Python {platform.python_version()}, numpy {np.__version__}"
+    rep(
+        f"- Python {platform.python_version()}, numpy {np.__version__}"
         + (f", torch {torch.__version__}" if torch is not None else f", no torch ({_TORCH_WHY})")
-        + f"; flashattn {flashattn.__version__} from {flashattn.library_path()}")
-    rep(f"- host: {platform.processor() or platform.machine()}, {os.cpu_count()} logical CPUs"
+        + f"; flashattn {flashattn.__version__} from {flashattn.library_path()}"
+    )
+    rep(
+        f"- host: {platform.processor() or platform.machine()}, {os.cpu_count()} logical CPUs"
         + (f"; torch threads {torch.get_num_threads()}" if torch is not None else "")
-        + f"; numpy-layer threads {args.threads or 'OpenMP default'}")
+        + f"; numpy-layer threads {args.threads or 'OpenMP default'}"
+    )
     if "cuda" in args.devices:
         if torch is None or not torch.cuda.is_available():
             raise SystemExit("--device cuda: torch with a CUDA device is needed")
@@ -374,9 +406,11 @@ def main(argv=None):
         rep(f"- GPU: {flashattn.cuda_device()}")
     if torch is None and args.devices:
         rep(f"- torch part skipped: {_TORCH_WHY}")
-    rep(f"- timing: loops of {args.iters or '1000 (host) / 200 (cuda)'} calls, median of {args.loops} loops; "
+    rep(
+        f"- timing: loops of {args.iters or '1000 (host) / 200 (cuda)'} calls, median of {args.loops} loops; "
         f"CUDA events: median of {args.event_reps} single calls. µs per call; overhead = minus the C floor's time "
-        "in the same column")
+        "in the same column"
+    )
 
     floor = "C fa_forward via ctypes, prebuilt structs"
     cols = ("loop", "best loop", "submit", "events")
@@ -389,16 +423,29 @@ def main(argv=None):
         if not args.no_numpy:
             d = dict(bench_numpy(args, raw, L, rep))
             if L == args.L[0]:
-                summary.append(("host", "-", "empty ctypes call (fa_options_init) over an empty Python call",
-                                added(d, "empty C call through ctypes: fa_options_init(&opt)",
-                                      "empty Python call (the timing loop's own cost)")))
+                summary.append(
+                    (
+                        "host",
+                        "-",
+                        "empty ctypes call (fa_options_init) over an empty Python call",
+                        added(
+                            d,
+                            "empty C call through ctypes: fa_options_init(&opt)",
+                            "empty Python call (the timing loop's own cost)",
+                        ),
+                    )
+                )
             summary.append(("numpy", L, "flashattn.attention", added(d, "flashattn.attention (numpy layer)")))
         if torch is None:
             continue
         for dev in args.devices:
             d = dict(bench_torch(args, raw, L, dev, rep))
-            for name in ("torch.ops.flashattn.fwd", "flashattn.torch.flash_attn_func",
-                         "flash_attn_func, inputs require grad"):
+            for name in (
+                "torch.ops.flashattn.fwd",
+                "flashattn.torch.flash_attn_func",
+                "flash_attn_func, inputs require grad",
+                "flashattn.torch.scaled_dot_product_attention",
+            ):
                 summary.append((dev, L, name, added(d, name)))
 
     rep("\n## summary: µs a Python path adds over the direct C call (ctypes, prebuilt structs)\n")
@@ -406,13 +453,18 @@ def main(argv=None):
     rep("|---|---:|---|" + "---:|" * len(cols))
     for dev, L, name, over in summary:
         rep(f"| {dev} | {L} | {name} | " + " | ".join(f"{over[c]:+.2f}" if c in over else "—" for c in cols) + " |")
-    cu = [s for s in summary if s[0] == "cuda" and s[2] == "flashattn.torch.flash_attn_func"]
-    if cu:
+    for path in ("flashattn.torch.flash_attn_func", "flashattn.torch.scaled_dot_product_attention",
+                 "flash_attn_func, inputs require grad"):  # fmt: skip
+        cu = [s for s in summary if s[0] == "cuda" and s[2] == path]
+        if not cu:
+            continue
         worst = max(s[3]["submit"] for s in cu)
         worst_loop = max(s[3]["loop"] for s in cu)
-        rep(f"\nIssue 11's bound: a call from Python adds at most 15 µs over the C call. flash_attn_func on cuda "
+        rep(
+            f"\nIssue 11's bound: a call from Python adds at most 15 µs over the C call. {path} on cuda "
             f"tensors adds at most {worst:.2f} µs of host time (submit) and {worst_loop:.2f} µs per call in a loop, "
-            f"over L = {', '.join(str(s[1]) for s in cu)} -> " + ("within" if max(worst, worst_loop) <= 15 else "OVER"))
+            f"over L = {', '.join(str(s[1]) for s in cu)} -> " + ("within" if max(worst, worst_loop) <= 15 else "OVER")
+        )
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as fh:

@@ -280,12 +280,20 @@ class _Context:
     def cached_options(self, key, make):
         """fa_options for a key of option values, built once (a model calls
         attention with the same few option sets over and over)."""
-        opt = self.options_cache.get(key)
-        if opt is None:
+        return self._cached(key, make)[0]
+
+    def cached_options_address(self, key, make):
+        """The address of cached_options(key, make) (the cache keeps it alive)."""
+        return self._cached(key, make)[1]
+
+    def _cached(self, key, make):
+        hit = self.options_cache.get(key)
+        if hit is None:
             if len(self.options_cache) >= 64:
                 self.options_cache.clear()
-            opt = self.options_cache[key] = make()
-        return opt
+            opt = make()
+            hit = self.options_cache[key] = (opt, C.addressof(opt))
+        return hit
 
     def __del__(self):
         if self.ptr:

@@ -528,3 +528,79 @@ def test_op_path_equals_eager_path():
     for a, b in zip(got, want):
         assert torch.equal(a, b)
     assert _ops.fwd is not None
+
+
+HOT_CASES = {
+    # name: (api, q shape, k shape, v shape, kwargs); shapes in the api's layout
+    "fa_bshd": ("fa", (2, 5, 4, 8), (2, 7, 4, 8), (2, 7, 4, 8), {}),
+    "fa_gqa_causal_dv": ("fa", (1, 6, 4, 8), (1, 9, 2, 8), (1, 9, 2, 16), {"causal": True}),
+    "fa_window_softcap": ("fa", (1, 9, 2, 8), (1, 9, 2, 8), (1, 9, 2, 8), {"window_size": (3, 1), "softcap": 5.0}),
+    "attention_bhsd_top_left": ("attention", (2, 3, 6, 8), (2, 3, 9, 8), (2, 3, 9, 8), {"causal": True}),
+    "attention_bhsd_scale": ("attention", (1, 2, 6, 8), (1, 2, 6, 8), (1, 2, 6, 8), {"scale": 0.3}),
+    "sdpa_causal": ("sdpa", (1, 4, 7, 8), (1, 4, 7, 8), (1, 4, 7, 8), {"is_causal": True}),
+    "sdpa_from_bshd_view": ("sdpa_t", (2, 6, 3, 8), (2, 6, 3, 8), (2, 6, 3, 8), {}),
+}
+
+
+def _hot_call(api, q, k, v, kw):
+    if api == "fa":
+        return ft.flash_attn_func(q, k, v, **kw)
+    if api == "attention":
+        return ft.attention(q, k, v, **kw)
+    if api == "sdpa":
+        return ft.scaled_dot_product_attention(q, k, v, **kw)
+    return ft.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), **kw)
+
+
+def _op_call(api, q, k, v, kw):
+    """The same call through the dispatcher (torch.ops.flashattn.fwd)."""
+    bshd = api in ("fa", "sdpa_t")
+    if bshd:
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    causal = kw.get("causal", kw.get("is_causal", False))
+    wl, wr = kw.get("window_size", (-1, -1))
+    args = (q, k, v) + (None,) * 8 + (kw.get("scale", 0.0), kw.get("softcap", 0.0), causal, api == "fa", wl, wr)
+    o, _ = torch.ops.flashattn.fwd(*args, 0.0, False, "auto")
+    return o.transpose(1, 2) if api == "fa" else o
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("grad", [False, True], ids=["nograd", "grad"])
+@pytest.mark.parametrize("case", list(HOT_CASES))
+def test_hot_path_equals_op_path(case, grad, device, monkeypatch):
+    """Calls without tensor options take the hot path (_fast.py: one packed
+    C call, no dispatcher); it gives the bits, the output strides and the
+    gradients of the op path, and it is really taken."""
+    from flashattn.torch import _fast
+
+    api, sq, sk, sv, kw = HOT_CASES[case]
+    dtype = torch.float32
+    q, k, v = (rand(s, dtype, device, requires_grad=grad) for s in (sq, sk, sv))
+    taken = []
+    real = _fast.forward
+    monkeypatch.setattr(_fast, "forward", lambda *a: taken.append(1) or real(*a))
+    hot = _hot_call(api, q, k, v, kw)
+    assert taken, "the hot path was not taken"
+    op = _op_call(api, q, k, v, kw)
+    assert hot.shape == op.shape and hot.stride() == op.stride()
+    assert torch.equal(hot, op)
+    if grad:
+        g = torch.randn_like(op)
+        want = torch.autograd.grad(op, (q, k, v), g)
+        got = torch.autograd.grad(hot, (q, k, v), g)
+        for a, b, n in zip(got, want, "qkv"):
+            assert a.stride() == b.stride(), f"d{n} strides"
+            assert torch.equal(a, b), f"d{n}"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_hot_path_refuses_and_falls_back(device):
+    """What the hot path does not take goes the general way with the same
+    checks: a dtype mismatch and a wrong rank raise the library's errors."""
+    q = rand((1, 4, 2, 8), torch.float32, device, requires_grad=False)
+    with pytest.raises(TypeError, match="dtype"):
+        ft.flash_attn_func(q, q.double(), q)
+    with pytest.raises(ValueError, match="k has shape"):
+        ft.flash_attn_func(q, q[0], q)
+    with pytest.raises(ValueError, match="backend"):
+        ft.flash_attn_func(q, q, q, backend="gpu")

@@ -10,7 +10,7 @@ import torch
 
 from .. import _capi
 
-from . import _ops
+from . import _fast, _ops
 
 
 def _padded4(t, arg):
@@ -98,6 +98,23 @@ def _call_fwd(args):
     return _EagerAttention.apply(*args) if grad else _ops.fwd_impl(*args)
 
 
+def fast_attention(q, k, v, bshd, scale, softcap, causal, bottom_right, window, deterministic, backend, want_lse):
+    """(o, lse) through the hot path (_fast.py) for a call without tensor
+    options, or None when the call does not qualify for it."""
+    if not _plain_eager((q, k, v)):
+        return None
+    if window is None:
+        wl = wr = -1
+    elif type(window) in (tuple, list) and len(window) == 2:
+        wl, wr = window
+        if type(wl) is not int or type(wr) is not int:
+            return None
+    else:
+        return None
+    key = (float(scale or 0.0), float(softcap or 0.0), bool(causal), bottom_right, wl, wr, bool(deterministic))
+    return _fast.attention(q, k, v, bshd, key, backend, want_lse)
+
+
 def alibi_tensor(slopes, Hq, device):
     """ALiBi slopes as a contiguous float32 [Hq] tensor on device (FlashAttention's
     [1, Hq] taken too; C reads a bare pointer, so the length is checked here)."""
@@ -155,6 +172,13 @@ def attention(
     flashattn.attention (numpy); dropout_seed=None draws the seed from
     torch's generator.
     """
+    plain = mask is None and bias is None and alibi_slopes is None and not dropout_p
+    if plain and seqlens_q is None and seqlens_k is None and cu_seqlens_q is None and cu_seqlens_k is None:
+        if layout in ("bhsd", "bshd") and align in ("top_left", "bottom_right"):
+            r = fast_attention(q, k, v, layout == "bshd", scale, softcap, causal, align == "bottom_right", window,
+                               deterministic, backend, return_lse)  # fmt: skip
+            if r is not None:
+                return r if return_lse else r[0]
     if layout not in ("bhsd", "bshd"):
         raise _capi.invalid(f"layout = {layout!r}, expected 'bhsd' ([B, H, L, D]) or 'bshd' ([B, L, H, D])")
     want = "[B, H, L, D]" if layout == "bhsd" else "[B, L, H, D]"

@@ -30,7 +30,12 @@ _DTYPES = {
 # the raw stream and device getters of torch's CUDA runtime (what inductor
 # calls); the public ones cost microseconds a call
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-_current_device = getattr(torch._C, "_cuda_getDevice", None)
+current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+
+
+def stream_of(index):
+    """The current CUDA stream of device index, as an address."""
+    return _raw_stream(index) if _raw_stream else torch.cuda.current_stream(index).cuda_stream
 
 
 def _code(t, arg):
@@ -81,9 +86,7 @@ def _context(q):
     """This thread's C context, set to q's stream (cuda) or torch's thread count (cpu)."""
     ctx = _capi.context()
     if q.is_cuda:
-        idx = q.device.index
-        stream = _raw_stream(idx) if _raw_stream else torch.cuda.current_stream(q.device).cuda_stream
-        ctx.configure(0, 0, stream)
+        ctx.configure(0, 0, stream_of(q.get_device()))
     else:
         ctx.configure(torch.get_num_threads(), 0, None)
     return ctx
@@ -125,7 +128,7 @@ def _tensor(ctx, slot, t, arg):
 
 def _launch(q, fn, *args):
     """fn(*args) on q's device (a guard only when it is not the current one)."""
-    if q.is_cuda and _current_device and q.device.index != _current_device():
+    if q.is_cuda and q.get_device() != current_device():
         with torch.cuda.device(q.device):
             fn(*args)
     else:
