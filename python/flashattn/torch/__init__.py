@@ -9,7 +9,9 @@ traces them without graph breaks).
 - flash_attn_with_kvcache (decode against a KV cache, appended in place; the op
   flashattn::fwd_kvcache) and merge_states (flashattn::merge_states): no autograd
 - ring_attention: context parallel over torch.distributed (the sequence split
-  across ranks, zig-zag layout for causal; shard_sequence / unshard_sequence)
+  across ranks, zig-zag layout for causal; shard_sequence / unshard_sequence);
+  ring_flash_attn_varlen_func: the same over packed sequences (shard_varlen /
+  unshard_varlen)
 """
 
 from ._attention import attention
@@ -23,6 +25,7 @@ from ._flash_attn import (
 )
 from ._kvcache import flash_attn_with_kvcache, merge_states
 from ._ring import ring_attention, shard_sequence, unshard_sequence
+from ._ring_varlen import ring_flash_attn_varlen_func, shard_varlen, unshard_varlen
 from ._sdpa import scaled_dot_product_attention
 
 __all__ = [
@@ -36,7 +39,10 @@ __all__ = [
     "flash_attn_with_kvcache",
     "merge_states",
     "ring_attention",
+    "ring_flash_attn_varlen_func",
     "scaled_dot_product_attention",
     "shard_sequence",
+    "shard_varlen",
     "unshard_sequence",
+    "unshard_varlen",
 ]
