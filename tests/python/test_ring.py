@@ -55,15 +55,6 @@ def _err(x, ref):
     return (x - ref).abs().max().item() / max(1.0, ref.abs().max().item())
 
 
-def _reference(q, k, v, dout, opts):
-    """o, dq, dk, dv of single-process attention on the global [B, L, H, D] data."""
-    q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
-    o = ft.attention(q, k, v, layout="bshd", causal=opts.get("causal", False), scale=opts.get("softmax_scale"),
-                     window=opts.get("window_size"), softcap=opts.get("softcap", 0.0))  # fmt: skip
-    o.backward(dout)
-    return o.detach(), q.grad, k.grad, v.grad
-
-
 def _data(dtype, Hq, Hkv, L, seed):
     g = torch.Generator().manual_seed(seed)
     B, D = 2, 16
@@ -74,13 +65,25 @@ def _data(dtype, Hq, Hkv, L, seed):
     return q, k, v, dout
 
 
-def _ring(q, k, v, dout, opts, zigzag, rank, world, group=None):
-    """This rank's o, dq, dk, dv through ring_attention."""
-    shard = lambda t: ft.shard_sequence(t, rank, world, zigzag=zigzag).clone()  # noqa: E731
-    ql, kl, vl = (shard(t).requires_grad_() for t in (q, k, v))
-    o = ft.ring_attention(ql, kl, vl, group, zigzag=zigzag, **opts)
-    o.backward(shard(dout))
-    return o.detach(), ql.grad, kl.grad, vl.grad
+def _run(fn, qkv, dout):
+    """o, dq, dk, dv of fn(q, k, v) with o's gradient dout."""
+    q, k, v = (t.clone().requires_grad_() for t in qkv)
+    o = fn(q, k, v)
+    o.backward(dout)
+    return o.detach(), q.grad, k.grad, v.grad
+
+
+def _dense(case, L, rank, world, seed, group=None):
+    """(this rank's o, dq, dk, dv through ring_attention, the same rows of single-process attention's)."""
+    _, dtype, Hq, Hkv, opts, zigzag = case
+    q, k, v, dout = _data(dtype, Hq, Hkv, L, seed)
+    shard = lambda t: ft.shard_sequence(t, rank, world, zigzag=zigzag)  # noqa: E731
+    ref = _run(lambda a, b, c: ft.attention(a, b, c, layout="bshd", causal=opts.get("causal", False),
+                                            scale=opts.get("softmax_scale"), window=opts.get("window_size"),
+                                            softcap=opts.get("softcap", 0.0)), (q, k, v), dout)  # fmt: skip
+    got = _run(lambda a, b, c: ft.ring_attention(a, b, c, group, zigzag=zigzag, **opts), map(shard, (q, k, v)),
+               shard(dout))  # fmt: skip
+    return got, [shard(r) for r in ref]
 
 
 def _cu(world, zigzag):
@@ -88,21 +91,26 @@ def _cu(world, zigzag):
     return torch.tensor([0] + [sum(VARLEN_UNITS[: i + 1]) * n for i in range(len(VARLEN_UNITS))], dtype=torch.int32)
 
 
-def _varlen_reference(q, k, v, dout, cu, opts):
-    """o, dq, dk, dv of one flash_attn_varlen_func call on the global packed [total, H, D] data."""
-    q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
-    o = ft.flash_attn_varlen_func(q, k, v, cu, cu, **opts)
-    o.backward(dout)
-    return o.detach(), q.grad, k.grad, v.grad
+def _varlen(case, rank, world, seed, group=None):
+    """(this rank's o, dq, dk, dv through ring_flash_attn_varlen_func, the same rows of one
+    flash_attn_varlen_func call's on the global packed data)."""
+    _, dtype, Hq, Hkv, opts, zigzag = case
+    cu = _cu(world, zigzag)
+    q, k, v, dout = (t[0] for t in _data(dtype, Hq, Hkv, int(cu[-1]), seed))
+    shard = lambda t: ft.shard_varlen(t, cu, rank, world, zigzag=zigzag)  # noqa: E731
+    ref = _run(lambda a, b, c: ft.flash_attn_varlen_func(a, b, c, cu, cu, **opts), (q, k, v), dout)
+    got = _run(lambda a, b, c: ft.ring_flash_attn_varlen_func(a, b, c, cu, None, group, zigzag=zigzag, **opts),
+               map(shard, (q, k, v)), shard(dout))  # fmt: skip
+    return got, [shard(r) for r in ref]
 
 
-def _varlen_ring(q, k, v, dout, cu, opts, zigzag, rank, world, group=None):
-    """This rank's o, dq, dk, dv through ring_flash_attn_varlen_func."""
-    shard = lambda t: ft.shard_varlen(t, cu, rank, world, zigzag=zigzag).clone()  # noqa: E731
-    ql, kl, vl = (shard(t).requires_grad_() for t in (q, k, v))
-    o = ft.ring_flash_attn_varlen_func(ql, kl, vl, cu, None, group, zigzag=zigzag, **opts)
-    o.backward(shard(dout))
-    return o.detach(), ql.grad, kl.grad, vl.grad
+def _compare(errors, label, got, ref, tol):
+    """Appends to errors where got and ref (o, dq, dk, dv) differ by more than tol (None: in any bit)."""
+    for what, x, r in zip(("o", "dq", "dk", "dv"), got, ref):
+        if tol is None and not torch.equal(x, r):
+            errors.append(f"{label}: {what} not bit-identical, error {_err(x, r):.3g}")
+        elif tol is not None and not _err(x, r) <= tol:
+            errors.append(f"{label}: {what} error {_err(x, r):.3g} > {tol}")
 
 
 def _forget_options():
@@ -116,34 +124,29 @@ def _forget_options():
     getattr(_capi.context(), "options_cache", {}).clear()
 
 
-def _check_varlen(rank, world, singles, errors):
-    for i, (name, dtype, Hq, Hkv, opts, zigzag) in enumerate(VARLEN_CASES):
-        _forget_options()
-        cu = _cu(world, zigzag)
-        q, k, v, dout = (t[0] for t in _data(dtype, Hq, Hkv, int(cu[-1]), seed=300 + i))
-        ref = _varlen_reference(q, k, v, dout, cu, opts)
-        got = _varlen_ring(q, k, v, dout, cu, opts, zigzag, rank, world)
-        for what, x, r in zip(("o", "dq", "dk", "dv"), got, ref):
-            e = _err(x, ft.shard_varlen(r, cu, rank, world, zigzag=zigzag))
-            if not e <= TOL[dtype]:
-                errors.append(f"{name} (world {world}, rank {rank}): {what} error {e:.3g} > {TOL[dtype]}")
-    for i, (name, dtype, Hq, Hkv, opts, zigzag) in enumerate(VARLEN_CASES[1:7:2]):  # one rank: the same bits
-        _forget_options()
-        cu = _cu(1, zigzag)
-        q, k, v, dout = (t[0] for t in _data(dtype, Hq, Hkv, int(cu[-1]), seed=400 + i))
-        ref = _varlen_reference(q, k, v, dout, cu, opts)
-        got = _varlen_ring(q, k, v, dout, cu, opts, zigzag, 0, 1, group=singles[rank])
-        for what, x, r in zip(("o", "dq", "dk", "dv"), got, ref):
-            if not torch.equal(x, r):
-                errors.append(f"{name} (one rank): {what} not bit-identical, error {_err(x, r):.3g}")
-    # bad cu_seqlens name the argument
-    n = int(_cu(world, True)[-1]) // world
-    q = torch.zeros(n, 2, 8)
-    bad = {"not divisible": _cu(world, True) + torch.tensor([0, 1, 1, 1, 1, 1], dtype=torch.int32),
-           "other total": _cu(world, True) * 2, "float": _cu(world, True).double()}  # fmt: skip
-    for why, cu in bad.items():
+def _check_refusals(rank, world, L, errors):
+    """Options the ring refuses, and bad cu_seqlens: exceptions naming the argument."""
+    q, k, v, _ = _data(torch.float32, 2, 2, L // world, seed=1)
+    cu = _cu(world, True)
+    q3, k3, v3 = (t[0, : int(cu[-1]) // world] for t in _data(torch.float32, 2, 2, int(cu[-1]), seed=2)[:3])
+    fns = {"ring_attention": lambda x, **kw: ft.ring_attention(x, k, v, **kw),
+           "ring_flash_attn_varlen_func": lambda x, **kw: ft.ring_flash_attn_varlen_func(x, k3, v3, cu, **kw)}  # fmt: skip
+    refused = (({"alibi_slopes": torch.ones(2)}, "alibi_slopes"), ({"dropout_p": 0.1}, "dropout_p"),
+               ({"softcap": 5.0, "backend": "ref"}, "softcap"))  # fmt: skip
+    for fn_name, fn in fns.items():
+        x = q if fn_name == "ring_attention" else q3
+        for kw, word in refused:
+            try:
+                fn(x.double() if "backend" in kw else x, **kw)
+                errors.append(f"{fn_name} {word}: not refused")
+            except NotImplementedError as e:
+                if word not in str(e):
+                    errors.append(f"{fn_name} {word}: refused without naming it: {e}")
+    bad = {"not divisible": cu + torch.tensor([0, 1, 1, 1, 1, 1], dtype=torch.int32), "other total": cu * 2,
+           "float": cu.double(), "2-d": cu[None]}  # fmt: skip
+    for why, c in bad.items():
         try:
-            ft.ring_flash_attn_varlen_func(q, q, q, cu)
+            ft.ring_flash_attn_varlen_func(q3, k3, v3, c)
             errors.append(f"varlen cu_seqlens {why}: not refused")
         except (ValueError, TypeError) as e:
             if "cu_seqlens" not in str(e):
@@ -155,36 +158,20 @@ def _worker(rank, world, store, L, failures):
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     errors = []
     try:
-        for i, (name, dtype, Hq, Hkv, opts, zigzag) in enumerate(CASES):
-            q, k, v, dout = _data(dtype, Hq, Hkv, L, seed=100 + i)
-            ref = _reference(q, k, v, dout, opts)
-            got = _ring(q, k, v, dout, opts, zigzag, rank, world)
-            for what, x, r in zip(("o", "dq", "dk", "dv"), got, ref):
-                r = ft.shard_sequence(r, rank, world, zigzag=zigzag)
-                e = _err(x, r)
-                if not e <= TOL[dtype]:
-                    errors.append(f"{name} (world {world}, rank {rank}): {what} error {e:.3g} > {TOL[dtype]}")
-        # a ring of one rank: one call, the same bits as attention()
-        singles = [dist.new_group([r]) for r in range(world)]
-        for i, (name, dtype, Hq, Hkv, opts, zigzag) in enumerate(CASES[:4]):
-            q, k, v, dout = _data(dtype, Hq, Hkv, L, seed=200 + i)
-            ref = _reference(q, k, v, dout, opts)
-            got = _ring(q, k, v, dout, opts, zigzag, 0, 1, group=singles[rank])
-            for what, x, r in zip(("o", "dq", "dk", "dv"), got, ref):
-                if not torch.equal(x, r):
-                    errors.append(f"{name} (one rank): {what} not bit-identical, error {_err(x, r):.3g}")
-        # refusals name the option
-        q, k, v, _ = _data(torch.float32, 2, 2, L // world, seed=1)
-        refused = (({"alibi_slopes": torch.ones(2)}, "alibi_slopes"), ({"dropout_p": 0.1}, "dropout_p"),
-                   ({"softcap": 5.0, "backend": "ref"}, "softcap"))  # fmt: skip
-        for kw, word in refused:
-            try:
-                ft.ring_attention(q.double() if "backend" in kw else q, k, v, **kw)
-                errors.append(f"{word}: not refused")
-            except NotImplementedError as e:
-                if word not in str(e):
-                    errors.append(f"{word}: refused without naming it: {e}")
-        _check_varlen(rank, world, singles, errors)
+        singles = [dist.new_group([r]) for r in range(world)]  # rings of one rank: one call, the same bits
+        for i, case in enumerate(CASES):
+            _compare(errors, f"{case[0]} (world {world}, rank {rank})", *_dense(case, L, rank, world, 100 + i),
+                     TOL[case[1]])  # fmt: skip
+        for i, case in enumerate(CASES[:4]):
+            _compare(errors, f"{case[0]} (one rank)", *_dense(case, L, 0, 1, 200 + i, singles[rank]), None)
+        for i, case in enumerate(VARLEN_CASES):
+            _forget_options()
+            _compare(errors, f"{case[0]} (world {world}, rank {rank})", *_varlen(case, rank, world, 300 + i),
+                     TOL[case[1]])  # fmt: skip
+        for i, case in enumerate(VARLEN_CASES[1:7:2]):
+            _forget_options()
+            _compare(errors, f"{case[0]} (one rank)", *_varlen(case, 0, 1, 400 + i, singles[rank]), None)
+        _check_refusals(rank, world, L, errors)
     except Exception:
         errors.append(f"rank {rank}: {traceback.format_exc()}")
     finally:
