@@ -36,7 +36,9 @@ backend. Refused with UnsupportedError naming the option: alibi_slopes (its
 bias needs an offset between a block's query and key positions that the C
 options cannot express), dropout_p > 0 (the keep bits are indexed by the global
 (b, h, i, j): needs a position offset in the C call; not yet). Not offered:
-masks, biases, varlen (cu_seqlens / seqlens).
+masks, biases, padded lengths (seqlens). Packed sequences (varlen):
+ring_flash_attn_varlen_func in _ring_varlen.py, on this ring (_RingAttention
+takes a layout that says which calls each step makes).
 """
 
 import math
@@ -339,8 +341,15 @@ class _RingAttention(torch.autograd.Function):
         return (_t(dq).to(q.dtype), _t(dk).to(k.dtype), _t(dv).to(v.dtype)) + (None,) * 6
 
 
-def check_options(fn, q, alibi_slopes, dropout_p, softcap, backend, window_size):
-    """The options every ring function refuses or checks alike; (left, right) of window_size."""
+def check_options(fn, q, k, v, dim, alibi_slopes, dropout_p, softcap, backend, window_size):
+    """What every ring function checks alike (the same rows of q, k and v along
+    dim, the options refused); (left, right) of window_size."""
+    if k.shape[dim] != q.shape[dim] or v.shape[dim] != q.shape[dim]:
+        raise _capi.invalid(
+            f"{fn}: q, k, v hold {q.shape[dim]}, {k.shape[dim]}, {v.shape[dim]} rows; every rank holds the same "
+            "rows of the sequences for all three",
+            "FA_ERR_SHAPE",
+        )
     if alibi_slopes is not None:
         raise _capi.error(
             "FA_ERR_UNSUPPORTED",
@@ -403,17 +412,11 @@ def ring_attention(
     """
     for x, n in ((q, "q"), (k, "k"), (v, "v")):
         _check_4d(x, n, "[B, L_local, H, D]")
-    if k.shape[1] != q.shape[1] or v.shape[1] != q.shape[1]:
-        raise _capi.invalid(
-            f"ring_attention: q, k, v hold {q.shape[1]}, {k.shape[1]}, {v.shape[1]} rows; every rank holds the same "
-            "rows of the sequence for all three",
-            "FA_ERR_SHAPE",
-        )
+    wl, wr = check_options("ring_attention", q, k, v, 1, alibi_slopes, dropout_p, softcap, backend, window_size)
     if zigzag and q.shape[1] % 2:
         raise _capi.invalid(
             f"ring_attention: zigzag needs an even L_local (two chunks), got {q.shape[1]}", "FA_ERR_SHAPE"
         )
-    wl, wr = check_options("ring_attention", q, alibi_slopes, dropout_p, softcap, backend, window_size)
     layout = _DenseLayout(q.shape[1], bool(zigzag), bool(causal), wl, wr)
     o, lse = ring(q, k, v, group, layout, softmax_scale, softcap, deterministic, backend)
     return (o, lse) if return_lse else o

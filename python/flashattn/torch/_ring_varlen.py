@@ -157,13 +157,7 @@ def ring_flash_attn_varlen_func(
         if not isinstance(x, torch.Tensor) or x.dim() != 3:
             got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise _capi.invalid(f"{fn}: {n} is {got}, expected a tensor [total_local, H, D]", "FA_ERR_SHAPE")
-    if k.shape[0] != q.shape[0] or v.shape[0] != q.shape[0]:
-        raise _capi.invalid(
-            f"{fn}: q, k, v hold {q.shape[0]}, {k.shape[0]}, {v.shape[0]} tokens; every rank holds the same "
-            "tokens of the sequences for all three",
-            "FA_ERR_SHAPE",
-        )
-    wl, wr = check_options(fn, q, alibi_slopes, dropout_p, softcap, backend, window_size)
+    wl, wr = check_options(fn, q, k, v, 0, alibi_slopes, dropout_p, softcap, backend, window_size)
     world = torch.distributed.get_world_size(group)
     cu = _lengths(cu_seqlens)
     _divisible(cu, world, zigzag)
