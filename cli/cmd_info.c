@@ -48,13 +48,17 @@ static void print_cpu(void) {
 #else
   printf(" (built without OpenMP: one thread)\n");
 #endif
-  printf("  instruction sets  avx2+fma %s, avx512f %s\n", ci->has_avx2_fma ? "yes" : "no",
-         ci->has_avx512f ? "yes" : "no");
+  printf("  instruction sets  avx2+fma %s, avx512f %s, avx512_bf16 %s\n", ci->has_avx2_fma ? "yes" : "no",
+         ci->has_avx512f ? "yes" : "no", ci->has_avx512bf16 ? "yes" : "no");
   printf("  cpu backend ISAs ");
-  const fa_cpu_isa isas[] = {FA_ISA_GENERIC, FA_ISA_AVX2, FA_ISA_AVX512};
-  for (int i = 0; i < 3; ++i)
-    printf(" %s %s%s", fa_cpu_isa_name(isas[i]), fa_cpu_isa_supported(isas[i]) ? "yes" : "no", i < 2 ? "," : "");
+  const fa_cpu_isa isas[] = {FA_ISA_GENERIC, FA_ISA_AVX2, FA_ISA_AVX512, FA_ISA_AVX512BF16};
+  for (int i = 0; i < 4; ++i)
+    printf(" %s %s%s", fa_cpu_isa_name(isas[i]), fa_cpu_isa_supported(isas[i]) ? "yes" : "no", i < 3 ? "," : "");
   printf("\n");
+  if (fa_cpu_isa_supported(FA_ISA_AVX512BF16))
+    printf(
+        "  bf16 products     avx512bf16: the bf16 forward's Q.K^T and P.V on vdpbf16ps (P rounded to bf16);\n"
+        "                    the backward and f16 convert to f32\n");
   printf("  caches            L1d %s, L2 %s per core; L3 %s\n", cli_fmt_bytes((double)ci->l1d_bytes, l1, sizeof l1),
          cli_fmt_bytes((double)ci->l2_bytes, l2, sizeof l2),
          ci->l3_bytes ? cli_fmt_bytes((double)ci->l3_bytes, l3, sizeof l3) : "unknown");

@@ -138,11 +138,17 @@ static void test_avx512(void **state) {
   check_isa(FA_ISA_AVX512);
 }
 
+static void test_avx512bf16(void **state) {
+  (void)state;
+  check_isa(FA_ISA_AVX512BF16);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_generic),
       cmocka_unit_test(test_avx2),
       cmocka_unit_test(test_avx512),
+      cmocka_unit_test(test_avx512bf16),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -191,11 +191,12 @@ static void test_device_memory(void **state) {
 static void test_cpu_plan_and_isa(void **state) {
   (void)state;
   if (!usable(FA_BACKEND_CPU)) skip();
-  static const fa_cpu_isa isas[] = {FA_ISA_GENERIC, FA_ISA_AVX2, FA_ISA_AVX512};
+  static const fa_cpu_isa isas[] = {FA_ISA_GENERIC, FA_ISA_AVX2, FA_ISA_AVX512, FA_ISA_AVX512BF16};
+  enum { NISA = sizeof isas / sizeof isas[0] };
   fa_cpu_isa best = FA_ISA_GENERIC;
   fa_cpu_plan plan;
   assert_true(fa_cpu_isa_supported(FA_ISA_GENERIC));
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < NISA; ++i) {
     if (!fa_cpu_isa_supported(isas[i])) continue;
     best = isas[i];
     if (fa_cpu_plan_get(isas[i], 64, 64, 0, 0, &plan) != FA_OK) fail_msg("no plan for %s", fa_cpu_isa_name(isas[i]));
@@ -212,7 +213,7 @@ static void test_cpu_plan_and_isa(void **state) {
   const char *env = getenv("FLASHATTN_ISA");
   if (env && *env && strcmp(env, "auto") != 0) {
     fa_cpu_isa want = FA_ISA_AUTO;
-    for (int i = 0; i < 3; ++i)
+    for (int i = 0; i < NISA; ++i)
       if (strcmp(env, fa_cpu_isa_name(isas[i])) == 0) want = isas[i];
     print_message("FLASHATTN_ISA=%s\n", env);
     if (want != FA_ISA_AUTO && fa_cpu_isa_supported(want)) best = want;
@@ -220,7 +221,7 @@ static void test_cpu_plan_and_isa(void **state) {
   assert_int_equal(fa_cpu_plan_get(FA_ISA_AUTO, 64, 64, 0, 0, &plan), FA_OK);
   assert_int_equal(plan.isa, best);
   /* an ISA this CPU lacks: the call names it and fails, nothing runs */
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < NISA; ++i) {
     if (fa_cpu_isa_supported(isas[i])) continue;
     prob p;
     prob_make(&p, &g_plain, FA_F32, 0);

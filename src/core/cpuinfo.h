@@ -5,11 +5,12 @@
 #include <stddef.h>
 
 typedef struct fa__cpuinfo {
-  int has_avx2_fma; /* AVX2 and FMA, and the OS saves YMM state */
-  int has_avx512f;  /* AVX-512F, and the OS saves ZMM state */
-  size_t l1d_bytes; /* per core; a default if the OS does not say */
-  size_t l2_bytes;  /* per core */
-  size_t l3_bytes;  /* shared; 0 if unknown */
+  int has_avx2_fma;   /* AVX2 and FMA, and the OS saves YMM state */
+  int has_avx512f;    /* AVX-512F, and the OS saves ZMM state */
+  int has_avx512bf16; /* AVX512-BF16 (vdpbf16ps) and AVX512-BW, with has_avx512f */
+  size_t l1d_bytes;   /* per core; a default if the OS does not say */
+  size_t l2_bytes;    /* per core */
+  size_t l3_bytes;    /* shared; 0 if unknown */
   int logical_cpus;
   char model[64];
 } fa__cpuinfo;

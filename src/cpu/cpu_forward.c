@@ -9,11 +9,19 @@
  *   S^T[j][i] = sum_d K[j][d] * (scale Q)^T[d][i]   (K broadcast, Q^T packed)
  *   O^T[e][i] += sum_j V[j][e] * P^T[j][i]          (V broadcast, P^T the score tile)
  * The softmax then runs down the columns of S^T, i.e. across query rows,
- * one vector of rows at a time: no horizontal reductions. */
+ * one vector of rows at a time: no horizontal reductions.
+ *
+ * bf16 inputs on a table with bf16 kernels (cpu_bf16.h) run both products
+ * on pairs: Q^T packed as pairs along d (unscaled; the scale is applied to
+ * the f32 scores), K read in place, P^T rounded to bf16 pairs along keys,
+ * V packed as pairs along keys per tile. The softmax, masks, dropout and
+ * the row sums l stay in f32 (l sums the unrounded P, as the GPU kernels
+ * do: docs/semantics.md). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_bf16.h"
 #include "cpu_gemm.h"
 #include "cpu_io.h"
 #include "cpu_parallel.h"
@@ -33,6 +41,7 @@ typedef struct fwd_ctx {
   int group;      /* query tiles of one head per item (fa__cpu_forward_group) */
   int64_t chunk;  /* keys of one K/V chunk the group's tiles take in turn */
   int D, Dv;
+  int bf16;              /* products on kt->gemm_bf16 (fa__cpu_bf16_products) */
   int elementwise;       /* softcap, ALiBi, bias or mask on every tile */
   int heavy_last;        /* later query tiles see more keys (causal-like) */
   const int64_t *prefix; /* items before sequence b */
@@ -43,6 +52,7 @@ typedef struct fwd_ctx {
 /* What one query tile carries from key tile to key tile. */
 typedef struct fwd_qtile {
   float *qt, *ot;   /* Q^T panel (D x np), O^T (Dv x np) */
+  uint32_t *qp;     /* bf16 products: Q^T pair panel (ceil(D/2) x np), instead of qt */
   float *m, *l, *f; /* row statistics and rescale factors (np) */
   float *ref;       /* per-row reference score (with a bias; np) */
   int64_t i0, jlo, jhi, jnext;
@@ -54,6 +64,8 @@ typedef struct fwd_scratch {
   fwd_qtile q[FWD_GROUP_MAX];
   float *st;          /* S^T/P^T (bk x np), shared by the group's tiles */
   float *kbuf, *vbuf; /* K, V tiles converted to f32 (f16/bf16 inputs) */
+  uint16_t *kb16;     /* bf16 products: K tile copied when not usable in place (bk x (D + 1)) */
+  uint32_t *vp, *pp;  /* bf16 products: V tile and P^T as pairs along keys (ceil(bk/2) x Dv, x np) */
   float *row;         /* one row of max(D, Dv) */
   uint8_t *keep;      /* dropout keep-mask of a tile (np x bk) */
   fa__seq sq;         /* the item's sequence and band */
@@ -64,8 +76,12 @@ static void fwd_carve(fa__cpu_arena *a, const void *ctx, void *scratch) {
   const fwd_ctx *c = ctx;
   fwd_scratch *s = scratch;
   const size_t np = (size_t)c->np, bk = (size_t)c->bk;
-  const int conv = c->p->dtype != FA_F32;
-  for (int g = 0; g < c->group; ++g) s->q[g].qt = fa__cpu_take_f(a, (size_t)c->D * np);
+  const int conv = c->p->dtype != FA_F32 && !c->bf16;
+  const size_t pairs_d = (size_t)(c->D + 1) / 2, pairs_k = (bk + 1) / 2;
+  for (int g = 0; g < c->group; ++g) {
+    s->q[g].qt = c->bf16 ? NULL : fa__cpu_take_f(a, (size_t)c->D * np);
+    s->q[g].qp = c->bf16 ? (uint32_t *)fa__cpu_take(a, pairs_d * np * sizeof(uint32_t)) : NULL;
+  }
   s->st = fa__cpu_take_f(a, bk * np);
   for (int g = 0; g < c->group; ++g) {
     fwd_qtile *t = &s->q[g];
@@ -77,6 +93,9 @@ static void fwd_carve(fa__cpu_arena *a, const void *ctx, void *scratch) {
   }
   s->kbuf = conv ? fa__cpu_take_f(a, bk * (size_t)c->D) : NULL;
   s->vbuf = conv ? fa__cpu_take_f(a, bk * (size_t)c->Dv) : NULL;
+  s->kb16 = c->bf16 ? (uint16_t *)fa__cpu_take(a, bk * (size_t)(c->D + 1) * sizeof(uint16_t)) : NULL;
+  s->vp = c->bf16 ? (uint32_t *)fa__cpu_take(a, pairs_k * (size_t)c->Dv * sizeof(uint32_t)) : NULL;
+  s->pp = c->bf16 ? (uint32_t *)fa__cpu_take(a, pairs_k * np * sizeof(uint32_t)) : NULL;
   s->row = fa__cpu_take_f(a, (size_t)(c->D > c->Dv ? c->D : c->Dv));
   s->keep = c->p->dropout_p > 0 ? (uint8_t *)fa__cpu_take(a, np * bk) : NULL;
 }
@@ -102,7 +121,10 @@ static void fwd_tile_begin(const fwd_ctx *c, fwd_scratch *s, fwd_qtile *t, int64
   t->first = 1;
 
   const fa__cpu_mat qm = fa__cpu_mat_of(&p->q, sq->bidx, h, sq->q_row0 + i0);
-  fa__cpu_pack_t(c->kt, t->qt, np, np, &qm, br, D, (float)p->scale, s->row);
+  if (c->bf16)
+    fa__cpu_pack_pairs_t(t->qp, np, np, &qm, br, D);
+  else
+    fa__cpu_pack_t(c->kt, t->qt, np, np, &qm, br, D, (float)p->scale, s->row);
   for (int i = 0; i < np; ++i) {
     t->m[i] = -INFINITY;
     t->l[i] = 0.0f;
@@ -139,8 +161,13 @@ static void fwd_tile_step(const fwd_ctx *c, fwd_scratch *s, fwd_qtile *t) {
   const int64_t j0 = t->jnext, hk = t->tile.h / p->group;
   const int bc = (int)(t->jhi - j0 < c->bk ? t->jhi - j0 : c->bk);
   const fa__cpu_mat km = fa__cpu_mat_of(&p->k, sq->bidx, hk, sq->k_row0 + j0);
-  const fa__cpu_aop ka = fa__cpu_operand(kt, &km, bc, D, s->kbuf);
-  fa__cpu_gemm(kt, bc, np, D, ka.a, ka.rs, ka.cs, t->qt, np, s->st, np, 0);
+  if (c->bf16) {
+    const fa__cpu_bf16_aop ka = fa__cpu_bf16_operand(&km, bc, D, s->kb16);
+    fa__cpu_gemm_bf16(kt, bc, np, (D + 1) / 2, ka.a, ka.rs, 2, t->qp, np, (float)p->scale, s->st, np, 0);
+  } else {
+    const fa__cpu_aop ka = fa__cpu_operand(kt, &km, bc, D, s->kbuf);
+    fa__cpu_gemm(kt, bc, np, D, ka.a, ka.rs, ka.cs, t->qt, np, s->st, np, 0);
+  }
 
   const int full = fa__band_tile_full(&s->bd, t->i0, t->i0 + br, j0, j0 + bc);
   if (c->elementwise || !full) {
@@ -162,8 +189,15 @@ static void fwd_tile_step(const fwd_ctx *c, fwd_scratch *s, fwd_qtile *t) {
   if (!t->first && moved) kt->scale_cols(t->ot, np, Dv, np, t->f);
 
   const fa__cpu_mat vm = fa__cpu_mat_of(&p->v, sq->bidx, hk, sq->k_row0 + j0);
-  const fa__cpu_aop va = fa__cpu_operand(kt, &vm, bc, Dv, s->vbuf);
-  fa__cpu_gemm(kt, Dv, np, bc, va.a, va.cs, va.rs, s->st, np, t->ot, np, !t->first);
+  if (c->bf16) { /* O^T[e][i] += sum over key pairs of (V[j][e], V[j+1][e]) . (P[j][i], P[j+1][i]) */
+    kt->pair_pack_f32(s->pp, np, s->st, np, bc, np);
+    fa__cpu_pack_pairs_rows(kt, s->vp, Dv, &vm, bc, Dv);
+    fa__cpu_gemm_bf16(kt, Dv, np, (bc + 1) / 2, (const uint16_t *)s->vp, 2, 2 * (ptrdiff_t)Dv, s->pp, np, 1.0f, t->ot,
+                      np, !t->first);
+  } else {
+    const fa__cpu_aop va = fa__cpu_operand(kt, &vm, bc, Dv, s->vbuf);
+    fa__cpu_gemm(kt, Dv, np, bc, va.a, va.cs, va.rs, s->st, np, t->ot, np, !t->first);
+  }
   t->first = 0;
   t->jnext = j0 + bc;
 }
@@ -254,6 +288,7 @@ fa_status fa__cpu_forward(const fa__problem *p, const fa__cpu_kernels *kt, fa__e
   c.np = fa__cpu_pad(blk.bq);
   c.D = (int)p->D;
   c.Dv = (int)p->Dv;
+  c.bf16 = fa__cpu_bf16_products(p, kt);
   c.elementwise = fa__cpu_score_elementwise(p);
   c.heavy_last = p->window_right >= 0;
   fa__cpu_forward_group(blk, p->D, p->Dv, p->Lk, fa_dtype_size(p->dtype), &c.group, &c.chunk);

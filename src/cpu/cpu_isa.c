@@ -14,12 +14,16 @@ int fa__cpu_isa_have(fa_cpu_isa isa) {
 #ifdef FA_CPU_X86
     case FA_ISA_AVX2: return fa__cpuinfo_get()->has_avx2_fma;
     case FA_ISA_AVX512: return fa__cpuinfo_get()->has_avx512f;
+    case FA_ISA_AVX512BF16: return fa__cpuinfo_get()->has_avx512bf16;
 #endif
     default: return 0;
   }
 }
 
+/* avx512bf16 runs f32 problems with the avx512 kernels (it only adds the
+ * bf16 products), so it is the best wherever it is present. */
 static fa_cpu_isa best_isa(void) {
+  if (fa__cpu_isa_have(FA_ISA_AVX512BF16)) return FA_ISA_AVX512BF16;
   if (fa__cpu_isa_have(FA_ISA_AVX512)) return FA_ISA_AVX512;
   if (fa__cpu_isa_have(FA_ISA_AVX2)) return FA_ISA_AVX2;
   return FA_ISA_GENERIC;
@@ -45,10 +49,12 @@ fa_status fa__cpu_isa_resolve(fa_cpu_isa requested, fa_cpu_isa *out, char *why, 
         isa = FA_ISA_AVX2;
       } else if (strcmp(env, "avx512") == 0) {
         isa = FA_ISA_AVX512;
+      } else if (strcmp(env, "avx512bf16") == 0) {
+        isa = FA_ISA_AVX512BF16;
       } else if (strcmp(env, "auto") == 0) {
         isa = best_isa();
       } else {
-        if (why) snprintf(why, why_size, "FLASHATTN_ISA=%s is not one of generic, avx2, avx512, auto", env);
+        if (why) snprintf(why, why_size, "FLASHATTN_ISA=%s is not one of generic, avx2, avx512, avx512bf16, auto", env);
         return FA_ERR_UNSUPPORTED;
       }
       if (!fa__cpu_isa_have(isa)) {
@@ -59,7 +65,7 @@ fa_status fa__cpu_isa_resolve(fa_cpu_isa requested, fa_cpu_isa *out, char *why, 
     } else {
       isa = best_isa();
     }
-  } else if (isa != FA_ISA_GENERIC && isa != FA_ISA_AVX2 && isa != FA_ISA_AVX512) {
+  } else if (isa < FA_ISA_GENERIC || isa > FA_ISA_AVX512BF16) {
     if (why) snprintf(why, why_size, "isa %d is not an fa_cpu_isa value", (int)isa);
     return FA_ERR_UNSUPPORTED;
   } else if (!fa__cpu_isa_have(isa)) {
@@ -71,29 +77,34 @@ fa_status fa__cpu_isa_resolve(fa_cpu_isa requested, fa_cpu_isa *out, char *why, 
 }
 
 /* One table per ISA: generic first, each ISA overriding the one below. */
-static fa__cpu_kernels g_tables[4];
+static fa__cpu_kernels g_tables[FA_ISA_AVX512BF16 + 1];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void build_tables(void) {
   fa__cpu_kernels_generic(&g_tables[FA_ISA_GENERIC]);
   g_tables[FA_ISA_AVX2] = g_tables[FA_ISA_GENERIC];
   g_tables[FA_ISA_AVX512] = g_tables[FA_ISA_GENERIC];
+  g_tables[FA_ISA_AVX512BF16] = g_tables[FA_ISA_GENERIC];
 #ifdef FA_CPU_X86
   if (fa__cpu_isa_have(FA_ISA_AVX2)) {
     fa__cpu_kernels_avx2(&g_tables[FA_ISA_AVX2]);
     g_tables[FA_ISA_AVX512] = g_tables[FA_ISA_AVX2];
   }
-  if (fa__cpu_isa_have(FA_ISA_AVX512)) fa__cpu_kernels_avx512(&g_tables[FA_ISA_AVX512]);
+  if (fa__cpu_isa_have(FA_ISA_AVX512)) {
+    fa__cpu_kernels_avx512(&g_tables[FA_ISA_AVX512]);
+    g_tables[FA_ISA_AVX512BF16] = g_tables[FA_ISA_AVX512];
+  }
+  if (fa__cpu_isa_have(FA_ISA_AVX512BF16)) fa__cpu_kernels_avx512bf16(&g_tables[FA_ISA_AVX512BF16]);
 #endif
 }
 
 const fa__cpu_kernels *fa__cpu_kernels_get(fa_cpu_isa isa) {
   pthread_once(&g_once, build_tables);
-  if (isa < FA_ISA_GENERIC || isa > FA_ISA_AVX512) isa = FA_ISA_GENERIC;
+  if (isa < FA_ISA_GENERIC || isa > FA_ISA_AVX512BF16) isa = FA_ISA_GENERIC;
   return &g_tables[isa];
 }
 
 int fa_cpu_isa_supported(fa_cpu_isa isa) {
-  if (isa < FA_ISA_AUTO || isa > FA_ISA_AVX512) return 0;
+  if (isa < FA_ISA_AUTO || isa > FA_ISA_AVX512BF16) return 0;
   return fa__cpu_isa_have(isa);
 }

@@ -115,6 +115,36 @@ typedef void (*fa__cpu_dec_pv_fn)(float *o, ptrdiff_t ldo, int nr, const float *
                                   const void *v, ptrdiff_t ldv, int bc, int Dv, fa_dtype vdt, const void *pf,
                                   ptrdiff_t ldpf, int npf);
 
+/* bf16 products on pairs (AVX512-BF16's vdpbf16ps: two bf16 products per
+ * f32 lane). NULL in the tables of ISAs without them; the loops then
+ * convert bf16 to f32 and use gemm. Operands hold bf16 bit patterns; a
+ * "pair word" is a uint32 whose low half is the even element and whose
+ * high half the odd one (little-endian: two consecutive bf16 in memory).
+ *
+ * Micro-kernel (cut like gemm: table.vl, mr, nv). For m < mr, n < nv*vl:
+ *   C[m*ldc + n] = (accumulate ? C[m*ldc + n] : 0)
+ *                + alpha * sum_{k < kp} (A0(m, k) B0[k][n] + A1(m, k) B1[k][n])
+ * A(m, k): the pair of bf16 at a + m*rsa + k*csa (element offsets; the two
+ * halves A0, A1 are consecutive in memory, no alignment required),
+ * broadcast. B: a packed panel of pair words b[k*ldb + n] (B0 the low
+ * half, B1 the high half). Products of two bf16 are exact in f32; the sum
+ * is vdpbf16ps's: f32, round to nearest even, bf16/f32 subnormals flushed
+ * to zero. The same arguments give the same bits. 1 <= mr <= table.mr,
+ * 1 <= nv <= table.nv, kp >= 0. */
+typedef void (*fa__cpu_gemm_bf16_fn)(int mr, int nv, int kp, const uint16_t *a, ptrdiff_t rsa, ptrdiff_t csa,
+                                     const uint32_t *b, ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc,
+                                     int accumulate);
+
+/* Packing into pair words, along rows: for k < ceil(rows/2), n < cols,
+ *   dst[k*ldd + n] = pair(X(2k, n), X(2k+1, n))      (X(rows, n) = 0 when rows is odd)
+ * pack_f32: X(r, n) = x[r*ldx + n] rounded to bf16 (nearest even; NaN stays
+ *           NaN), cols a multiple of FA_CPU_PANEL (the P^T tile of the forward);
+ * pack_bf16: X(r, n) = x[r*ldx + n], bf16 bits copied (the V tile), any cols. */
+typedef void (*fa__cpu_pair_pack_f32_fn)(uint32_t *dst, ptrdiff_t ldd, const float *x, ptrdiff_t ldx, int rows,
+                                         int cols);
+typedef void (*fa__cpu_pair_pack_bf16_fn)(uint32_t *dst, ptrdiff_t ldd, const uint16_t *x, ptrdiff_t ldx, int rows,
+                                          int cols);
+
 typedef struct fa__cpu_kernels {
   fa_cpu_isa isa;
   int vl; /* floats per vector of gemm's nv */
@@ -133,7 +163,10 @@ typedef struct fa__cpu_kernels {
   fa__cpu_dec_scores_fn dec_scores;
   fa__cpu_dec_softmax_fn dec_softmax;
   fa__cpu_dec_pv_fn dec_pv;
-  unsigned dec_dtypes; /* bit 1 << dtype: dec_scores and dec_pv read it directly */
+  unsigned dec_dtypes;            /* bit 1 << dtype: dec_scores and dec_pv read it directly */
+  fa__cpu_gemm_bf16_fn gemm_bf16; /* NULL: no bf16 products (the three below NULL too) */
+  fa__cpu_pair_pack_f32_fn pair_pack_f32;
+  fa__cpu_pair_pack_bf16_fn pair_pack_bf16;
 } fa__cpu_kernels;
 
 /* Fill a table: the portable kernels first, then each ISA overrides what it
@@ -142,6 +175,8 @@ void fa__cpu_kernels_generic(fa__cpu_kernels *kt);
 #ifdef FA_CPU_X86
 void fa__cpu_kernels_avx2(fa__cpu_kernels *kt);
 void fa__cpu_kernels_avx512(fa__cpu_kernels *kt);
+/* Over an AVX-512 table: the bf16 products (kernels_avx512bf16.c). */
+void fa__cpu_kernels_avx512bf16(fa__cpu_kernels *kt);
 #endif
 
 #endif

@@ -123,4 +123,7 @@ void fa__cpu_kernels_generic(fa__cpu_kernels *kt) {
   kt->dec_softmax = fa__dec_softmax_c;
   kt->dec_pv = fa__dec_pv_c;
   kt->dec_dtypes = 1u << FA_F32 | 1u << FA_F16 | 1u << FA_BF16;
+  kt->gemm_bf16 = NULL; /* bf16 is converted to f32 */
+  kt->pair_pack_f32 = NULL;
+  kt->pair_pack_bf16 = NULL;
 }

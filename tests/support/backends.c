@@ -40,7 +40,7 @@ static int variants_one(tb_variant *out, int max) {
 /* Every ISA this CPU and build have, so that the AVX2 and portable paths
  * are tested on an AVX-512 machine too. */
 static int variants_cpu_isas(tb_variant *out, int max) {
-  static const fa_cpu_isa isas[] = {FA_ISA_GENERIC, FA_ISA_AVX2, FA_ISA_AVX512};
+  static const fa_cpu_isa isas[] = {FA_ISA_GENERIC, FA_ISA_AVX2, FA_ISA_AVX512, FA_ISA_AVX512BF16};
   int n = 0;
   for (size_t i = 0; i < sizeof isas / sizeof isas[0] && n < max; ++i) {
     if (!fa_cpu_isa_supported(isas[i])) continue;

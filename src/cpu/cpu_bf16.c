@@ -1,0 +1,76 @@
+#include "cpu_bf16.h"
+
+#include <string.h>
+
+static uint16_t bits_at(const fa__cpu_mat *x, int64_t r, int64_t c) {
+  uint16_t h;
+  memcpy(&h, fa__cpu_mat_at(x, r, c), sizeof h);
+  return h;
+}
+
+static uint32_t pair(uint16_t lo, uint16_t hi) {
+  return (uint32_t)lo | (uint32_t)hi << 16;
+}
+
+int fa__cpu_bf16_products(const fa__problem *p, const fa__cpu_kernels *kt) {
+  return p->dtype == FA_BF16 && kt->gemm_bf16 != NULL;
+}
+
+void fa__cpu_gemm_bf16(const fa__cpu_kernels *kt, int m, int n, int kp, const uint16_t *a, ptrdiff_t rsa, ptrdiff_t csa,
+                       const uint32_t *b, ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc, int accumulate) {
+  const int vecs = n / kt->vl;
+  const int strips = (vecs + kt->nv - 1) / kt->nv;
+  if (m <= 0 || strips == 0) return;
+  const int base = vecs / strips, extra = vecs % strips;
+  int x = 0;
+  for (int s = 0; s < strips; ++s) {
+    const int nv = base + (s < extra);
+    const uint32_t *bs = b + (ptrdiff_t)x * kt->vl;
+    float *cs = c + (ptrdiff_t)x * kt->vl;
+    for (int i = 0; i < m; i += kt->mr) {
+      const int mr = m - i < kt->mr ? m - i : kt->mr;
+      kt->gemm_bf16(mr, nv, kp, a + (ptrdiff_t)i * rsa, rsa, csa, bs, ldb, alpha, cs + (ptrdiff_t)i * ldc, ldc,
+                    accumulate);
+    }
+    x += nv;
+  }
+}
+
+void fa__cpu_pack_pairs_t(uint32_t *dst, ptrdiff_t ld, int rpad, const fa__cpu_mat *x, int rows, int cols) {
+  const int kp = (cols + 1) / 2;
+  for (int r = 0; r < rows; ++r)
+    for (int k = 0; k < kp; ++k) {
+      const uint16_t hi = 2 * k + 1 < cols ? bits_at(x, r, 2 * k + 1) : 0;
+      dst[k * ld + r] = pair(bits_at(x, r, 2 * k), hi);
+    }
+  if (rpad > rows)
+    for (int k = 0; k < kp; ++k) memset(dst + k * ld + rows, 0, (size_t)(rpad - rows) * sizeof(uint32_t));
+}
+
+fa__cpu_bf16_aop fa__cpu_bf16_operand(const fa__cpu_mat *x, int rows, int cols, uint16_t *buf) {
+  fa__cpu_bf16_aop op;
+  if (x->cs == 1 && cols % 2 == 0) {
+    op.a = (const uint16_t *)(const void *)x->base;
+    op.rs = x->rs;
+    return op;
+  }
+  const int ld = cols + cols % 2;
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) buf[r * ld + c] = bits_at(x, r, c);
+    if (ld > cols) buf[r * ld + cols] = 0;
+  }
+  op.a = buf;
+  op.rs = ld;
+  return op;
+}
+
+void fa__cpu_pack_pairs_rows(const fa__cpu_kernels *kt, uint32_t *dst, ptrdiff_t ld, const fa__cpu_mat *x, int rows,
+                             int cols) {
+  if (x->cs == 1) {
+    kt->pair_pack_bf16(dst, ld, (const uint16_t *)(const void *)x->base, x->rs, rows, cols);
+    return;
+  }
+  for (int r = 0; r < rows; r += 2)
+    for (int c = 0; c < cols; ++c)
+      dst[(r / 2) * ld + c] = pair(bits_at(x, r, c), r + 1 < rows ? bits_at(x, r + 1, c) : 0);
+}

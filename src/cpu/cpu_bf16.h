@@ -1,0 +1,47 @@
+/* The loops and packing around the bf16 micro-kernels (kernels.h,
+ * gemm_bf16): which problems take them, the macro-kernel, and the pair
+ * panels vdpbf16ps needs. Only the forward uses them so far; everything
+ * else converts bf16 to f32. */
+#ifndef FA_CPU_BF16_H
+#define FA_CPU_BF16_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/problem.h"
+#include "cpu_io.h"
+#include "kernels.h"
+
+/* Does the forward of p run its products on kt's bf16 kernels? (bf16
+ * inputs and a table that has them; f32 and f16 never do.) */
+int fa__cpu_bf16_products(const fa__problem *p, const fa__cpu_kernels *kt);
+
+/* C[i*ldc + x] (+)= alpha * sum_{k < kp} pair products of A(i, k) and
+ * b[k*ldb + x] (kt->gemm_bf16's contract), i < m, x < n; n a multiple of
+ * FA_CPU_PANEL. Cut into strips and micro-tiles as fa__cpu_gemm does. */
+void fa__cpu_gemm_bf16(const fa__cpu_kernels *kt, int m, int n, int kp, const uint16_t *a, ptrdiff_t rsa, ptrdiff_t csa,
+                       const uint32_t *b, ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc, int accumulate);
+
+/* Pairs along columns, transposed (the stationary Q^T panel): for
+ * k < ceil(cols/2), r < rpad,
+ *   dst[k*ld + r] = pair(x(r, 2k), x(r, 2k+1)),  x(r, cols) = 0, rows r >= rows zero.
+ * x is bf16 (bits copied). */
+void fa__cpu_pack_pairs_t(uint32_t *dst, ptrdiff_t ld, int rpad, const fa__cpu_mat *x, int rows, int cols);
+
+/* The broadcast operand of gemm_bf16 for rows x cols of x (bf16), pairs
+ * along columns: A(r, k) at a + r*rs + 2k. x itself when its columns are
+ * contiguous and cols is even, else a copy in buf (rows x (cols rounded up
+ * to even) elements, the odd column's partner 0). */
+typedef struct fa__cpu_bf16_aop {
+  const uint16_t *a;
+  ptrdiff_t rs;
+} fa__cpu_bf16_aop;
+fa__cpu_bf16_aop fa__cpu_bf16_operand(const fa__cpu_mat *x, int rows, int cols, uint16_t *buf);
+
+/* Pairs along rows (the streaming V tile): for k < ceil(rows/2), c < cols,
+ *   dst[k*ld + c] = pair(x(2k, c), x(2k+1, c)),  x(rows, c) = 0.
+ * x is bf16; kt->pair_pack_bf16 when its columns are contiguous. */
+void fa__cpu_pack_pairs_rows(const fa__cpu_kernels *kt, uint32_t *dst, ptrdiff_t ld, const fa__cpu_mat *x, int rows,
+                             int cols);
+
+#endif

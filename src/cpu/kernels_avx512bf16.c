@@ -1,0 +1,157 @@
+/* AVX512-BF16 kernels: the bf16 products on vdpbf16ps, which adds two bf16
+ * products into each f32 lane, so one instruction does the work of two
+ * FMAs. The micro-kernel is the AVX-512 one with pairs: an 8 x 48 tile of
+ * C in 24 zmm accumulators; per pair step it loads 3 vectors of the pair
+ * panel and broadcasts 8 pair words of A, 24 vdpbf16ps for 11 loads.
+ * Compiled with -mavx512f -mavx512bw -mavx512bf16; only called when the CPU
+ * has AVX512-BF16 (and BW). */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels.h"
+
+enum { KB_VL = 16, KB_MR = 8, KB_NV = 3 };
+
+#define FA_INLINE static inline __attribute__((always_inline))
+
+/* The pair at p as a broadcast pair word (vpbroadcastd from memory). */
+FA_INLINE __m512i pair_bcast(const uint16_t *p) {
+  uint32_t w;
+  memcpy(&w, p, sizeof w);
+  return _mm512_set1_epi32((int)w);
+}
+
+FA_INLINE __m512 dp(__m512 acc, __m512i a, __m512i b) {
+  return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
+}
+
+#define KB_ACC(m, v) c##m##v
+#define KB_FOR_ALL(X)                                                                                             \
+  X(0, 0)                                                                                                         \
+  X(0, 1)                                                                                                         \
+  X(0, 2)                                                                                                         \
+  X(1, 0) X(1, 1) X(1, 2) X(2, 0) X(2, 1) X(2, 2) X(3, 0) X(3, 1) X(3, 2) X(4, 0) X(4, 1) X(4, 2) X(5, 0) X(5, 1) \
+      X(5, 2) X(6, 0) X(6, 1) X(6, 2) X(7, 0) X(7, 1) X(7, 2)
+
+FA_INLINE void mkbf(const int MR_, const int NV_, int kp, const uint16_t *a, ptrdiff_t rsa, ptrdiff_t csa,
+                    const uint32_t *b, ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc, int accumulate) {
+#define KB_DECL(m, v) __m512 KB_ACC(m, v) = _mm512_setzero_ps();
+  KB_FOR_ALL(KB_DECL)
+#undef KB_DECL
+  const uint16_t *a0 = a, *a1 = a + rsa, *a2 = a + 2 * rsa, *a3 = a + 3 * rsa, *a4 = a + 4 * rsa, *a5 = a + 5 * rsa,
+                 *a6 = a + 6 * rsa, *a7 = a + 7 * rsa;
+  ptrdiff_t ko = 0;
+  for (int k = 0; k < kp; ++k) {
+    const __m512i b0 = _mm512_loadu_si512((const void *)b);
+    const __m512i b1 = NV_ > 1 ? _mm512_loadu_si512((const void *)(b + KB_VL)) : b0;
+    const __m512i b2 = NV_ > 2 ? _mm512_loadu_si512((const void *)(b + 2 * KB_VL)) : b0;
+    __m512i am;
+#define KB_ROW(m)                                         \
+  if (m < MR_) {                                          \
+    am = pair_bcast(a##m + ko);                           \
+    KB_ACC(m, 0) = dp(KB_ACC(m, 0), am, b0);              \
+    if (NV_ > 1) KB_ACC(m, 1) = dp(KB_ACC(m, 1), am, b1); \
+    if (NV_ > 2) KB_ACC(m, 2) = dp(KB_ACC(m, 2), am, b2); \
+  }
+    KB_ROW(0)
+    KB_ROW(1)
+    KB_ROW(2)
+    KB_ROW(3) KB_ROW(4) KB_ROW(5) KB_ROW(6) KB_ROW(7)
+#undef KB_ROW
+        ko += csa;
+    b += ldb;
+  }
+  const __m512 al = _mm512_set1_ps(alpha);
+  if (alpha != 1.0f) {
+#define KB_SCALE(m, v) \
+  if (m < MR_ && v < NV_) KB_ACC(m, v) = _mm512_mul_ps(KB_ACC(m, v), al);
+    KB_FOR_ALL(KB_SCALE)
+#undef KB_SCALE
+  }
+  if (accumulate) {
+#define KB_ADD(m, v) \
+  if (m < MR_ && v < NV_) KB_ACC(m, v) = _mm512_add_ps(_mm512_loadu_ps(c + m * ldc + v * KB_VL), KB_ACC(m, v));
+    KB_FOR_ALL(KB_ADD)
+#undef KB_ADD
+  }
+#define KB_STORE(m, v) \
+  if (m < MR_ && v < NV_) _mm512_storeu_ps(c + m * ldc + v * KB_VL, KB_ACC(m, v));
+  KB_FOR_ALL(KB_STORE)
+#undef KB_STORE
+  (void)a1, (void)a2, (void)a3, (void)a4, (void)a5, (void)a6, (void)a7;
+}
+
+typedef void (*mkbf_fn)(int kp, const uint16_t *a, ptrdiff_t rsa, ptrdiff_t csa, const uint32_t *b, ptrdiff_t ldb,
+                        float alpha, float *c, ptrdiff_t ldc, int accumulate);
+
+#define MK(MR_, NV_)                                                                                         \
+  static void mkbf_##MR_##_##NV_(int kp, const uint16_t *a, ptrdiff_t rsa, ptrdiff_t csa, const uint32_t *b, \
+                                 ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc, int accumulate) {      \
+    mkbf(MR_, NV_, kp, a, rsa, csa, b, ldb, alpha, c, ldc, accumulate);                                      \
+  }
+#define MK_ROW(MR_) MK(MR_, 1) MK(MR_, 2) MK(MR_, 3)
+MK_ROW(1)
+MK_ROW(2)
+MK_ROW(3)
+MK_ROW(4)
+MK_ROW(5)
+MK_ROW(6)
+MK_ROW(7)
+MK_ROW(8)
+#undef MK_ROW
+#undef MK
+
+#define MK_ENTRY(MR_) \
+  { mkbf_##MR_##_1, mkbf_##MR_##_2, mkbf_##MR_##_3 }
+static const mkbf_fn mkbf_table[KB_MR][KB_NV] = {MK_ENTRY(1), MK_ENTRY(2), MK_ENTRY(3), MK_ENTRY(4),
+                                                 MK_ENTRY(5), MK_ENTRY(6), MK_ENTRY(7), MK_ENTRY(8)};
+#undef MK_ENTRY
+
+static void gemm_bf16_avx512(int mr, int nv, int kp, const uint16_t *a, ptrdiff_t rsa, ptrdiff_t csa, const uint32_t *b,
+                             ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc, int accumulate) {
+  mkbf_table[mr - 1][nv - 1](kp, a, rsa, csa, b, ldb, alpha, c, ldc, accumulate);
+}
+
+/* Two rows of f32 to 16 pair words: vcvtne2ps2bf16 puts row r0 in the low
+ * 16 words and row r1 in the high 16, vpermw interleaves them. */
+static void pair_pack_f32_avx512(uint32_t *dst, ptrdiff_t ldd, const float *x, ptrdiff_t ldx, int rows, int cols) {
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
+                                       5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  for (int r = 0; r < rows; r += 2) {
+    const float *x0 = x + (ptrdiff_t)r * ldx, *x1 = x0 + ldx;
+    uint32_t *d = dst + (ptrdiff_t)(r / 2) * ldd;
+    if (r + 1 < rows) {
+      for (int n = 0; n < cols; n += KB_VL) {
+        const __m512bh h = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x1 + n), _mm512_loadu_ps(x0 + n));
+        _mm512_storeu_si512((void *)(d + n), _mm512_permutexvar_epi16(idx, (__m512i)h));
+      }
+    } else {
+      for (int n = 0; n < cols; n += KB_VL) {
+        const __m256bh h = _mm512_cvtneps_pbh(_mm512_loadu_ps(x0 + n));
+        _mm512_storeu_si512((void *)(d + n), _mm512_cvtepu16_epi32((__m256i)h));
+      }
+    }
+  }
+}
+
+static void pair_pack_bf16_avx512(uint32_t *dst, ptrdiff_t ldd, const uint16_t *x, ptrdiff_t ldx, int rows, int cols) {
+  for (int r = 0; r < rows; r += 2) {
+    const uint16_t *x0 = x + (ptrdiff_t)r * ldx, *x1 = x0 + ldx;
+    const int two = r + 1 < rows;
+    uint32_t *d = dst + (ptrdiff_t)(r / 2) * ldd;
+    for (int n = 0; n < cols; n += KB_VL) {
+      const __mmask16 k = cols - n >= KB_VL ? (__mmask16)0xffff : (__mmask16)((1u << (cols - n)) - 1u);
+      __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, x0 + n));
+      if (two)
+        w = _mm512_or_si512(w, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, x1 + n)), 16));
+      _mm512_mask_storeu_epi32(d + n, k, w);
+    }
+  }
+}
+
+void fa__cpu_kernels_avx512bf16(fa__cpu_kernels *kt) {
+  kt->isa = FA_ISA_AVX512BF16;
+  kt->gemm_bf16 = gemm_bf16_avx512;
+  kt->pair_pack_f32 = pair_pack_f32_avx512;
+  kt->pair_pack_bf16 = pair_pack_bf16_avx512;
+}
