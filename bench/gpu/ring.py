@@ -11,7 +11,10 @@ usage (one host):
   torchrun --nproc_per_node=1 bench/gpu/ring.py [--out DIR]   # the 1-GPU baseline
   torchrun --nproc_per_node=2 bench/gpu/ring.py [--out DIR]   # then 4, 8 if lent
   options: --L 131072 --heads 16 --kv-heads 16 --D 128 --batch 1 --reps 10 --warmup 3
-           --modes fwd,fwdbwd --causal 0,1
+           --modes fwd,fwdbwd --causal 0,1 --seqs 0
+  --seqs K > 0 adds rows for ring_flash_attn_varlen_func: the L tokens packed as
+  K sequences of lengths in proportion 1 : 2 : ... : K (multiples of 2W), batch 1;
+  FLOPs counted per sequence (sum of N_s^2).
 with FLASHATTN_LIBRARY pointing at a libflashattn.so built with FA_WITH_CUDA=ON
 and PYTHONPATH=python. NVLink multicast stays off: NCCL_NVLS_ENABLE=0 is set
 when the environment does not set it (leave the machine's other NCCL switches
@@ -52,6 +55,19 @@ def timed(fn, reps, warmup):
     return statistics.median(times)
 
 
+def packed_lengths(L, K, multiple):
+    """cu_seqlens (a list) of L tokens as K sequences of lengths in proportion
+    1 : 2 : ... : K, each a multiple of `multiple` (the last takes the rest)."""
+    units, total = L // multiple, K * (K + 1) // 2
+    lens = [max(1, units * (i + 1) // total) for i in range(K - 1)]
+    lens.append(units - sum(lens))
+    assert lens[-1] > 0, "L too short for that many sequences"
+    cu = [0]
+    for n in lens:
+        cu.append(cu[-1] + n * multiple)
+    return cu
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--L", type=int, default=131072, help="total sequence length (all ranks)")
@@ -64,6 +80,7 @@ def main():
     ap.add_argument("--modes", default="fwd,fwdbwd")
     ap.add_argument("--causal", default="0,1")
     ap.add_argument("--out", default=None, help="directory for a JSON line per case (rank 0)")
+    ap.add_argument("--seqs", type=int, default=0, help="also packed: this many sequences (varlen rows)")
     args = ap.parse_args()
 
     dist.init_process_group("nccl")
@@ -72,6 +89,7 @@ def main():
     torch.cuda.set_device(local)
     dev = torch.device("cuda", local)
     assert args.L % (2 * world) == 0, "L must split into 2W chunks"
+    assert not args.seqs or args.batch == 1, "--seqs (packed sequences) takes --batch 1"
     Ll = args.L // world
     g = torch.Generator(device=dev).manual_seed(1234 + rank)
     shape_q, shape_kv = (args.batch, Ll, args.heads, args.D), (args.batch, Ll, args.kv_heads, args.D)
@@ -79,44 +97,51 @@ def main():
     k = torch.randn(shape_kv, device=dev, dtype=torch.bfloat16, generator=g)
     v = torch.randn(shape_kv, device=dev, dtype=torch.bfloat16, generator=g)
     dout = torch.randn(shape_q, device=dev, dtype=torch.bfloat16, generator=g)
+    cu = packed_lengths(args.L, args.seqs, 2 * world) if args.seqs else None
     rows = []
-    for causal in [bool(int(c)) for c in args.causal.split(",")]:
-        for mode in args.modes.split(","):
-            qq, kk, vv = (t.detach().requires_grad_(mode == "fwdbwd") for t in (q, k, v))
+    cases = [(vl, bool(int(c)), m) for vl in ([False, True] if cu else [False])
+             for c in args.causal.split(",") for m in args.modes.split(",")]  # fmt: skip
+    for varlen, causal, mode in cases:
+        qq, kk, vv = (t.detach().requires_grad_(mode == "fwdbwd") for t in (q, k, v))
 
-            def step():
+        def step():
+            if varlen:
+                o = ft.ring_flash_attn_varlen_func(qq[0], kk[0], vv[0], cu, causal=causal)
+            else:
                 o = ft.ring_attention(qq, kk, vv, causal=causal)
-                if mode == "fwdbwd":
-                    o.backward(dout)
+            if mode == "fwdbwd":
+                o.backward(dout[0] if varlen else dout)
 
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats(dev)
-            base = torch.cuda.memory_allocated(dev)
-            ms = timed(step, args.reps, args.warmup)
-            peak = torch.cuda.max_memory_allocated(dev)
-            t = torch.tensor([ms, peak - base], dtype=torch.float64, device=dev)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            ms_max, extra = t.tolist()
-            flops = 4 * args.batch * args.heads * args.L * args.L * args.D * (0.5 if causal else 1.0)
-            flops *= 3.5 if mode == "fwdbwd" else 1.0  # backward = 2.5x forward (DESIGN.md)
-            row = {
-                "gpus": world,
-                "L": args.L,
-                "D": args.D,
-                "heads": args.heads,
-                "kv_heads": args.kv_heads,
-                "batch": args.batch,
-                "causal": causal,
-                "mode": mode,
-                "ms": ms_max,
-                "tokens_per_s": args.batch * args.L / (ms_max / 1e3),
-                "tflops_total": flops / (ms_max / 1e3) / 1e12,
-                "peak_extra_bytes_per_gpu": int(extra),
-                "peak_bytes_per_gpu": int(peak),
-            }
-            rows.append(row)
-            if rank == 0:
-                print(json.dumps(row), flush=True)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(dev)
+        base = torch.cuda.memory_allocated(dev)
+        ms = timed(step, args.reps, args.warmup)
+        peak = torch.cuda.max_memory_allocated(dev)
+        t = torch.tensor([ms, peak - base], dtype=torch.float64, device=dev)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        ms_max, extra = t.tolist()
+        pairs = sum((b - a) ** 2 for a, b in zip(cu, cu[1:])) if varlen else args.batch * args.L * args.L
+        flops = 4 * args.heads * pairs * args.D * (0.5 if causal else 1.0)
+        flops *= 3.5 if mode == "fwdbwd" else 1.0  # backward = 2.5x forward (DESIGN.md)
+        row = {
+            "gpus": world,
+            "L": args.L,
+            "D": args.D,
+            "heads": args.heads,
+            "kv_heads": args.kv_heads,
+            "batch": args.batch,
+            "causal": causal,
+            "varlen_seqs": args.seqs if varlen else 0,
+            "mode": mode,
+            "ms": ms_max,
+            "tokens_per_s": args.batch * args.L / (ms_max / 1e3),
+            "tflops_total": flops / (ms_max / 1e3) / 1e12,
+            "peak_extra_bytes_per_gpu": int(extra),
+            "peak_bytes_per_gpu": int(peak),
+        }
+        rows.append(row)
+        if rank == 0:
+            print(json.dumps(row), flush=True)
     if rank == 0 and args.out:
         os.makedirs(args.out, exist_ok=True)
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
