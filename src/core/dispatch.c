@@ -114,6 +114,17 @@ static fa_status run(fa_context *ctx, fa_backend backend, const fa__call *call) 
       else /* the backward sizes its own tiles per problem */
         report_add(ctx, "cpu: isa %s, threads: %s%s\n", fa_cpu_isa_name(plan.isa), threads,
                    p.deterministic ? ", deterministic" : "");
+      if (plan.isa == FA_ISA_AVX512BF16 && !p.kvcache) {
+        if (p.dtype != FA_BF16)
+          report_add(ctx, "cpu: %s inputs: the avx512 f32 kernels (vdpbf16ps serves bf16 inputs only)\n",
+                     fa_dtype_name(p.dtype));
+        else if (p.pass == FA__FORWARD)
+          report_add(ctx,
+                     "cpu: bf16 products on vdpbf16ps (Q.K^T, and P.V with P rounded to bf16); the decode "
+                     "pass (few query rows, long keys) reads bf16 into f32 kernels\n");
+        else
+          report_add(ctx, "cpu: bf16 backward: inputs converted to f32, the avx512 f32 kernels\n");
+      }
     }
   }
 
