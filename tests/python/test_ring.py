@@ -1,7 +1,7 @@
 """flashattn.torch.ring_attention (context parallel over torch.distributed)
 against single-process flashattn attention on the same global data: 2 and 4
 processes on this machine, gloo, CPU tensors (float64 on ref, float32 on cpu);
-outputs and gradients dq, dk, dv; causal (zig-zag and contiguous) and not, GQA,
+outputs, lse and gradients dq, dk, dv; causal (zig-zag and contiguous) and not, GQA,
 window, softcap. The same for ring_flash_attn_varlen_func (packed sequences of
 different lengths, one of them empty) against one flash_attn_varlen_func call on
 the global packed data. A one-rank ring is bit-identical to attention() (and to
@@ -66,24 +66,25 @@ def _data(dtype, Hq, Hkv, L, seed):
 
 
 def _run(fn, qkv, dout):
-    """o, dq, dk, dv of fn(q, k, v) with o's gradient dout."""
+    """o, lse, dq, dk, dv of (o, lse) = fn(q, k, v) with o's gradient dout."""
     q, k, v = (t.clone().requires_grad_() for t in qkv)
-    o = fn(q, k, v)
+    o, lse = fn(q, k, v)
     o.backward(dout)
-    return o.detach(), q.grad, k.grad, v.grad
+    return o.detach(), lse, q.grad, k.grad, v.grad
 
 
 def _dense(case, L, rank, world, seed, group=None):
-    """(this rank's o, dq, dk, dv through ring_attention, the same rows of single-process attention's)."""
+    """(this rank's o, lse, dq, dk, dv through ring_attention, the same rows of single-process attention's)."""
     _, dtype, Hq, Hkv, opts, zigzag = case
     q, k, v, dout = _data(dtype, Hq, Hkv, L, seed)
     shard = lambda t: ft.shard_sequence(t, rank, world, zigzag=zigzag)  # noqa: E731
     ref = _run(lambda a, b, c: ft.attention(a, b, c, layout="bshd", causal=opts.get("causal", False),
                                             scale=opts.get("softmax_scale"), window=opts.get("window_size"),
-                                            softcap=opts.get("softcap", 0.0)), (q, k, v), dout)  # fmt: skip
-    got = _run(lambda a, b, c: ft.ring_attention(a, b, c, group, zigzag=zigzag, **opts), map(shard, (q, k, v)),
-               shard(dout))  # fmt: skip
-    return got, [shard(r) for r in ref]
+                                            softcap=opts.get("softcap", 0.0), return_lse=True), (q, k, v),
+               dout)  # fmt: skip
+    got = _run(lambda a, b, c: ft.ring_attention(a, b, c, group, zigzag=zigzag, return_lse=True, **opts),
+               map(shard, (q, k, v)), shard(dout))  # fmt: skip
+    return got, [ft.shard_sequence(r, rank, world, zigzag=zigzag, dim=2 if i == 1 else 1) for i, r in enumerate(ref)]
 
 
 def _cu(world, zigzag):
@@ -92,21 +93,23 @@ def _cu(world, zigzag):
 
 
 def _varlen(case, rank, world, seed, group=None):
-    """(this rank's o, dq, dk, dv through ring_flash_attn_varlen_func, the same rows of one
+    """(this rank's o, lse, dq, dk, dv through ring_flash_attn_varlen_func, the same rows of one
     flash_attn_varlen_func call's on the global packed data)."""
     _, dtype, Hq, Hkv, opts, zigzag = case
     cu = _cu(world, zigzag)
     q, k, v, dout = (t[0] for t in _data(dtype, Hq, Hkv, int(cu[-1]), seed))
     shard = lambda t: ft.shard_varlen(t, cu, rank, world, zigzag=zigzag)  # noqa: E731
-    ref = _run(lambda a, b, c: ft.flash_attn_varlen_func(a, b, c, cu, cu, **opts), (q, k, v), dout)
-    got = _run(lambda a, b, c: ft.ring_flash_attn_varlen_func(a, b, c, cu, None, group, zigzag=zigzag, **opts),
+    ref = _run(lambda a, b, c: ft.flash_attn_varlen_func(a, b, c, cu, cu, **opts, return_attn_probs=True)[:2],
+               (q, k, v), dout)  # fmt: skip
+    got = _run(lambda a, b, c: ft.ring_flash_attn_varlen_func(a, b, c, cu, None, group, zigzag=zigzag,
+                                                              return_lse=True, **opts),
                map(shard, (q, k, v)), shard(dout))  # fmt: skip
-    return got, [shard(r) for r in ref]
+    return got, [ft.shard_varlen(r, cu, rank, world, zigzag=zigzag, dim=int(i == 1)) for i, r in enumerate(ref)]
 
 
 def _compare(errors, label, got, ref, tol):
-    """Appends to errors where got and ref (o, dq, dk, dv) differ by more than tol (None: in any bit)."""
-    for what, x, r in zip(("o", "dq", "dk", "dv"), got, ref):
+    """Appends to errors where got and ref (o, lse, dq, dk, dv) differ by more than tol (None: in any bit)."""
+    for what, x, r in zip(("o", "lse", "dq", "dk", "dv"), got, ref):
         if tol is None and not torch.equal(x, r):
             errors.append(f"{label}: {what} not bit-identical, error {_err(x, r):.3g}")
         elif tol is not None and not _err(x, r) <= tol:
