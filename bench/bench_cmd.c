@@ -51,7 +51,7 @@ static void help(void) {
       "  --pass LIST      of fwd, bwd, fwdbwd, or all (default all; sweep: fwd,bwd)\n"
       "  --reps N         timed calls, at least 5 (default 5);  --warmup N (default 1)\n"
       "  --threads N      threads of cpu and eager (default: OpenMP's)\n"
-      "  --isa ISA        cpu and eager: generic, avx2, avx512 (default: the best)\n"
+      "  --isa ISA        cpu and eager: generic, avx2, avx512, avx512bf16 (default: the best)\n"
       "  --mem-limit SIZE eager is skipped when its S and P would exceed SIZE\n"
       "                   (e.g. 2G; default a quarter of this machine's memory)\n"
       "  --peak-gflops X  compare with this peak instead of measuring one\n"
@@ -289,10 +289,10 @@ int fa_cli_bench(int argc, char **argv) {
            o.cfg.warmup);
     if (o.cfg.peak) {
       printf("peak (measured now, FP32 FMA):");
-      for (int isa = FA_ISA_AVX512; isa >= FA_ISA_GENERIC; --isa)
+      for (int isa = FA_ISA_AVX512BF16; isa >= FA_ISA_GENERIC; --isa)
         if (peak.isa[isa].measured)
           printf(" %s %.1f/%.1f", fa_cpu_isa_name((fa_cpu_isa)isa), peak.isa[isa].gflops_1t, peak.isa[isa].gflops_all);
-      printf(" GFLOP/s (1/%d threads)\n", peak.threads);
+      printf(" GFLOP/s (1/%d threads; avx512bf16: the bf16 vdpbf16ps rate, %%peak of bf16 products)\n", peak.threads);
     } else if (o.cfg.peak_gflops > 0) {
       printf("peak: %.1f GFLOP/s (given)\n", o.cfg.peak_gflops);
     }

@@ -23,6 +23,9 @@ static kernel_fn kernel_for(fa_cpu_isa isa) {
 #ifdef FA_PEAK_HAVE_AVX512
     case FA_ISA_AVX512: return fa_peak_kernel_avx512;
 #endif
+#ifdef FA_PEAK_HAVE_AVX512BF16
+    case FA_ISA_AVX512BF16: return fa_peak_kernel_avx512bf16;
+#endif
     default: return NULL;
   }
 }
@@ -32,6 +35,7 @@ int fa_peak_isa_present(fa_cpu_isa isa) {
   if (!kernel_for(isa)) return 0;
   if (isa == FA_ISA_AVX2) return ci->has_avx2_fma;
   if (isa == FA_ISA_AVX512) return ci->has_avx512f;
+  if (isa == FA_ISA_AVX512BF16) return ci->has_avx512bf16;
   return isa == FA_ISA_GENERIC;
 }
 
@@ -69,8 +73,8 @@ static double timed(kernel_fn k, int64_t iters, int threads) {
 
 void fa_peak_measure_flops(fa_peak *p, int threads, int progress) {
   p->threads = all_threads(threads);
-  const fa_cpu_isa isas[] = {FA_ISA_GENERIC, FA_ISA_AVX2, FA_ISA_AVX512};
-  for (int i = 0; i < 3; ++i) {
+  const fa_cpu_isa isas[] = {FA_ISA_GENERIC, FA_ISA_AVX2, FA_ISA_AVX512, FA_ISA_AVX512BF16};
+  for (int i = 0; i < 4; ++i) {
     fa_peak_isa *r = &p->isa[isas[i]];
     memset(r, 0, sizeof *r);
     if (!fa_peak_isa_present(isas[i])) continue;
@@ -82,7 +86,9 @@ void fa_peak_measure_flops(fa_peak *p, int threads, int progress) {
         r->gflops_all = r->gflops_1t;
         break;
       }
-      if (progress) fprintf(stderr, "peak: %s FMA, %d thread%s...\n", fa_cpu_isa_name(isas[i]), nt, nt > 1 ? "s" : "");
+      if (progress)
+        fprintf(stderr, "peak: %s %s, %d thread%s...\n", fa_cpu_isa_name(isas[i]),
+                isas[i] == FA_ISA_AVX512BF16 ? "vdpbf16ps" : "FMA", nt, nt > 1 ? "s" : "");
       int64_t iters = 1 << 14;
       double t = timed(k, iters, nt);
       while (t < 0.02) {
@@ -110,10 +116,15 @@ void fa_peak_measure_flops(fa_peak *p, int threads, int progress) {
 }
 
 double fa_peak_gflops_for(const fa_peak *p, fa_cpu_isa isa, int threads) {
-  if (!p->have_flops || isa <= FA_ISA_AUTO || isa > FA_ISA_AVX512 || !p->isa[isa].measured) return 0;
+  if (!p->have_flops || isa <= FA_ISA_AUTO || isa > FA_ISA_AVX512BF16 || !p->isa[isa].measured) return 0;
   const fa_peak_isa *r = &p->isa[isa];
   if (threads <= 0 || threads >= p->threads) return r->gflops_all;
   if (threads == 1) return r->gflops_1t;
   const double scaled = r->gflops_1t * threads;
   return scaled < r->gflops_all ? scaled : r->gflops_all;
+}
+
+double fa_peak_gflops_for_dtype(const fa_peak *p, fa_cpu_isa isa, int bf16_products, int threads) {
+  if (isa == FA_ISA_AVX512BF16 && !bf16_products) isa = FA_ISA_AVX512;
+  return fa_peak_gflops_for(p, isa, threads);
 }

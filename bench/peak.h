@@ -1,5 +1,6 @@
 /* What this machine can do at best: FP32 FMA throughput per instruction set
- * and thread count, and memory bandwidth, measured in-process (never read
+ * and thread count (and, for avx512bf16, the bf16 rate of vdpbf16ps), and
+ * memory bandwidth, measured in-process (never read
  * from a file: a laptop on battery and the same laptop plugged in differ).
  * `flashattn info --peak` prints it; bench and explain divide by it. */
 #ifndef FA_BENCH_PEAK_H
@@ -17,6 +18,8 @@
 double fa_peak_kernel_generic(int64_t iters);
 double fa_peak_kernel_avx2(int64_t iters);
 double fa_peak_kernel_avx512(int64_t iters);
+/* vdpbf16ps: 64 FLOP per instruction (16 lanes x 2 bf16 multiply-adds). */
+double fa_peak_kernel_avx512bf16(int64_t iters);
 
 typedef struct fa_peak_isa {
   int measured;      /* 0 if this CPU (or build) lacks the ISA */
@@ -25,8 +28,11 @@ typedef struct fa_peak_isa {
 } fa_peak_isa;
 
 typedef struct fa_peak {
-  int threads;         /* "all threads": OpenMP's count (or the one asked) */
-  fa_peak_isa isa[4];  /* indexed by fa_cpu_isa; [FA_ISA_AUTO] unused */
+  int threads; /* "all threads": OpenMP's count (or the one asked) */
+  /* indexed by fa_cpu_isa; [FA_ISA_AUTO] unused. [FA_ISA_AVX512BF16] is
+   * the bf16 rate (vdpbf16ps), which only bf16 products reach: f32 work on
+   * that ISA runs at the [FA_ISA_AVX512] rate (fa_peak_gflops_for_dtype). */
+  fa_peak_isa isa[FA_ISA_AVX512BF16 + 1];
   double triad_gbs_1t; /* STREAM triad a = b + s*c, one thread */
   double copy_gbs;     /* STREAM copy c = a, all threads */
   double triad_gbs;    /* STREAM triad, all threads */
@@ -36,7 +42,7 @@ typedef struct fa_peak {
 /* Does this CPU (and this build) have the instruction set? Independent of
  * the cpu backend being built. */
 int fa_peak_isa_present(fa_cpu_isa isa);
-/* The best ISA present. */
+/* The best FP32 ISA present (avx512bf16 adds bf16 products only). */
 fa_cpu_isa fa_peak_best_isa(void);
 
 /* Measures FLOP/s of every ISA present (about 0.1 s each); threads 0 = all
@@ -49,6 +55,10 @@ void fa_peak_measure_bandwidth(fa_peak *p, int threads, size_t array_bytes, int 
 /* The peak for code running `isa` on `threads` threads: the 1-thread figure
  * for 1, the all-threads figure scaled down for fewer. 0 if unmeasured. */
 double fa_peak_gflops_for(const fa_peak *p, fa_cpu_isa isa, int threads);
+/* The same for work whose products are in dtype dt (bf16_products: the
+ * code runs them on vdpbf16ps): the bf16 rate for bf16 products on
+ * avx512bf16, else the FP32 rate of the ISA (avx512 for avx512bf16). */
+double fa_peak_gflops_for_dtype(const fa_peak *p, fa_cpu_isa isa, int bf16_products, int threads);
 
 /* The table `info --peak` prints (peak_report.c). */
 void fa_peak_print(FILE *f, const fa_peak *p);
