@@ -101,7 +101,8 @@ def _varlen(case, rank, world, seed, group=None):
     shard = lambda t: ft.shard_varlen(t, cu, rank, world, zigzag=zigzag)  # noqa: E731
     ref = _run(lambda a, b, c: ft.flash_attn_varlen_func(a, b, c, cu, cu, **opts, return_attn_probs=True)[:2],
                (q, k, v), dout)  # fmt: skip
-    got = _run(lambda a, b, c: ft.ring_flash_attn_varlen_func(a, b, c, cu, None, group, zigzag=zigzag,
+    cu_ring = cu if zigzag else cu.tolist()  # a list is taken too
+    got = _run(lambda a, b, c: ft.ring_flash_attn_varlen_func(a, b, c, cu_ring, None, group, zigzag=zigzag,
                                                               return_lse=True, **opts),
                map(shard, (q, k, v)), shard(dout))  # fmt: skip
     return got, [ft.shard_varlen(r, cu, rank, world, zigzag=zigzag, dim=int(i == 1)) for i, r in enumerate(ref)]

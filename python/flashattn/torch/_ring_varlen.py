@@ -17,9 +17,18 @@ through merge_states, backward with dK/dV travelling home in a fixed order);
 only the calls differ. At each step the rows of every sequence that see a block's
 keys are planned per sequence as ring_attention plans them (_ring._plan), and the
 per-sequence calls that share a band are gathered into ONE varlen call
-(cu_seqlens of the rows taken): for plain causal zigzag that is one call a step,
-for a window a few. Positions (causal, window) are those inside each sequence.
+(cu_seqlens of the rows taken): without a window that is one call a step
+(causal zigzag: the first chunk of every sequence's keys, or the second chunk
+of every sequence's queries, as ring-flash-attn does). A window that cuts
+through the chunks shifts with the chunk length, and a C call takes one window:
+then sequences of different lengths take separate calls (up to one per distinct
+length). Positions (causal, window) are those inside each sequence. The plan is
+kept for the backward and for the next calls with the same cu_seqlens and
+options (every layer of a model): the last 8 are kept.
 """
+
+import collections
+import functools
 
 import torch
 
@@ -73,13 +82,42 @@ def unshard_varlen(shards, cu_seqlens, *, zigzag=True, dim=0):
     return torch.cat(parts, dim) if parts else shards[0].narrow(dim, 0, 0)
 
 
+@functools.lru_cache(maxsize=4096)
+def _seq_calls(n, rank, src, world, zigzag, causal, wl, wr):
+    """_plan's calls for one sequence of n local rows (the same for every
+    sequence of that length), each with its slot: the how-many-th call of the
+    sequence with that band."""
+    seen, calls = {}, []
+    for qa, qb, ka, kb, left, right in _plan(
+        _segments(rank, world, n, zigzag), _segments(src, world, n, zigzag), causal, wl, wr
+    ):
+        seen[(left, right)] = seen.get((left, right), -1) + 1
+        calls.append((qa, qb, ka, kb, left, right, seen[(left, right)]))
+    return tuple(calls)
+
+
+def _rows(ranges, device):
+    """The rows of ranges [(start, stop)] (a slice when they follow each other,
+    else an index) and their cu_seqlens, on the device."""
+    starts, lens = torch.tensor(ranges, dtype=torch.int64).reshape(-1, 2).unbind(1)
+    lens = lens - starts
+    cu = torch.zeros(len(ranges) + 1, dtype=torch.int64)
+    torch.cumsum(lens, 0, out=cu[1:])
+    if all(ranges[i][1] == ranges[i + 1][0] for i in range(len(ranges) - 1)):
+        sel = slice(ranges[0][0], ranges[-1][1])
+    else:
+        sel = (torch.arange(int(cu[-1])) + torch.repeat_interleave(starts - cu[:-1], lens)).to(device)
+    return sel, cu.to(torch.int32).to(device)
+
+
 class _VarlenLayout:
     """The calls of a ring step over packed sequences: each sequence's calls
     (_plan in its own positions), those with the same band gathered into one
-    varlen call. Built once per (rank, source) and kept for the backward."""
+    varlen call. Built once per (rank, source), kept for the backward and for
+    the next calls with the same cu_seqlens and options (_layout)."""
 
     def __init__(self, cu, zigzag, causal, wl, wr, device):
-        self.cu, self.zigzag, self.band, self.device = cu, zigzag, (causal, wl, wr), device
+        self.cu, self.opts, self.device = cu, (zigzag, causal, wl, wr), device
         self.cache = {}
 
     def calls(self, rank, src, world):
@@ -88,35 +126,29 @@ class _VarlenLayout:
         return self.cache[(rank, src, world)]
 
     def _build(self, rank, src, world):
-        groups = {}  # (left, right, k-th call of a sequence with that band) -> [(qa, qb, ka, kb)]
+        groups = {}  # (left, right, slot) -> [(qa, qb, ka, kb)], at most one range of each sequence
         for a, b in zip(self.cu, self.cu[1:]):
             off, n = a // world, (b - a) // world
-            if n == 0:
-                continue
-            seen = {}
-            for qa, qb, ka, kb, left, right in _plan(
-                _segments(rank, world, n, self.zigzag), _segments(src, world, n, self.zigzag), *self.band
-            ):
-                slot = seen[(left, right)] = seen.get((left, right), -1) + 1
+            for qa, qb, ka, kb, left, right, slot in _seq_calls(n, rank, src, world, *self.opts) if n else ():
                 groups.setdefault((left, right, slot), []).append((off + qa, off + qb, off + ka, off + kb))
         calls = []
         for (left, right, _), rows in groups.items():
-            qsel, cu_q = self._rows([(qa, qb) for qa, qb, _, _ in rows])
-            ksel, cu_k = self._rows([(ka, kb) for _, _, ka, kb in rows])
+            qsel, cu_q = _rows([r[:2] for r in rows], self.device)
+            ksel, cu_k = _rows([r[2:] for r in rows], self.device)
             calls.append(_Call(qsel, ksel, left, right, cu_q, cu_k))
         return calls
 
-    def _rows(self, ranges):
-        """The rows of ranges [(start, stop)] (a slice when they follow each other,
-        else an index) and their cu_seqlens, on the device."""
-        cu = [0]
-        for a, b in ranges:
-            cu.append(cu[-1] + b - a)
-        if all(ranges[i][1] == ranges[i + 1][0] for i in range(len(ranges) - 1)):
-            sel = slice(ranges[0][0], ranges[-1][1])
-        else:
-            sel = torch.cat([torch.arange(a, b) for a, b in ranges]).to(self.device)
-        return sel, torch.tensor(cu, dtype=torch.int32, device=self.device)
+
+_LAYOUTS = collections.OrderedDict()  # the last few layouts: every layer of a model calls with the same cu_seqlens
+
+
+def _layout(cu, zigzag, causal, wl, wr, device):
+    key = (tuple(cu), zigzag, causal, wl, wr, device)
+    layout = _LAYOUTS.pop(key, None) or _VarlenLayout(cu, zigzag, causal, wl, wr, device)
+    _LAYOUTS[key] = layout  # the most recent last
+    while len(_LAYOUTS) > 8:
+        _LAYOUTS.pop(next(iter(_LAYOUTS)), None)
+    return layout
 
 
 def ring_flash_attn_varlen_func(
@@ -167,6 +199,6 @@ def ring_flash_attn_varlen_func(
             f"{world} ranks ({world * q.shape[0]}); cu_seqlens are the global cumulative lengths",
             "FA_ERR_SHAPE",
         )
-    layout = _VarlenLayout(cu, bool(zigzag), bool(causal), wl, wr, q.device)
+    layout = _layout(cu, bool(zigzag), bool(causal), wl, wr, q.device)
     o, lse = ring(q[None], k[None], v[None], group, layout, softmax_scale, softcap, deterministic, backend)
     return (o[0], lse[0]) if return_lse else o[0]
