@@ -30,6 +30,7 @@ options (every layer of a model): the last 8 are kept.
 import collections
 import functools
 
+import numpy as np
 import torch
 
 from .. import _capi
@@ -45,7 +46,8 @@ def _lengths(cu_seqlens, arg="cu_seqlens"):
     if t.dim() != 1 or len(cu) < 2:
         raise _capi.invalid(f"{arg} has shape {tuple(t.shape)}, expected [num_seqs + 1]", "FA_ERR_SHAPE")
     if cu[0] != 0 or any(b < a for a, b in zip(cu, cu[1:])):
-        raise _capi.invalid(f"{arg} = {cu} must start at 0 and never decrease", "FA_ERR_SHAPE")
+        shown = f"{cu[:9]}"[:-1] + (", ...]" if len(cu) > 9 else "]")
+        raise _capi.invalid(f"{arg} = {shown} must start at 0 and never decrease", "FA_ERR_SHAPE")
     return cu
 
 
@@ -98,16 +100,15 @@ def _seq_calls(n, rank, src, world, zigzag, causal, wl, wr):
 
 def _rows(ranges, device):
     """The rows of ranges [(start, stop)] (a slice when they follow each other,
-    else an index) and their cu_seqlens, on the device."""
-    starts, lens = torch.tensor(ranges, dtype=torch.int64).reshape(-1, 2).unbind(1)
-    lens = lens - starts
-    cu = torch.zeros(len(ranges) + 1, dtype=torch.int64)
-    torch.cumsum(lens, 0, out=cu[1:])
+    else an index) and their cu_seqlens, on the device (built with numpy: torch's
+    small ops cost more here)."""
+    starts, stops = np.asarray(ranges, dtype=np.int64).reshape(-1, 2).T
+    cu = np.concatenate(([0], np.cumsum(stops - starts)))
     if all(ranges[i][1] == ranges[i + 1][0] for i in range(len(ranges) - 1)):
         sel = slice(ranges[0][0], ranges[-1][1])
     else:
-        sel = (torch.arange(int(cu[-1])) + torch.repeat_interleave(starts - cu[:-1], lens)).to(device)
-    return sel, cu.to(torch.int32).to(device)
+        sel = torch.from_numpy(np.arange(cu[-1]) + np.repeat(starts - cu[:-1], stops - starts)).to(device)
+    return sel, torch.from_numpy(cu.astype(np.int32)).to(device)
 
 
 class _VarlenLayout:
