@@ -350,6 +350,86 @@ static void test_optional_arguments(void **state) {
   tc_inputs_free(&in);
 }
 
+/* Past the cuda kernels' grid: 65535 tiles of 16 rows (the generic f32
+ * path's) + 1 row. cuda refuses it with FA_ERR_UNSUPPORTED naming the grid
+ * limit (a launch would fail with "invalid argument"); every other backend
+ * computes it: one key, so every row of O is that key's value row (to
+ * rounding: exp(0) may be a polynomial's). */
+static void test_rows_past_grid_limit(void **state) {
+  const tb_variant *var = (const tb_variant *)*state;
+  skip_unless_usable();
+  const tcase c = {.name = "rows_past_grid", .B = 1, .Hq = 1, .Hkv = 1, .Lq = 65535 * 16 + 1, .Lk = 1, .D = 8, .Dv = 8};
+  tc_inputs in;
+  tc_inputs_make(&in, &c, FA_F32, 5);
+  tc_tensors T;
+  assert_int_equal(tc_tensors_make(&T, &in, FA_F32, TL_BHLD, g_be->memory == FA_MEMORY_CUDA), 0);
+  fa_context *ctx = new_ctx(var);
+  const fa_status st = fa_forward(ctx, g_be->id, &T.q.t, &T.k.t, &T.v.t, &T.opt, &T.o.t, &T.lse.t);
+  if (g_be->memory == FA_MEMORY_CUDA) {
+    if (st != FA_ERR_UNSUPPORTED || !strstr(fa_context_last_error(ctx), "grid"))
+      fail_msg("cuda, Lq = %lld: status %s (%s), expected FA_ERR_UNSUPPORTED naming the grid limit", (long long)c.Lq,
+               fa_status_name(st), fa_context_last_error(ctx));
+  } else {
+    if (st != FA_OK) fail_msg("forward: %s", fa_context_last_error(ctx));
+    assert_int_equal(tb_download(&T.o), 0);
+    double *o = tb_logical(&T.o), *v = tb_logical(&T.v);
+    for (int64_t i = 0; i < c.Lq; ++i)
+      for (int64_t d = 0; d < c.Dv; ++d)
+        if (!(fabs(o[i * c.Dv + d] - v[d]) <= 1e-6 * (1 + fabs(v[d]))))
+          fail_msg("O[%lld][%lld] = %g, expected the only value row's %g", (long long)i, (long long)d, o[i * c.Dv + d],
+                   v[d]);
+    free(o);
+    free(v);
+  }
+  fa_context_destroy(ctx);
+  tc_tensors_free(&T);
+  tc_inputs_free(&in);
+}
+
+/* More query rows than 65535 blocks of 4: the cuda backward's row-per-warp
+ * kernels (rowsum(dO * O), the dQ conversion) stride past CUDA's grid-y limit
+ * (they failed to launch at L = 256k on the H200 before). One key makes the
+ * answer closed-form and cheap on every backend: P = 1, so dS = dO.v - D_i = 0
+ * and dQ = dK = 0 exactly where D_i was computed (a row the kernel skipped
+ * would get dQ = scale dO.v k), and dV = the column sums of dO. */
+static void test_long_rows_backward(void **state) {
+  const tb_variant *var = (const tb_variant *)*state;
+  skip_unless_usable();
+  const tcase c = {.name = "long_rows", .B = 1, .Hq = 1, .Hkv = 1, .Lq = 4 * 65535 + 7, .Lk = 1, .D = 64, .Dv = 64};
+  const fa_dtype dt = FA_BF16;
+  if (g_be->refuses(&c, dt, 1) != FA_OK) skip();
+  tc_inputs in;
+  tc_inputs_make(&in, &c, dt, 6);
+  tc_tensors T;
+  assert_int_equal(tc_tensors_make(&T, &in, dt, TL_BHLD, g_be->memory == FA_MEMORY_CUDA), 0);
+  fa_context *ctx = new_ctx(var);
+  if (fa_forward(ctx, g_be->id, &T.q.t, &T.k.t, &T.v.t, &T.opt, &T.o.t, &T.lse.t) != FA_OK)
+    fail_msg("forward: %s", fa_context_last_error(ctx));
+  if (fa_backward(ctx, g_be->id, &T.q.t, &T.k.t, &T.v.t, &T.o.t, &T.dout.t, &T.lse.t, &T.opt, &T.dq.t, &T.dk.t, &T.dv.t,
+                  NULL) != FA_OK)
+    fail_msg("backward: %s", fa_context_last_error(ctx));
+  assert_int_equal(tb_download(&T.dq), 0);
+  assert_int_equal(tb_download(&T.dv), 0);
+  double *dq = tb_logical(&T.dq), *dv = tb_logical(&T.dv), *dout = tb_logical(&T.dout);
+  double want[64] = {0}, big = 1;
+  for (int64_t i = 0; i < c.Lq; ++i)
+    for (int d = 0; d < 64; ++d) want[d] += dout[i * 64 + d];
+  for (int d = 0; d < 64; ++d) big = fmax(big, fabs(want[d]));
+  for (int d = 0; d < 64; ++d)
+    if (!(fabs(dv[d] - want[d]) <= tc_tol(dt) * big))
+      fail_msg("dV[%d] = %g, expected the column sum of dO %g", d, dv[d], want[d]);
+  for (int64_t e = 0; e < c.Lq * 64; ++e)
+    if (!(fabs(dq[e]) <= 1e-2))
+      fail_msg("dQ row %lld = %g, expected 0 (dS = 0 with one key): that row's rowsum(dO * O) was not computed",
+               (long long)(e / 64), dq[e]);
+  free(dq);
+  free(dv);
+  free(dout);
+  fa_context_destroy(ctx);
+  tc_tensors_free(&T);
+  tc_inputs_free(&in);
+}
+
 /* ---- main ----------------------------------------------------------------- */
 
 static char *dupf(const char *fmt, const char *a, const char *b, const char *c) {
@@ -388,7 +468,7 @@ int main(void) {
     for (int dt = FA_F32; dt <= FA_BF16; ++dt) nslots += (tc_dtypes(&tc_cases[i]) >> dt) & 1;
   slot *slots = (slot *)calloc((size_t)nslots, sizeof *slots);
   case_test *cts = (case_test *)calloc((size_t)(nslots * g_nvar), sizeof *cts);
-  const int ntests = nslots * g_nvar + 5 * g_nvar;
+  const int ntests = nslots * g_nvar + 5 * g_nvar + 2;
   struct CMUnitTest *tests = (struct CMUnitTest *)calloc((size_t)ntests, sizeof *tests);
   int n = 0, s = 0;
   for (int i = 0; i < tc_ncases; ++i)
@@ -415,6 +495,11 @@ int main(void) {
     tests[n++] = (struct CMUnitTest){dupf("deterministic_backward/%s%s%s", g_var[v].name, "", ""),
                                      test_deterministic_backward, NULL, NULL, &g_var[v]};
   }
+  /* the grid tests are about sizes, not ISAs: once, on the first variant */
+  tests[n++] = (struct CMUnitTest){dupf("rows_past_grid_limit/%s%s%s", g_var[0].name, "", ""),
+                                   test_rows_past_grid_limit, NULL, NULL, &g_var[0]};
+  tests[n++] = (struct CMUnitTest){dupf("long_rows_backward/%s%s%s", g_var[0].name, "", ""), test_long_rows_backward,
+                                   NULL, NULL, &g_var[0]};
   char group[64];
   snprintf(group, sizeof group, "backend_%s", g_be->name);
   const int failed = _cmocka_run_group_tests(group, tests, (size_t)n, NULL, NULL);

@@ -35,16 +35,17 @@ __global__ void __launch_bounds__(kT) dsum_kernel(const fa__cuda_params p) {
   const int64_t bh = blockIdx.x, b = bh / p.Hq, h = bh % p.Hq;
   const fa__seq seq = fa__seq_get(b, p.Lq, p.Lk, p.seqlens_q, p.seqlens_k, p.cu_q, p.cu_k);
   const int64_t rows = p.varlen ? seq.lq : p.Lq;
-  const int64_t i = static_cast<int64_t>(blockIdx.y) * 4 + warp;
-  if (i >= rows) return;
-  float s = 0.f;
-  if (i < seq.lq) {
-    const int64_t ob = seq.bidx * p.os.b + h * p.os.h + (seq.q_row0 + i) * p.os.r;
-    const int64_t db = seq.bidx * p.dos.b + h * p.dos.h + (seq.q_row0 + i) * p.dos.r;
-    for (int d = lane; d < p.Dv; d += 32) s += load_any(p.o, ob + d, p.dtype) * load_any(p.dout, db + d, p.dtype);
+  // one warp per row; the grid's y is capped at 65535 (rows_blocks), so blocks stride
+  for (int64_t i = static_cast<int64_t>(blockIdx.y) * 4 + warp; i < rows; i += static_cast<int64_t>(gridDim.y) * 4) {
+    float s = 0.f;
+    if (i < seq.lq) {
+      const int64_t ob = seq.bidx * p.os.b + h * p.os.h + (seq.q_row0 + i) * p.os.r;
+      const int64_t db = seq.bidx * p.dos.b + h * p.dos.h + (seq.q_row0 + i) * p.dos.r;
+      for (int d = lane; d < p.Dv; d += 32) s += load_any(p.o, ob + d, p.dtype) * load_any(p.dout, db + d, p.dtype);
+    }
+    s = warp_sum(s);
+    if (lane == 0) p.dsum[(seq.bidx * p.Hq + h) * p.Lq_rows + seq.q_row0 + i] = s;
   }
-  s = warp_sum(s);
-  if (lane == 0) p.dsum[(seq.bidx * p.Hq + h) * p.Lq_rows + seq.q_row0 + i] = s;
 }
 
 // Everything of one visible-or-not element the gradients need.
@@ -323,12 +324,21 @@ __global__ void __launch_bounds__(kT) dq_convert_kernel(const fa__cuda_params p)
   const int64_t bh = blockIdx.x, b = bh / p.Hq, h = bh % p.Hq;
   const fa__seq seq = fa__seq_get(b, p.Lq, p.Lk, p.seqlens_q, p.seqlens_k, p.cu_q, p.cu_k);
   const int64_t rows = p.varlen ? seq.lq : p.Lq;
-  const int64_t i = static_cast<int64_t>(blockIdx.y) * (kT / 32) + (threadIdx.x >> 5);
-  if (i >= rows) return;
-  const int64_t row = seq.q_row0 + i;
-  const float *acc = p.dq_acc + ((seq.bidx * p.Hq + h) * p.Lq_rows + row) * p.D;
-  const int64_t dqb = seq.bidx * p.dqs.b + h * p.dqs.h + row * p.dqs.r;
-  for (int d = threadIdx.x & 31; d < p.D; d += 32) store_any(p.dq, dqb + d, p.dtype, acc[d] * p.scale);
+  constexpr int kWarps = kT / 32;
+  for (int64_t i = static_cast<int64_t>(blockIdx.y) * kWarps + (threadIdx.x >> 5); i < rows;
+       i += static_cast<int64_t>(gridDim.y) * kWarps) {
+    const int64_t row = seq.q_row0 + i;
+    const float *acc = p.dq_acc + ((seq.bidx * p.Hq + h) * p.Lq_rows + row) * p.D;
+    const int64_t dqb = seq.bidx * p.dqs.b + h * p.dqs.h + row * p.dqs.r;
+    for (int d = threadIdx.x & 31; d < p.D; d += 32) store_any(p.dq, dqb + d, p.dtype, acc[d] * p.scale);
+  }
+}
+
+// A row-per-warp kernel's grid: (sequences x heads, row blocks), the row
+// blocks capped at CUDA's 65535 (the kernels stride over the rest).
+dim3 rows_blocks(const fa__cuda_params &p) {
+  const int64_t blocks = (p.Lq + kT / 32 - 1) / (kT / 32);
+  return dim3(static_cast<unsigned>(p.B * p.Hq), static_cast<unsigned>(blocks < 65535 ? blocks : 65535));
 }
 
 }  // namespace
@@ -337,15 +347,13 @@ __global__ void __launch_bounds__(kT) dq_convert_kernel(const fa__cuda_params p)
 using namespace fa_cuda;
 
 fa_status fa__cuda_dsum(const fa__cuda_params &p, cudaStream_t s, fa__err *err) {
-  const dim3 grid(static_cast<unsigned>(p.B * p.Hq), static_cast<unsigned>((p.Lq + 3) / 4));
-  dsum_kernel<<<grid, kT, 0, s>>>(p);
+  dsum_kernel<<<rows_blocks(p), kT, 0, s>>>(p);
   FA_CUDA_CHECK_LAUNCH("dsum kernel launch");
   return FA_OK;
 }
 
 fa_status fa__cuda_dq_convert(const fa__cuda_params &p, cudaStream_t s, fa__err *err) {
-  const dim3 grid(static_cast<unsigned>(p.B * p.Hq), static_cast<unsigned>((p.Lq + 3) / 4));
-  dq_convert_kernel<<<grid, kT, 0, s>>>(p);
+  dq_convert_kernel<<<rows_blocks(p), kT, 0, s>>>(p);
   FA_CUDA_CHECK_LAUNCH("dq convert kernel launch");
   return FA_OK;
 }
@@ -354,7 +362,7 @@ fa_status fa__cuda_generic_bwd(const fa__cuda_params &p, cudaStream_t s, fa__err
   {
     const size_t smem = sizeof(float) * (kQRows * p.D + kQRows * p.Dv + kKeys * (p.D + 1) + kKeys * (p.Dv + 1));
     FA_CUDA_TRY(fa__cuda_smem_optin(generic_dq_kernel, smem), "generic dq: shared memory limit");
-    const dim3 grid(static_cast<unsigned>(p.B * p.Hq), static_cast<unsigned>((p.Lq + kQRows - 1) / kQRows));
+    FA_CUDA_ROWS_GRID(grid, p.B * p.Hq, p.Lq, kQRows, "generic dQ");
     generic_dq_kernel<<<grid, kT, smem, s>>>(p);
     FA_CUDA_CHECK_LAUNCH("generic dq kernel launch");
   }
@@ -362,7 +370,7 @@ fa_status fa__cuda_generic_bwd(const fa__cuda_params &p, cudaStream_t s, fa__err
     const size_t smem =
         sizeof(float) * (kKRows * p.D + kKRows * p.Dv + kQTile * (p.D + 1) + kQTile * (p.Dv + 1) + 2 * kQTile);
     FA_CUDA_TRY(fa__cuda_smem_optin(generic_dkdv_kernel, smem), "generic dkdv: shared memory limit");
-    const dim3 grid(static_cast<unsigned>(p.B * p.Hkv), static_cast<unsigned>((p.Lk + kKRows - 1) / kKRows));
+    FA_CUDA_ROWS_GRID(grid, p.B * p.Hkv, p.Lk, kKRows, "generic dK/dV");
     generic_dkdv_kernel<<<grid, kT, smem, s>>>(p);
     FA_CUDA_CHECK_LAUNCH("generic dkdv kernel launch");
   }

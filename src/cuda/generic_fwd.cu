@@ -127,7 +127,7 @@ fa_status fa__cuda_generic_fwd(const fa__cuda_params &p, cudaStream_t s, fa__err
   using namespace fa_cuda;
   const size_t smem = sizeof(float) * (kGRows * p.D + kGKeys * (p.D + 1) + kGKeys * p.Dv);
   FA_CUDA_TRY(fa__cuda_smem_optin(generic_fwd_kernel, smem), "generic forward: shared memory limit");
-  const dim3 grid(static_cast<unsigned>(p.B * p.Hq), static_cast<unsigned>((p.Lq + kGRows - 1) / kGRows));
+  FA_CUDA_ROWS_GRID(grid, p.B * p.Hq, p.Lq, kGRows, "generic forward");
   generic_fwd_kernel<<<grid, kGThreads, smem, s>>>(p);
   FA_CUDA_CHECK_LAUNCH("generic forward kernel launch");
   return FA_OK;

@@ -23,6 +23,30 @@ inline fa_status fa__cuda_fail(cudaError_t e, const char *what, fa__err *err) {
 // After a launch: a bad configuration shows here, a fault only later.
 #define FA_CUDA_CHECK_LAUNCH(what) FA_CUDA_TRY(cudaGetLastError(), what)
 
+// The grid of a row-tiled kernel: (sequences x heads) blocks along x, tiles of
+// `tile` rows along y. CUDA caps gridDim.y at 65535 (a launch past it fails
+// with "invalid argument"), so a longer sequence is refused here in the
+// library's terms, naming the limit for this kernel's tile.
+inline fa_status fa__cuda_rows_grid(int64_t bh, int64_t rows, int tile, const char *what, dim3 *grid, fa__err *err) {
+  const int64_t tiles = (rows + tile - 1) / tile;
+  if (tiles > 65535 || bh > 2147483647) {
+    fa__err_set(err,
+                "cuda: %s: %lld rows (tiles of %d) x %lld sequence-heads is over CUDA's grid limits "
+                "(at most %lld rows, 2^31 - 1 sequence-heads)",
+                what, (long long)rows, tile, (long long)bh, 65535LL * tile);
+    return FA_ERR_UNSUPPORTED;
+  }
+  *grid = dim3(static_cast<unsigned>(bh), static_cast<unsigned>(tiles));
+  return FA_OK;
+}
+
+#define FA_CUDA_ROWS_GRID(grid, bh, rows, tile, what)                                   \
+  dim3 grid;                                                                            \
+  do {                                                                                  \
+    const fa_status st_ = fa__cuda_rows_grid((bh), (rows), (tile), (what), &grid, err); \
+    if (st_ != FA_OK) return st_;                                                       \
+  } while (0)
+
 // Raises a kernel's dynamic shared-memory limit when it needs more than the
 // 48 KiB every kernel gets without asking.
 template <typename K>

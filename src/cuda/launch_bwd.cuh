@@ -17,7 +17,7 @@ fa_status launch_bwd_dq(const fa__cuda_params &p, cudaStream_t s, fa__err *err) 
   using cfg = dq_cfg<kD, kDqWarps, kDqBN>;
   auto kernel = bwd_dq_kernel<E, kD, kDqWarps, kDqBN, kFull>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "backward dq: shared memory limit");
-  const dim3 grid(static_cast<unsigned>(p.B * p.Hq), static_cast<unsigned>((p.Lq + cfg::kBM - 1) / cfg::kBM));
+  FA_CUDA_ROWS_GRID(grid, p.B * p.Hq, p.Lq, cfg::kBM, "backward dQ");
   kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p);
   FA_CUDA_CHECK_LAUNCH("backward dq kernel launch");
   return FA_OK;
@@ -29,7 +29,7 @@ fa_status launch_bwd_cfg(const fa__cuda_params &p, int deterministic, cudaStream
     using cfg = bwd_cfg<kD, kWarps, kBM>;
     auto kernel = bwd_dkdv_kernel<E, kD, kWarps, kBM, kFull>;
     FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "backward: shared memory limit");
-    const dim3 grid(static_cast<unsigned>(p.B * p.Hkv), static_cast<unsigned>((p.Lk + cfg::kBN - 1) / cfg::kBN));
+    FA_CUDA_ROWS_GRID(grid, p.B * p.Hkv, p.Lk, cfg::kBN, "backward dK/dV");
     kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p, deterministic ? 0 : 1);
     FA_CUDA_CHECK_LAUNCH("backward dk/dv kernel launch");
   }

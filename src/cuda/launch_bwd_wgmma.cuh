@@ -16,7 +16,7 @@ fa_status launch_bwd_wgmma_cfg(const fa__cuda_params &p, int deterministic, cuda
   using cfg = bwd_wgmma_cfg<kD, kBM>;
   auto kernel = deterministic ? bwd_wgmma_kernel<E, kD, kBM, kFull, false> : bwd_wgmma_kernel<E, kD, kBM, kFull, true>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "backward (wgmma): shared memory limit");
-  const dim3 grid(static_cast<unsigned>(p.B * p.Hkv), static_cast<unsigned>((p.Lk + cfg::kBN - 1) / cfg::kBN));
+  FA_CUDA_ROWS_GRID(grid, p.B * p.Hkv, p.Lk, cfg::kBN, "backward dK/dV (wgmma)");
   kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p);
   FA_CUDA_CHECK_LAUNCH("backward (wgmma) dk/dv kernel launch");
   if (!deterministic) return FA_OK;
@@ -26,7 +26,7 @@ fa_status launch_bwd_wgmma_cfg(const fa__cuda_params &p, int deterministic, cuda
   using dcfg = dq_wgmma_cfg<kD, kDqBN>;
   auto dq_kernel = bwd_dq_wgmma_kernel<E, kD, kDqBN, kFull>;
   FA_CUDA_TRY(fa__cuda_smem_optin(dq_kernel, dcfg::smem_bytes), "backward dq (wgmma): shared memory limit");
-  const dim3 dgrid(static_cast<unsigned>(p.B * p.Hq), static_cast<unsigned>((p.Lq + dcfg::kBM - 1) / dcfg::kBM));
+  FA_CUDA_ROWS_GRID(dgrid, p.B * p.Hq, p.Lq, dcfg::kBM, "backward dQ (wgmma)");
   dq_kernel<<<dgrid, dcfg::kThreads, dcfg::smem_bytes, s>>>(p);
   FA_CUDA_CHECK_LAUNCH("backward dq (wgmma) kernel launch");
   return FA_OK;

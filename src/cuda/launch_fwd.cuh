@@ -14,7 +14,7 @@ fa_status launch_fwd_cfg(const fa__cuda_params &p, cudaStream_t s, fa__err *err)
   using cfg = fwd_cfg<kD, kWarps, kMT, kBN>;
   auto kernel = fwd_kernel<E, kD, kWarps, kMT, kBN, kQRegs, kFull>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "forward: shared memory limit");
-  const dim3 grid(static_cast<unsigned>(p.B * p.Hq), static_cast<unsigned>((p.Lq + cfg::kBM - 1) / cfg::kBM));
+  FA_CUDA_ROWS_GRID(grid, p.B * p.Hq, p.Lq, cfg::kBM, "forward");
   kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p);
   FA_CUDA_CHECK_LAUNCH("forward kernel launch");
   return FA_OK;

@@ -15,7 +15,7 @@ fa_status launch_fwd_wgmma_cfg(const fa__cuda_params &p, cudaStream_t s, fa__err
   using cfg = fwd_wgmma_cfg<kD, kWG, kBN, kSlots>;
   auto kernel = fwd_wgmma_kernel<E, kD, kWG, kBN, kSlots, kPipe, kFull, kSkip>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "forward (wgmma): shared memory limit");
-  const dim3 grid(static_cast<unsigned>(p.B * p.Hq), static_cast<unsigned>((p.Lq + cfg::kBM - 1) / cfg::kBM));
+  FA_CUDA_ROWS_GRID(grid, p.B * p.Hq, p.Lq, cfg::kBM, "forward (wgmma)");
   kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p);
   FA_CUDA_CHECK_LAUNCH("forward (wgmma) kernel launch");
   return FA_OK;
