@@ -63,14 +63,13 @@ static int sets_for(const fa_bench_config *cfg, size_t set_bytes, int on_device)
 }
 
 /* Does the cpu backend run this pass's products on vdpbf16ps? Then its
- * %peak is of the bf16 rate. (The bf16 backward still converts to f32;
- * fwdbwd is mostly backward and counts as f32.) */
-static int bf16_products(fa_cpu_isa isa, const cli_spec *s, fa_bench_pass pass) {
-  return isa == FA_ISA_AVX512BF16 && s->dtype == FA_BF16 && pass == FA_BENCH_FWD;
+ * %peak is of the bf16 rate (forward and backward alike). */
+static int bf16_products(fa_cpu_isa isa, const cli_spec *s) {
+  return isa == FA_ISA_AVX512BF16 && s->dtype == FA_BF16;
 }
 
-static double peak_for(const fa_bench_config *cfg, const fa_bench_target *t, const cli_spec *s, fa_bench_pass pass,
-                       int threads, fa_cpu_isa *isa_out) {
+static double peak_for(const fa_bench_config *cfg, const fa_bench_target *t, const cli_spec *s, int threads,
+                       fa_cpu_isa *isa_out) {
   fa_cpu_isa isa = FA_ISA_AUTO;
   if (t->eager) {
     isa = fa_eager_resolve_isa(cfg->isa);
@@ -83,7 +82,7 @@ static double peak_for(const fa_bench_config *cfg, const fa_bench_target *t, con
   *isa_out = isa;
   if (cfg->peak_gflops > 0) return cfg->peak_gflops;
   if (!cfg->peak || isa == FA_ISA_AUTO) return 0;
-  return fa_peak_gflops_for_dtype(cfg->peak, isa, !t->eager && bf16_products(isa, s, pass), threads);
+  return fa_peak_gflops_for_dtype(cfg->peak, isa, !t->eager && bf16_products(isa, s), threads);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -304,7 +303,7 @@ void fa_bench_run(const fa_bench_config *cfg, const fa_bench_target *t, const cl
   fa_cpu_isa isa;
   r->threads = t->eager || t->backend == FA_BACKEND_CPU ? all_threads(cfg->threads) : 0;
   if (!t->eager && t->backend == FA_BACKEND_REF) r->threads = 1; /* ref is one plain loop nest */
-  r->peak_gflops = peak_for(cfg, t, s, pass, r->threads, &isa);
+  r->peak_gflops = peak_for(cfg, t, s, r->threads, &isa);
   snprintf(r->isa, sizeof r->isa, "%s",
            (t->eager || t->backend == FA_BACKEND_CPU) && isa != FA_ISA_AUTO ? fa_cpu_isa_name(isa) : "-");
   if (t->eager)

@@ -57,8 +57,8 @@ static void print_cpu(void) {
   printf("\n");
   if (fa_cpu_isa_supported(FA_ISA_AVX512BF16))
     printf(
-        "  bf16 products     avx512bf16: the bf16 forward's Q.K^T and P.V on vdpbf16ps (P rounded to bf16);\n"
-        "                    the backward and f16 convert to f32\n");
+        "  bf16 products     avx512bf16: bf16 forward and backward products on vdpbf16ps (P, dS rounded\n"
+        "                    to bf16 as on GPUs); f32 and f16 run the avx512 kernels\n");
   printf("  caches            L1d %s, L2 %s per core; L3 %s\n", cli_fmt_bytes((double)ci->l1d_bytes, l1, sizeof l1),
          cli_fmt_bytes((double)ci->l2_bytes, l2, sizeof l2),
          ci->l3_bytes ? cli_fmt_bytes((double)ci->l3_bytes, l3, sizeof l3) : "unknown");

@@ -173,7 +173,7 @@ typedef enum fa_cpu_isa {
   FA_ISA_GENERIC,   /* portable C */
   FA_ISA_AVX2,      /* AVX2 + FMA */
   FA_ISA_AVX512,    /* AVX-512F */
-  FA_ISA_AVX512BF16 /* AVX-512F, and the forward's bf16 products on vdpbf16ps (AVX512-BF16) */
+  FA_ISA_AVX512BF16 /* AVX-512F, and bf16 products on vdpbf16ps (AVX512-BF16) */
 } fa_cpu_isa;
 
 FA_API const char *fa_cpu_isa_name(fa_cpu_isa isa);

@@ -1,11 +1,14 @@
 /* The bf16 products of the cpu backend (kernels.h: gemm_bf16 and the pair
  * packers; cpu_bf16.c) under every ISA that has them (avx512bf16), held to
- * exact arithmetic, and the forward that runs on them held to ref on tails:
+ * exact arithmetic, and the forward and backward that run on them held to
+ * ref on tails:
  * L, D and Dv no multiple of the tiles or of the pairs, odd key tiles,
  * strided and non-contiguous layouts, GQA, causal, window, softcap, ALiBi,
  * dropout. The bound for O is the rule of docs/semantics.md: P rounded to
  * bf16 moves O by at most 2^-9 max|v| (/(1-p) with dropout), O's own
- * rounding by 2^-9 |O|; LSE sums the unrounded P in f32. */
+ * rounding by 2^-9 |O|; LSE sums the unrounded P in f32. The gradients
+ * (P and dS rounded to bf16 for their products) within 2% of their largest
+ * magnitude, and 2^-8 of each element for the output rounding. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -227,6 +230,52 @@ static void run_case(const fwd_case *fc) {
       fail_msg("%s: cpu: %s", fc->name, fa_context_last_error(ctx));
     if (pass == 0 && !strstr(fa_context_dispatch_report(ctx), "vdpbf16ps"))
       fail_msg("%s: the dispatch report does not name vdpbf16ps:\n%s", fc->name, fa_context_dispatch_report(ctx));
+  }
+  { /* the backward on the bf16 kernels (from the avx512bf16 O and LSE) against ref's gradients */
+    uint16_t *do16 = calloc((size_t)no, 2), *dq16 = calloc((size_t)nq, 2), *dk16 = calloc((size_t)(nk * sp), 2),
+             *dv16 = calloc((size_t)(nv * sp), 2);
+    double *do64 = calloc((size_t)no, 8), *dq64 = calloc((size_t)nq, 8), *dk64 = calloc((size_t)(nk * sp), 8),
+           *dv64 = calloc((size_t)(nv * sp), 8);
+    for (int64_t t = 0; t < no; ++t) do64[t] = fa__bf16_to_f32(do16[t] = rand_bf16());
+    fa_tensor Q = make_t(q64, FA_F64, fc->B, fc->Hq, fc->Lq, fc->D, fc->blhd, 0),
+              K = make_t(k64, FA_F64, fc->B, fc->Hkv, fc->Lk, fc->D, fc->blhd, fc->spread),
+              V = make_t(v64, FA_F64, fc->B, fc->Hkv, fc->Lk, fc->Dv, fc->blhd, fc->spread),
+              O = make_t(o64, FA_F64, fc->B, fc->Hq, fc->Lq, fc->Dv, fc->blhd, 0),
+              dO = make_t(do64, FA_F64, fc->B, fc->Hq, fc->Lq, fc->Dv, fc->blhd, 0),
+              dQ = make_t(dq64, FA_F64, fc->B, fc->Hq, fc->Lq, fc->D, fc->blhd, 0),
+              dK = make_t(dk64, FA_F64, fc->B, fc->Hkv, fc->Lk, fc->D, fc->blhd, fc->spread),
+              dV = make_t(dv64, FA_F64, fc->B, fc->Hkv, fc->Lk, fc->Dv, fc->blhd, fc->spread),
+              L = fa_tensor_contiguous(l64, FA_F64, fc->B, fc->Hq, fc->Lq, 1);
+    if (fa_backward(ctx, FA_BACKEND_REF, &Q, &K, &V, &O, &dO, &L, &opt, &dQ, &dK, &dV, NULL) != FA_OK)
+      fail_msg("%s: ref backward: %s", fc->name, fa_context_last_error(ctx));
+    assert_int_equal(fa_context_set_cpu_isa(ctx, FA_ISA_AVX512BF16), FA_OK);
+    fa_tensor Qb = make_t(q16, FA_BF16, fc->B, fc->Hq, fc->Lq, fc->D, fc->blhd, 0),
+              Kb = make_t(k16, FA_BF16, fc->B, fc->Hkv, fc->Lk, fc->D, fc->blhd, fc->spread),
+              Vb = make_t(v16, FA_BF16, fc->B, fc->Hkv, fc->Lk, fc->Dv, fc->blhd, fc->spread),
+              Ob = make_t(o16, FA_BF16, fc->B, fc->Hq, fc->Lq, fc->Dv, fc->blhd, 0),
+              dOb = make_t(do16, FA_BF16, fc->B, fc->Hq, fc->Lq, fc->Dv, fc->blhd, 0),
+              dQb = make_t(dq16, FA_BF16, fc->B, fc->Hq, fc->Lq, fc->D, fc->blhd, 0),
+              dKb = make_t(dk16, FA_BF16, fc->B, fc->Hkv, fc->Lk, fc->D, fc->blhd, fc->spread),
+              dVb = make_t(dv16, FA_BF16, fc->B, fc->Hkv, fc->Lk, fc->Dv, fc->blhd, fc->spread),
+              Lb = fa_tensor_contiguous(lse, FA_F32, fc->B, fc->Hq, fc->Lq, 1);
+    if (fa_backward(ctx, FA_BACKEND_CPU, &Qb, &Kb, &Vb, &Ob, &dOb, &Lb, &opt, &dQb, &dKb, &dVb, NULL) != FA_OK)
+      fail_msg("%s: cpu backward: %s", fc->name, fa_context_last_error(ctx));
+    const struct {
+      const char *name;
+      const uint16_t *x;
+      const double *r;
+      int64_t n;
+    } g[] = {{"dQ", dq16, dq64, nq}, {"dK", dk16, dk64, nk * sp}, {"dV", dv16, dv64, nv * sp}};
+    for (int k = 0; k < 3; ++k) { /* the spread layouts' gaps are 0 on both sides */
+      double rmax = 0;
+      for (int64_t t = 0; t < g[k].n; ++t) rmax = fmax(rmax, fabs(g[k].r[t]));
+      for (int64_t t = 0; t < g[k].n; ++t) {
+        const double got = fa__bf16_to_f32(g[k].x[t]), tol = 2e-2 * rmax + 0x1p-8 * fabs(g[k].r[t]) + 1e-6;
+        if (!(fabs(got - g[k].r[t]) <= tol))
+          fail_msg("%s: %s[%lld] = %.7g, ref %.7g (tol %.3g)", fc->name, g[k].name, (long long)t, got, g[k].r[t], tol);
+      }
+    }
+    free(do16), free(dq16), free(dk16), free(dv16), free(do64), free(dq64), free(dk64), free(dv64);
   }
   fa_context_destroy(ctx);
 

@@ -123,7 +123,7 @@ static fa_status run(fa_context *ctx, fa_backend backend, const fa__call *call) 
                      "cpu: bf16 products on vdpbf16ps (Q.K^T, and P.V with P rounded to bf16); the decode "
                      "pass (few query rows, long keys) reads bf16 into f32 kernels\n");
         else
-          report_add(ctx, "cpu: bf16 backward: inputs converted to f32, the avx512 f32 kernels\n");
+          report_add(ctx, "cpu: bf16 products on vdpbf16ps (S, dP; dV, dK, dQ with P and dS rounded to bf16)\n");
       }
     }
   }

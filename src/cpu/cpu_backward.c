@@ -17,6 +17,13 @@
  * when they are too coarse, the row-statistics pass of cpu_passes.h);
  * after them: dq converted from the accumulator, and the dBias pass.
  *
+ * bf16 inputs on a table with bf16 kernels (cpu_bf16.h) run all five
+ * products on vdpbf16ps: S and dP as cpu_bwd_tile.h says; dV^T and dK^T
+ * take P and dS rounded to bf16 as pairs along query rows (with dO, Q
+ * packed the same way per query tile); dQ_part takes dS rounded to bf16
+ * rows against K packed as pairs along keys once per item. Accumulation
+ * stays f32 (docs/semantics.md).
+ *
  * Extra memory: 2-3 x B*Hq*Lq floats (Di, LSE, its correction), the
  * tickets, the dQ accumulator when dq is not f32, and per-thread tiles:
  * linear in L. */
@@ -24,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_bf16.h"
 #include "cpu_bwd_tile.h"
 #include "cpu_gemm.h"
 #include "cpu_io.h"
@@ -37,6 +45,7 @@ typedef struct bwd_ctx {
   const fa__problem *p;
   const fa__cpu_kernels *kt;
   int bq, bk, bkp, D, Dv, Dp;
+  int bf16;                    /* products on kt->gemm_bf16 (fa__cpu_bf16_products) */
   const int64_t *kprefix, *nk; /* items before sequence b; K/V tiles of b */
   const int64_t *qprefix, *nq; /* tickets before sequence b; Q tiles of b */
   atomic_int *tickets;
@@ -47,7 +56,12 @@ typedef struct bwd_ctx {
 } bwd_ctx;
 
 typedef struct bwd_scratch {
-  float *kts, *vt, *ks; /* D x bkp scale*K^T, Dv x bkp V^T, bk x Dp scale*K */
+  fa__cpu_kv_panels kv; /* the K/V tile for S and dP */
+  float *ks;            /* bk x Dp scale*K (f32 products) */
+  uint32_t *kp;         /* bf16 products: K as pairs along keys (ceil(bk/2) x Dp) */
+  uint32_t *pp, *qp;    /* bf16 products: P or dS, and Q, as pairs along query rows (ceil(bq/2) x bkp, x D) */
+  uint32_t *op;         /* bf16 products: dO as pairs along query rows (ceil(bq/2) x Dv) */
+  uint16_t *ds16;       /* bf16 products: dS rounded to bf16 (bq x bkp) */
   float *dkt, *dvt;     /* D x bkp, Dv x bkp accumulators */
   float *dqp;           /* bq x Dp */
   float *row;
@@ -58,16 +72,21 @@ static void bwd_carve(fa__cpu_arena *a, const void *ctx, void *scratch) {
   const bwd_ctx *c = ctx;
   bwd_scratch *s = scratch;
   const size_t bkp = (size_t)c->bkp, D = (size_t)c->D, Dv = (size_t)c->Dv;
-  s->kts = fa__cpu_take_f(a, D * bkp);
-  s->vt = fa__cpu_take_f(a, Dv * bkp);
-  s->ks = fa__cpu_take_f(a, (size_t)c->bk * (size_t)c->Dp);
+  const size_t half_q = (size_t)(c->bq + 1) / 2, u32 = sizeof(uint32_t);
+  fa__cpu_kv_panels_carve(a, c->p, c->bf16, c->bkp, &s->kv);
+  s->ks = c->bf16 ? NULL : fa__cpu_take_f(a, (size_t)c->bk * (size_t)c->Dp);
+  s->kp = c->bf16 ? (uint32_t *)fa__cpu_take(a, (size_t)(c->bk + 1) / 2 * (size_t)c->Dp * u32) : NULL;
+  s->pp = c->bf16 ? (uint32_t *)fa__cpu_take(a, half_q * bkp * u32) : NULL;
+  s->qp = c->bf16 ? (uint32_t *)fa__cpu_take(a, half_q * D * u32) : NULL;
+  s->op = c->bf16 ? (uint32_t *)fa__cpu_take(a, half_q * Dv * u32) : NULL;
+  s->ds16 = c->bf16 ? (uint16_t *)fa__cpu_take(a, (size_t)c->bq * bkp * sizeof(uint16_t)) : NULL;
   s->dkt = fa__cpu_take_f(a, D * bkp);
   s->dvt = fa__cpu_take_f(a, Dv * bkp);
   s->dqp = fa__cpu_take_f(a, (size_t)c->bq * (size_t)c->Dp);
   size_t rowlen = D > Dv ? D : Dv;
   if (bkp > rowlen) rowlen = bkp;
   s->row = fa__cpu_take_f(a, rowlen);
-  fa__cpu_bwd_bufs_carve(a, c->p, c->bq, c->bk, &s->w);
+  fa__cpu_bwd_bufs_carve(a, c->p, c->bf16, c->bq, c->bk, &s->w);
 }
 
 /* The K/V tiles [*t0, *t1) that query tile r of a sequence sees; the one
@@ -110,6 +129,31 @@ static void dq_add(const bwd_ctx *c, atomic_int *ticket, int64_t t, int64_t bidx
   atomic_store_explicit(ticket, det ? (int)t + 1 : 0, memory_order_release);
 }
 
+/* dV^T, dK^T and dQ_part of one query tile (rows i0.. of head h, br of
+ * them) on the bf16 kernels, from P (pd, dropped) and dS in s->w.dp. */
+static void bwd_products_bf16(const bwd_ctx *c, bwd_scratch *s, const fa__seq *sq, int64_t h, int64_t i0, int br,
+                              int bc, int bcp, const float *pd, int first) {
+  const fa__problem *p = c->p;
+  const fa__cpu_kernels *kt = c->kt;
+  const int D = c->D, Dv = c->Dv, Dp = c->Dp, ip = (br + 1) / 2;
+  const fa__cpu_mat qm = fa__cpu_mat_of(&p->q, sq->bidx, h, sq->q_row0 + i0);
+  const fa__cpu_mat om = fa__cpu_mat_of(&p->dout, sq->bidx, h, sq->q_row0 + i0);
+  /* dV^T[e][j] += sum over row pairs of (dO[i][e], dO[i+1][e]) . (P[i][j], P[i+1][j]) */
+  kt->pair_pack_f32(s->pp, bcp, pd, bcp, br, bcp);
+  fa__cpu_pack_pairs_rows(kt, s->op, Dv, &om, br, Dv);
+  fa__cpu_gemm_bf16(kt, Dv, bcp, ip, (const uint16_t *)s->op, 2, 2 * (ptrdiff_t)Dv, s->pp, bcp, 1.0f, s->dvt, bcp,
+                    !first);
+  if (p->softcap > 0) fa__cpu_softcap_grad(p, &s->w, br, bc, bcp);
+  /* dK^T[d][j] += sum over row pairs of (Q[i][d], Q[i+1][d]) . (dS[i][j], dS[i+1][j]) */
+  kt->pair_pack_f32(s->pp, bcp, s->w.dp, bcp, br, bcp);
+  fa__cpu_pack_pairs_rows(kt, s->qp, D, &qm, br, D);
+  fa__cpu_gemm_bf16(kt, D, bcp, ip, (const uint16_t *)s->qp, 2, 2 * (ptrdiff_t)D, s->pp, bcp, 1.0f, s->dkt, bcp,
+                    !first);
+  /* dQ_part[i][d] = scale sum over key pairs of (dS[i][j], dS[i][j+1]) . (K[j][d], K[j+1][d]) */
+  kt->to_bf16(s->ds16, s->w.dp, br * bcp);
+  fa__cpu_gemm_bf16(kt, br, Dp, (bc + 1) / 2, s->ds16, bcp, 2, s->kp, Dp, (float)p->scale, s->dqp, Dp, 0);
+}
+
 /* K/V tile t of sequence b, kv head hk (one work item). */
 static void bwd_tile(const bwd_ctx *c, bwd_scratch *s, int64_t b, int64_t hk, int64_t t) {
   const fa__problem *p = c->p;
@@ -142,23 +186,32 @@ static void bwd_tile(const bwd_ctx *c, bwd_scratch *s, int64_t b, int64_t hk, in
       ktiles_of(&bd, r, c->bq, c->bk, &t0, &t1);
       if (t < t0 || t >= t1) continue;
       if (first) {
-        fa__cpu_pack_t(kt, s->kts, bcp, bcp, &km, bc, D, scale, s->row);
-        fa__cpu_pack_t(kt, s->vt, bcp, bcp, &vm, bc, Dv, 1.0f, s->row);
-        fa__cpu_pack_rows(kt, s->ks, Dp, Dp, &km, bc, D, scale);
+        fa__cpu_kv_panels_pack(kt, p, &s->kv, &km, &vm, bc, bcp, s->row);
+        if (c->bf16) {
+          fa__cpu_pack_pairs_rows(kt, s->kp, Dp, &km, bc, D);
+          if (Dp > D)
+            for (int k = 0; k < (bc + 1) / 2; ++k) memset(s->kp + k * Dp + D, 0, (size_t)(Dp - D) * sizeof(uint32_t));
+        } else {
+          fa__cpu_pack_rows(kt, s->ks, Dp, Dp, &km, bc, D, scale);
+        }
       }
       const int64_t i0 = r * c->bq;
       const int br = (int)(sq.lq - i0 < c->bq ? sq.lq - i0 : c->bq);
       fa__cpu_tile tile = {p, &bd, b, h, i0, j0, br, bc, NULL, NULL};
       fa__cpu_aop qa, oa;
-      fa__cpu_bwd_ds(kt, &tile, &sq, bcp, s->kts, s->vt, lse_seq, lse_lo_seq, di_seq, &s->w, &qa, &oa);
+      fa__cpu_bwd_ds(kt, &tile, &sq, bcp, &s->kv, lse_seq, lse_lo_seq, di_seq, &s->w, &qa, &oa);
       const float *pd = s->w.pd ? s->w.pd : s->w.s;
-      /* dV^T[e][j] += sum_i dO[i][e] P[i][j] */
-      fa__cpu_gemm(kt, Dv, bcp, br, oa.a, oa.cs, oa.rs, pd, bcp, s->dvt, bcp, !first);
-      if (p->softcap > 0) fa__cpu_softcap_grad(p, &s->w, br, bc, bcp);
-      /* dK^T[d][j] += sum_i Q[i][d] dS[i][j]  (scale applied when written) */
-      fa__cpu_gemm(kt, D, bcp, br, qa.a, qa.cs, qa.rs, s->w.dp, bcp, s->dkt, bcp, !first);
-      /* dQ_part[i][d] = sum_j dS[i][j] scale K[j][d] */
-      fa__cpu_gemm(kt, br, Dp, bc, s->w.dp, bcp, 1, s->ks, Dp, s->dqp, Dp, 0);
+      if (c->bf16) {
+        bwd_products_bf16(c, s, &sq, h, i0, br, bc, bcp, pd, first);
+      } else {
+        /* dV^T[e][j] += sum_i dO[i][e] P[i][j] */
+        fa__cpu_gemm(kt, Dv, bcp, br, oa.a, oa.cs, oa.rs, pd, bcp, s->dvt, bcp, !first);
+        if (p->softcap > 0) fa__cpu_softcap_grad(p, &s->w, br, bc, bcp);
+        /* dK^T[d][j] += sum_i Q[i][d] dS[i][j]  (scale applied when written) */
+        fa__cpu_gemm(kt, D, bcp, br, qa.a, qa.cs, qa.rs, s->w.dp, bcp, s->dkt, bcp, !first);
+        /* dQ_part[i][d] = sum_j dS[i][j] scale K[j][d] */
+        fa__cpu_gemm(kt, br, Dp, bc, s->w.dp, bcp, 1, s->ks, Dp, s->dqp, Dp, 0);
+      }
       dq_add(c, tickets + r, t, sq.bidx, h, sq.q_row0 + i0, s->dqp, br);
       first = 0;
     }
@@ -249,6 +302,7 @@ fa_status fa__cpu_backward(const fa__problem *p, const fa__cpu_kernels *kt, fa__
   c.D = (int)p->D;
   c.Dv = (int)p->Dv;
   c.Dp = fa__cpu_pad((int)p->D);
+  c.bf16 = fa__cpu_bf16_products(p, kt);
 
   const int64_t B = p->B;
   const size_t n_di = (size_t)(B * p->Hq * p->Lq);

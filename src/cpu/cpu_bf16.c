@@ -38,11 +38,24 @@ void fa__cpu_gemm_bf16(const fa__cpu_kernels *kt, int m, int n, int kp, const ui
 
 void fa__cpu_pack_pairs_t(uint32_t *dst, ptrdiff_t ld, int rpad, const fa__cpu_mat *x, int rows, int cols) {
   const int kp = (cols + 1) / 2;
-  for (int r = 0; r < rows; ++r)
-    for (int k = 0; k < kp; ++k) {
-      const uint16_t hi = 2 * k + 1 < cols ? bits_at(x, r, 2 * k + 1) : 0;
-      dst[k * ld + r] = pair(bits_at(x, r, 2 * k), hi);
+  if (x->cs == 1) { /* the pairs are in memory already: one 32-bit move each */
+    const uint16_t *base = (const uint16_t *)(const void *)x->base;
+    for (int r = 0; r < rows; ++r) {
+      const uint16_t *row = base + (ptrdiff_t)r * x->rs;
+      for (int k = 0; k < cols / 2; ++k) {
+        uint32_t w;
+        memcpy(&w, row + 2 * k, sizeof w);
+        dst[k * ld + r] = w;
+      }
+      if (cols % 2) dst[(kp - 1) * ld + r] = row[cols - 1];
     }
+  } else {
+    for (int r = 0; r < rows; ++r)
+      for (int k = 0; k < kp; ++k) {
+        const uint16_t hi = 2 * k + 1 < cols ? bits_at(x, r, 2 * k + 1) : 0;
+        dst[k * ld + r] = pair(bits_at(x, r, 2 * k), hi);
+      }
+  }
   if (rpad > rows)
     for (int k = 0; k < kp; ++k) memset(dst + k * ld + rows, 0, (size_t)(rpad - rows) * sizeof(uint32_t));
 }

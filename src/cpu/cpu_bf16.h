@@ -1,7 +1,7 @@
 /* The loops and packing around the bf16 micro-kernels (kernels.h,
  * gemm_bf16): which problems take them, the macro-kernel, and the pair
- * panels vdpbf16ps needs. Only the forward uses them so far; everything
- * else converts bf16 to f32. */
+ * panels vdpbf16ps needs. The forward, the backward and its passes use
+ * them for bf16 inputs; f32 and f16 keep the f32 kernels. */
 #ifndef FA_CPU_BF16_H
 #define FA_CPU_BF16_H
 

@@ -2,13 +2,14 @@
 
 #include <math.h>
 
+#include "cpu_bf16.h"
 #include "cpu_gemm.h"
 #include "cpu_scratch.h"
 #include "rules/score.h"
 
-void fa__cpu_bwd_bufs_carve(fa__cpu_arena *a, const fa__problem *p, int bq, int bk, fa__cpu_bwd_bufs *w) {
+void fa__cpu_bwd_bufs_carve(fa__cpu_arena *a, const fa__problem *p, int bf16, int bq, int bk, fa__cpu_bwd_bufs *w) {
   const size_t tile = (size_t)bq * (size_t)fa__cpu_pad(bk);
-  const int conv = p->dtype != FA_F32;
+  const int conv = p->dtype != FA_F32 && !bf16;
   w->s = fa__cpu_take_f(a, tile);
   w->dp = fa__cpu_take_f(a, tile);
   w->pd = p->dropout_p > 0 ? fa__cpu_take_f(a, tile) : NULL;
@@ -20,17 +21,44 @@ void fa__cpu_bwd_bufs_carve(fa__cpu_arena *a, const fa__problem *p, int bq, int 
   w->off_lo = fa__cpu_take_f(a, (size_t)bq);
   w->qbuf = conv ? fa__cpu_take_f(a, (size_t)bq * (size_t)p->D) : NULL;
   w->obuf = conv ? fa__cpu_take_f(a, (size_t)bq * (size_t)p->Dv) : NULL;
+  w->q16 = bf16 ? (uint16_t *)fa__cpu_take(a, (size_t)bq * (size_t)(p->D + 1) * sizeof(uint16_t)) : NULL;
+  w->o16 = bf16 ? (uint16_t *)fa__cpu_take(a, (size_t)bq * (size_t)(p->Dv + 1) * sizeof(uint16_t)) : NULL;
 }
 
-void fa__cpu_bwd_p_dp(const fa__cpu_kernels *kt, fa__cpu_tile *t, const fa__seq *sq, int bcp, const float *kts,
-                      const float *vt, const float *lse_seq, const float *lse_lo_seq, const fa__cpu_bwd_bufs *w,
-                      fa__cpu_aop *qa, fa__cpu_aop *oa) {
+void fa__cpu_kv_panels_carve(fa__cpu_arena *a, const fa__problem *p, int bf16, int bkp, fa__cpu_kv_panels *kv) {
+  const size_t n = (size_t)bkp;
+  kv->kts = bf16 ? NULL : fa__cpu_take_f(a, (size_t)p->D * n);
+  kv->vt = bf16 ? NULL : fa__cpu_take_f(a, (size_t)p->Dv * n);
+  kv->ktp = bf16 ? (uint32_t *)fa__cpu_take(a, (size_t)(p->D + 1) / 2 * n * sizeof(uint32_t)) : NULL;
+  kv->vtp = bf16 ? (uint32_t *)fa__cpu_take(a, (size_t)(p->Dv + 1) / 2 * n * sizeof(uint32_t)) : NULL;
+}
+
+void fa__cpu_kv_panels_pack(const fa__cpu_kernels *kt, const fa__problem *p, const fa__cpu_kv_panels *kv,
+                            const fa__cpu_mat *km, const fa__cpu_mat *vm, int bc, int bcp, float *row) {
+  if (kv->ktp) {
+    fa__cpu_pack_pairs_t(kv->ktp, bcp, bcp, km, bc, (int)p->D);
+    fa__cpu_pack_pairs_t(kv->vtp, bcp, bcp, vm, bc, (int)p->Dv);
+  } else {
+    fa__cpu_pack_t(kt, kv->kts, bcp, bcp, km, bc, (int)p->D, (float)p->scale, row);
+    fa__cpu_pack_t(kt, kv->vt, bcp, bcp, vm, bc, (int)p->Dv, 1.0f, row);
+  }
+}
+
+void fa__cpu_bwd_p_dp(const fa__cpu_kernels *kt, fa__cpu_tile *t, const fa__seq *sq, int bcp,
+                      const fa__cpu_kv_panels *kv, const float *lse_seq, const float *lse_lo_seq,
+                      const fa__cpu_bwd_bufs *w, fa__cpu_aop *qa, fa__cpu_aop *oa) {
   const fa__problem *p = t->p;
   const int br = t->br, bc = t->bc, D = (int)p->D, Dv = (int)p->Dv;
 
   const fa__cpu_mat qm = fa__cpu_mat_of(&p->q, sq->bidx, t->h, sq->q_row0 + t->i0);
-  *qa = fa__cpu_operand(kt, &qm, br, D, w->qbuf);
-  fa__cpu_gemm(kt, br, bcp, D, qa->a, qa->rs, qa->cs, kts, bcp, w->s, bcp, 0);
+  if (kv->ktp) {
+    const fa__cpu_bf16_aop a16 = fa__cpu_bf16_operand(&qm, br, D, w->q16);
+    fa__cpu_gemm_bf16(kt, br, bcp, (D + 1) / 2, a16.a, a16.rs, 2, kv->ktp, bcp, (float)p->scale, w->s, bcp, 0);
+    qa->a = NULL, qa->rs = qa->cs = 0;
+  } else {
+    *qa = fa__cpu_operand(kt, &qm, br, D, w->qbuf);
+    fa__cpu_gemm(kt, br, bcp, D, qa->a, qa->rs, qa->cs, kv->kts, bcp, w->s, bcp, 0);
+  }
 
   /* With a bias (or an LSE correction), LSE is subtracted inside the score
    * transform (see row_off) and exp() then sees offsets of 0; rows with
@@ -53,8 +81,14 @@ void fa__cpu_bwd_p_dp(const fa__cpu_kernels *kt, fa__cpu_tile *t, const fa__seq 
   kt->exp_rows(w->s, bcp, br, bcp, w->lse);
 
   const fa__cpu_mat om = fa__cpu_mat_of(&p->dout, sq->bidx, t->h, sq->q_row0 + t->i0);
-  *oa = fa__cpu_operand(kt, &om, br, Dv, w->obuf);
-  fa__cpu_gemm(kt, br, bcp, Dv, oa->a, oa->rs, oa->cs, vt, bcp, w->dp, bcp, 0);
+  if (kv->vtp) {
+    const fa__cpu_bf16_aop a16 = fa__cpu_bf16_operand(&om, br, Dv, w->o16);
+    fa__cpu_gemm_bf16(kt, br, bcp, (Dv + 1) / 2, a16.a, a16.rs, 2, kv->vtp, bcp, 1.0f, w->dp, bcp, 0);
+    oa->a = NULL, oa->rs = oa->cs = 0;
+  } else {
+    *oa = fa__cpu_operand(kt, &om, br, Dv, w->obuf);
+    fa__cpu_gemm(kt, br, bcp, Dv, oa->a, oa->rs, oa->cs, kv->vt, bcp, w->dp, bcp, 0);
+  }
 
   if (w->pd) { /* O saw P * keep / (1-p): so do dV (through pd) and dP */
     const float ds = (float)p->dropout_scale;
@@ -72,10 +106,10 @@ void fa__cpu_bwd_p_dp(const fa__cpu_kernels *kt, fa__cpu_tile *t, const fa__seq 
   }
 }
 
-void fa__cpu_bwd_ds(const fa__cpu_kernels *kt, fa__cpu_tile *t, const fa__seq *sq, int bcp, const float *kts,
-                    const float *vt, const float *lse_seq, const float *lse_lo_seq, const float *di_seq,
-                    const fa__cpu_bwd_bufs *w, fa__cpu_aop *qa, fa__cpu_aop *oa) {
-  fa__cpu_bwd_p_dp(kt, t, sq, bcp, kts, vt, lse_seq, lse_lo_seq, w, qa, oa);
+void fa__cpu_bwd_ds(const fa__cpu_kernels *kt, fa__cpu_tile *t, const fa__seq *sq, int bcp, const fa__cpu_kv_panels *kv,
+                    const float *lse_seq, const float *lse_lo_seq, const float *di_seq, const fa__cpu_bwd_bufs *w,
+                    fa__cpu_aop *qa, fa__cpu_aop *oa) {
+  fa__cpu_bwd_p_dp(kt, t, sq, bcp, kv, lse_seq, lse_lo_seq, w, qa, oa);
   for (int ii = 0; ii < t->br; ++ii) w->di[ii] = di_seq[t->i0 + ii];
   kt->ds_rows(w->s, w->dp, bcp, t->br, bcp, w->di);
 }

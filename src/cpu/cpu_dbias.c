@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_bf16.h"
 #include "cpu_bwd_tile.h"
 #include "cpu_gemm.h"
 #include "cpu_io.h"
@@ -22,14 +23,15 @@ typedef struct db_ctx {
   const fa__problem *p;
   const fa__cpu_kernels *kt;
   const float *di, *lse, *lse_lo;
-  int bq, bk, bkp;
+  int bq, bk, bkp, bf16;
   int sum[4];       /* summed: b, h, i, j */
   int64_t n[4];     /* items along b, h, Q tiles, K tiles (1 where summed) */
   int acc_r, acc_c; /* accumulator rows (bq or 1) and columns (bk or 1) */
 } db_ctx;
 
 typedef struct db_scratch {
-  float *kts, *vt, *row;
+  fa__cpu_kv_panels kv;
+  float *row;
   double *acc;
   fa__cpu_bwd_bufs w;
 } db_scratch;
@@ -38,11 +40,10 @@ static void db_carve(fa__cpu_arena *a, const void *ctx, void *scratch) {
   const db_ctx *c = ctx;
   db_scratch *s = scratch;
   const size_t bkp = (size_t)c->bkp;
-  s->kts = fa__cpu_take_f(a, (size_t)c->p->D * bkp);
-  s->vt = fa__cpu_take_f(a, (size_t)c->p->Dv * bkp);
+  fa__cpu_kv_panels_carve(a, c->p, c->bf16, (int)bkp, &s->kv);
   s->row = fa__cpu_take_f(a, (size_t)(c->p->D > c->p->Dv ? c->p->D : c->p->Dv));
   s->acc = (double *)fa__cpu_take(a, (size_t)c->acc_r * (size_t)c->acc_c * sizeof(double));
-  fa__cpu_bwd_bufs_carve(a, c->p, c->bq, c->bk, &s->w);
+  fa__cpu_bwd_bufs_carve(a, c->p, c->bf16, c->bq, c->bk, &s->w);
 }
 
 static void *dbias_at(const fa_tensor *x, int64_t b, int64_t h, int64_t i, int64_t j) {
@@ -66,13 +67,12 @@ static void db_tile(const db_ctx *c, db_scratch *s, int64_t b, int64_t h, int64_
   const int64_t hk = h / p->group;
   const fa__cpu_mat km = fa__cpu_mat_of(&p->k, sq.bidx, hk, sq.k_row0 + j0);
   const fa__cpu_mat vm = fa__cpu_mat_of(&p->v, sq.bidx, hk, sq.k_row0 + j0);
-  fa__cpu_pack_t(c->kt, s->kts, bcp, bcp, &km, bc, (int)p->D, (float)p->scale, s->row);
-  fa__cpu_pack_t(c->kt, s->vt, bcp, bcp, &vm, bc, (int)p->Dv, 1.0f, s->row);
+  fa__cpu_kv_panels_pack(c->kt, p, &s->kv, &km, &vm, bc, bcp, s->row);
   fa__cpu_tile tile = {p, &bd, b, h, i0, j0, br, bc, NULL, NULL};
   fa__cpu_aop qa, oa;
   const int64_t rows = (b * p->Hq + h) * p->Lq;
-  fa__cpu_bwd_ds(c->kt, &tile, &sq, bcp, s->kts, s->vt, c->lse + rows, c->lse_lo ? c->lse_lo + rows : NULL,
-                 c->di + rows, &s->w, &qa, &oa);
+  fa__cpu_bwd_ds(c->kt, &tile, &sq, bcp, &s->kv, c->lse + rows, c->lse_lo ? c->lse_lo + rows : NULL, c->di + rows,
+                 &s->w, &qa, &oa);
   for (int ii = 0; ii < br; ++ii) {
     double *arow = s->acc + (c->sum[2] ? 0 : ii) * c->acc_c;
     const float *ds = s->w.dp + ii * bcp;
@@ -131,6 +131,7 @@ fa_status fa__cpu_dbias(const fa__problem *p, const fa__cpu_kernels *kt, const f
   c.bq = blk.bq > p->Lq ? (int)p->Lq : blk.bq;
   c.bk = blk.bk > p->Lk ? (int)p->Lk : blk.bk;
   c.bkp = fa__cpu_pad(c.bk);
+  c.bf16 = fa__cpu_bf16_products(p, kt);
   const int64_t logical[4] = {p->B, p->Hq, p->Lq, p->Lk};
   for (int d = 0; d < 4; ++d) c.sum[d] = p->dbias.shape[d] == 1 && logical[d] > 1;
   c.n[0] = c.sum[0] ? 1 : p->B;

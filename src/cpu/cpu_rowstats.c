@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "cpu_bf16.h"
 #include "cpu_bwd_tile.h"
 #include "cpu_gemm.h"
 #include "cpu_parallel.h"
@@ -20,14 +21,15 @@ int fa__cpu_rowstats_needed(const fa__problem *p, const float *lse, size_t n) {
 typedef struct rs_ctx {
   const fa__problem *p;
   const fa__cpu_kernels *kt;
-  int bq, bk, bkp;
+  int bq, bk, bkp, bf16;
   const float *lse;
   float *lse_lo, *di;
   const int64_t *prefix, *nq;
 } rs_ctx;
 
 typedef struct rs_scratch {
-  float *kts, *vt, *row;
+  fa__cpu_kv_panels kv;
+  float *row;
   double *sum_p, *sum_pdp;
   fa__cpu_bwd_bufs w;
 } rs_scratch;
@@ -36,12 +38,11 @@ static void rs_carve(fa__cpu_arena *a, const void *ctx, void *scratch) {
   const rs_ctx *c = ctx;
   const fa__problem *p = c->p;
   rs_scratch *s = scratch;
-  s->kts = fa__cpu_take_f(a, (size_t)p->D * (size_t)c->bkp);
-  s->vt = fa__cpu_take_f(a, (size_t)p->Dv * (size_t)c->bkp);
+  fa__cpu_kv_panels_carve(a, p, c->bf16, c->bkp, &s->kv);
   s->row = fa__cpu_take_f(a, (size_t)(p->D > p->Dv ? p->D : p->Dv));
   s->sum_p = (double *)fa__cpu_take(a, (size_t)c->bq * sizeof(double));
   s->sum_pdp = (double *)fa__cpu_take(a, (size_t)c->bq * sizeof(double));
-  fa__cpu_bwd_bufs_carve(a, p, c->bq, c->bk, &s->w);
+  fa__cpu_bwd_bufs_carve(a, p, c->bf16, c->bq, c->bk, &s->w);
 }
 
 static void rs_tile(const rs_ctx *c, rs_scratch *s, int64_t b, int64_t h, int64_t r) {
@@ -57,20 +58,26 @@ static void rs_tile(const rs_ctx *c, rs_scratch *s, int64_t b, int64_t h, int64_
     const int bc = (int)(jhi - j0 < c->bk ? jhi - j0 : c->bk), bcp = fa__cpu_pad(bc);
     const fa__cpu_mat km = fa__cpu_mat_of(&p->k, sq.bidx, hk, sq.k_row0 + j0);
     const fa__cpu_mat vm = fa__cpu_mat_of(&p->v, sq.bidx, hk, sq.k_row0 + j0);
-    fa__cpu_pack_t(c->kt, s->kts, bcp, bcp, &km, bc, (int)p->D, (float)p->scale, s->row);
-    fa__cpu_pack_t(c->kt, s->vt, bcp, bcp, &vm, bc, (int)p->Dv, 1.0f, s->row);
+    fa__cpu_kv_panels_pack(c->kt, p, &s->kv, &km, &vm, bc, bcp, s->row);
     fa__cpu_tile tile = {p, &bd, b, h, i0, j0, br, bc, NULL, NULL};
     fa__cpu_aop qa, oa;
-    fa__cpu_bwd_p_dp(c->kt, &tile, &sq, bcp, s->kts, s->vt, c->lse + rows, NULL, &s->w, &qa, &oa);
-    for (int ii = 0; ii < br; ++ii) {
+    fa__cpu_bwd_p_dp(c->kt, &tile, &sq, bcp, &s->kv, c->lse + rows, NULL, &s->w, &qa, &oa);
+    for (int ii = 0; ii < br; ++ii) { /* in double, 8 partial sums (a vector's worth) at a time */
       const float *pr = s->w.s + ii * bcp, *dpr = s->w.dp + ii * bcp;
-      double sp = 0.0, spd = 0.0;
-      for (int jj = 0; jj < bc; ++jj) {
-        sp += pr[jj];
-        spd += (double)pr[jj] * dpr[jj];
+      double sp[8] = {0}, spd[8] = {0};
+      int jj = 0;
+      for (; jj + 8 <= bc; jj += 8)
+        for (int u = 0; u < 8; ++u) {
+          sp[u] += pr[jj + u];
+          spd[u] += (double)pr[jj + u] * dpr[jj + u];
+        }
+      for (int u = 0; jj < bc; ++jj, ++u) {
+        sp[u] += pr[jj];
+        spd[u] += (double)pr[jj] * dpr[jj];
       }
-      s->sum_p[ii] += sp;
-      s->sum_pdp[ii] += spd;
+      for (int u = 1; u < 8; ++u) sp[0] += sp[u], spd[0] += spd[u];
+      s->sum_p[ii] += sp[0];
+      s->sum_pdp[ii] += spd[0];
     }
   }
   for (int ii = 0; ii < br; ++ii) {
@@ -97,6 +104,7 @@ fa_status fa__cpu_rowstats(const fa__problem *p, const fa__cpu_kernels *kt, int 
   c.bq = bq;
   c.bk = bk;
   c.bkp = fa__cpu_pad(bk);
+  c.bf16 = fa__cpu_bf16_products(p, kt);
   c.lse = lse;
   c.lse_lo = lse_lo;
   c.di = di;

@@ -142,6 +142,9 @@ typedef void (*fa__cpu_gemm_bf16_fn)(int mr, int nv, int kp, const uint16_t *a, 
  * pack_bf16: X(r, n) = x[r*ldx + n], bf16 bits copied (the V tile), any cols. */
 typedef void (*fa__cpu_pair_pack_f32_fn)(uint32_t *dst, ptrdiff_t ldd, const float *x, ptrdiff_t ldx, int rows,
                                          int cols);
+/* dst[t] = x[t] rounded to bf16 (nearest even; NaN stays NaN), t < n: a
+ * row of f32 as the broadcast operand of gemm_bf16 (pairs along it). */
+typedef void (*fa__cpu_to_bf16_fn)(uint16_t *dst, const float *x, int n);
 typedef void (*fa__cpu_pair_pack_bf16_fn)(uint32_t *dst, ptrdiff_t ldd, const uint16_t *x, ptrdiff_t ldx, int rows,
                                           int cols);
 
@@ -164,9 +167,10 @@ typedef struct fa__cpu_kernels {
   fa__cpu_dec_softmax_fn dec_softmax;
   fa__cpu_dec_pv_fn dec_pv;
   unsigned dec_dtypes;            /* bit 1 << dtype: dec_scores and dec_pv read it directly */
-  fa__cpu_gemm_bf16_fn gemm_bf16; /* NULL: no bf16 products (the three below NULL too) */
+  fa__cpu_gemm_bf16_fn gemm_bf16; /* NULL: no bf16 products (the kernels below NULL too) */
   fa__cpu_pair_pack_f32_fn pair_pack_f32;
   fa__cpu_pair_pack_bf16_fn pair_pack_bf16;
+  fa__cpu_to_bf16_fn to_bf16;
 } fa__cpu_kernels;
 
 /* Fill a table: the portable kernels first, then each ISA overrides what it

@@ -30,8 +30,9 @@ FA_INLINE __m512 dp(__m512 acc, __m512i a, __m512i b) {
   X(0, 0)                                                                                                         \
   X(0, 1)                                                                                                         \
   X(0, 2)                                                                                                         \
-  X(1, 0) X(1, 1) X(1, 2) X(2, 0) X(2, 1) X(2, 2) X(3, 0) X(3, 1) X(3, 2) X(4, 0) X(4, 1) X(4, 2) X(5, 0) X(5, 1) \
-      X(5, 2) X(6, 0) X(6, 1) X(6, 2) X(7, 0) X(7, 1) X(7, 2)
+  X(1, 0)                                                                                                         \
+  X(1, 1) X(1, 2) X(2, 0) X(2, 1) X(2, 2) X(3, 0) X(3, 1) X(3, 2) X(4, 0) X(4, 1) X(4, 2) X(5, 0) X(5, 1) X(5, 2) \
+      X(6, 0) X(6, 1) X(6, 2) X(7, 0) X(7, 1) X(7, 2)
 
 FA_INLINE void mkbf(const int MR_, const int NV_, int kp, const uint16_t *a, ptrdiff_t rsa, ptrdiff_t csa,
                     const uint32_t *b, ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc, int accumulate) {
@@ -56,7 +57,8 @@ FA_INLINE void mkbf(const int MR_, const int NV_, int kp, const uint16_t *a, ptr
     KB_ROW(0)
     KB_ROW(1)
     KB_ROW(2)
-    KB_ROW(3) KB_ROW(4) KB_ROW(5) KB_ROW(6) KB_ROW(7)
+    KB_ROW(3)
+    KB_ROW(4) KB_ROW(5) KB_ROW(6) KB_ROW(7)
 #undef KB_ROW
         ko += csa;
     b += ldb;
@@ -149,9 +151,21 @@ static void pair_pack_bf16_avx512(uint32_t *dst, ptrdiff_t ldd, const uint16_t *
   }
 }
 
+static void to_bf16_avx512(uint16_t *dst, const float *x, int n) {
+  int t = 0;
+  for (; t + KB_VL <= n; t += KB_VL)
+    _mm256_storeu_si256((__m256i *)(void *)(dst + t), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + t)));
+  if (t < n) {
+    const __mmask16 k = (__mmask16)((1u << (n - t)) - 1u);
+    _mm256_mask_storeu_epi16(dst + t, k, (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, x + t)));
+  }
+}
+
+/* The table's vl, mr, nv (AVX-512's 16, 8, 3) are the micro-kernel's. */
 void fa__cpu_kernels_avx512bf16(fa__cpu_kernels *kt) {
   kt->isa = FA_ISA_AVX512BF16;
   kt->gemm_bf16 = gemm_bf16_avx512;
   kt->pair_pack_f32 = pair_pack_f32_avx512;
   kt->pair_pack_bf16 = pair_pack_bf16_avx512;
+  kt->to_bf16 = to_bf16_avx512;
 }

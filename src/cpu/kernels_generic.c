@@ -126,4 +126,5 @@ void fa__cpu_kernels_generic(fa__cpu_kernels *kt) {
   kt->gemm_bf16 = NULL; /* bf16 is converted to f32 */
   kt->pair_pack_f32 = NULL;
   kt->pair_pack_bf16 = NULL;
+  kt->to_bf16 = NULL;
 }
