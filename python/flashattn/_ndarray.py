@@ -209,7 +209,8 @@ def attention(q, k, v, *, layout="bhsd", **options):
     cu_seqlens_q / cu_seqlens_k [num_seqs + 1] (packed layout: B = 1, L =
     total tokens), dropout_p, dropout_seed, dropout_offset, block_q,
     block_k, backend ("auto" | "ref" | "cpu" | "cuda"), threads (cpu; 0 =
-    OpenMP's default), isa ("auto" | "generic" | "avx2" | "avx512").
+    OpenMP's default), isa ("auto" | "generic" | "avx2" | "avx512" |
+    "avx512bf16").
     """
     hot = _hot_forward(q, k, v, layout, options)
     if hot is not None:

@@ -117,17 +117,6 @@ def _compare(errors, label, got, ref, tol):
             errors.append(f"{label}: {what} error {_err(x, r):.3g} > {tol}")
 
 
-def _forget_options():
-    """WORKAROUND, to remove once fixed: _ops._options caches fa_options keyed by
-    the cu_seqlens ADDRESS without their length, so a cu_seqlens of another
-    length allocated where a freed one was gets the old num_seqs (wrong rows, or
-    reads past the tensor). Cleared before each varlen case here; the fix is
-    num_seqs in that key."""
-    from flashattn import _capi
-
-    getattr(_capi.context(), "options_cache", {}).clear()
-
-
 def _check_refusals(rank, world, L, errors):
     """Options the ring refuses, and bad cu_seqlens: exceptions naming the argument."""
     q, k, v, _ = _data(torch.float32, 2, 2, L // world, seed=1)
@@ -169,11 +158,9 @@ def _worker(rank, world, store, L, failures):
         for i, case in enumerate(CASES[:4]):
             _compare(errors, f"{case[0]} (one rank)", *_dense(case, L, 0, 1, 200 + i, singles[rank]), None)
         for i, case in enumerate(VARLEN_CASES):
-            _forget_options()
             _compare(errors, f"{case[0]} (world {world}, rank {rank})", *_varlen(case, rank, world, 300 + i),
                      TOL[case[1]])  # fmt: skip
         for i, case in enumerate(VARLEN_CASES[1:7:2]):
-            _forget_options()
             _compare(errors, f"{case[0]} (one rank)", *_varlen(case, 0, 1, 400 + i, singles[rank]), None)
         _check_refusals(rank, world, L, errors)
     except Exception:

@@ -577,8 +577,8 @@ def test_hot_path_equals_op_path(case, grad, device, monkeypatch):
     dtype = torch.float32
     q, k, v = (rand(s, dtype, device, requires_grad=grad) for s in (sq, sk, sv))
     taken = []
-    real = _fast.forward
-    monkeypatch.setattr(_fast, "forward", lambda *a: taken.append(1) or real(*a))
+    real = _fast._forward
+    monkeypatch.setattr(_fast, "_forward", lambda *a: taken.append(1) or real(*a))
     hot = _hot_call(api, q, k, v, kw)
     assert taken, "the hot path was not taken"
     op = _op_call(api, q, k, v, kw)
@@ -604,3 +604,18 @@ def test_hot_path_refuses_and_falls_back(device):
         ft.flash_attn_func(q, q[0], q)
     with pytest.raises(ValueError, match="backend"):
         ft.flash_attn_func(q, q, q, backend="gpu")
+
+
+def test_varlen_new_cu_seqlens_in_the_same_memory():
+    """A cu_seqlens of another length at the address of an earlier one (as
+    after a free) is read with its own length: the options cache keys on
+    the packed count too (it returned the old count, reading past the array)."""
+    q = rand((1, 12, 2, 8), torch.float32, "cpu", requires_grad=False)[0]
+    buf = torch.tensor([0, 4, 8, 12], dtype=torch.int32)
+    ft.flash_attn_varlen_func(q, q, q, buf, buf, 4, 4)
+    buf[:2] = torch.tensor([0, 12], dtype=torch.int32)
+    one = buf[:2]
+    assert one.data_ptr() == buf.data_ptr()
+    out = ft.flash_attn_varlen_func(q, q, q, one, one, 12, 12)
+    want = ft.attention(q[None], q[None], q[None], layout="bshd")[0]
+    torch.testing.assert_close(out, want, rtol=1e-6, atol=1e-6)

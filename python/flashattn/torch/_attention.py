@@ -49,23 +49,7 @@ def _rng(dropout_p, seed, offset):
     return torch.tensor([seed - 2**64 if seed >= 2**63 else seed, offset], dtype=torch.int64)
 
 
-def _plain_eager(tensors):
-    """True in plain eager mode on plain tensors: no torch.compile tracing, no
-    tensor subclass (fake, functional, DTensor, Parameter), no torch function
-    or dispatch mode, no functorch transform. Only then is calling the op's
-    kernel directly the same as calling the op."""
-    if torch.compiler.is_compiling() or _function_mode() or _dispatch_modes() or _functorch():
-        return False
-    return all(type(t) is torch.Tensor for t in tensors if t is not None)
-
-
-_function_mode = getattr(torch._C, "_is_torch_function_mode_enabled", lambda: True)
-_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 1)
-_peek = getattr(getattr(torch._C, "_functorch", None), "peek_interpreter_stack", None)
-
-
-def _functorch():
-    return _peek is None or _peek() is not None
+_plain_eager = _fast.plain_eager
 
 
 class _EagerAttention(torch.autograd.Function):
@@ -96,23 +80,6 @@ def _call_fwd(args):
         return _ops.fwd(*args)
     grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, bias))
     return _EagerAttention.apply(*args) if grad else _ops.fwd_impl(*args)
-
-
-def fast_attention(q, k, v, bshd, scale, softcap, causal, bottom_right, window, deterministic, backend, want_lse):
-    """(o, lse) through the hot path (_fast.py) for a call without tensor
-    options, or None when the call does not qualify for it."""
-    if not _plain_eager((q, k, v)):
-        return None
-    if window is None:
-        wl = wr = -1
-    elif type(window) in (tuple, list) and len(window) == 2:
-        wl, wr = window
-        if type(wl) is not int or type(wr) is not int:
-            return None
-    else:
-        return None
-    key = (float(scale or 0.0), float(softcap or 0.0), bool(causal), bottom_right, wl, wr, bool(deterministic))
-    return _fast.attention(q, k, v, bshd, key, backend, want_lse)
 
 
 def alibi_tensor(slopes, Hq, device):
@@ -175,8 +142,8 @@ def attention(
     plain = mask is None and bias is None and alibi_slopes is None and not dropout_p
     if plain and seqlens_q is None and seqlens_k is None and cu_seqlens_q is None and cu_seqlens_k is None:
         if layout in ("bhsd", "bshd") and align in ("top_left", "bottom_right"):
-            r = fast_attention(q, k, v, layout == "bshd", scale, softcap, causal, align == "bottom_right", window,
-                               deterministic, backend, return_lse)  # fmt: skip
+            r = _fast.attention(q, k, v, layout == "bshd", scale, softcap, causal, align == "bottom_right", window,
+                                deterministic, backend, return_lse)  # fmt: skip
             if r is not None:
                 return r if return_lse else r[0]
     if layout not in ("bhsd", "bshd"):

@@ -10,7 +10,8 @@ torch's generator), not FlashAttention's.
 """
 
 from .. import _capi
-from ._attention import attention, fast_attention
+from . import _fast
+from ._attention import attention
 
 
 def _fa_call(
@@ -66,7 +67,7 @@ def flash_attn_func(
     """q [B, Lq, Hq, D], k [B, Lk, Hkv, D], v [B, Lk, Hkv, Dv] -> out [B, Lq, Hq, Dv]
     (and softmax_lse [B, Hq, Lq] if return_attn_probs)."""
     if alibi_slopes is None and not dropout_p:  # the hot path of a model's layer (_fast.py)
-        r = fast_attention(q, k, v, True, softmax_scale, softcap, causal, True, window_size, deterministic, backend,
+        r = _fast.attention(q, k, v, True, softmax_scale, softcap, causal, True, window_size, deterministic, backend,
                            return_attn_probs)  # fmt: skip
         if r is not None:
             return (r[0], r[1], None) if return_attn_probs else r[0]

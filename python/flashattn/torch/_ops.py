@@ -96,7 +96,10 @@ def _options(ctx, mask, bias, alibi, sq, sk, cuq, cuk, rng, scale, softcap, caus
     seed, offset = (0, 0) if rng is None else rng.tolist()
     mask_s, bias_s = _spec(mask, "mask"), _spec(bias, "bias")
     ptrs = (_ptr(sq), _ptr(sk), _ptr(cuq), _ptr(cuk), _ptr(alibi))
-    key = (mask_s, bias_s, ptrs, seed, offset, scale, softcap, causal, bottom_right, wl, wr, p, det)
+    num_seqs = 0 if cuq is None else cuq.shape[0] - 1
+    # the arrays' addresses AND the packed count: a new cu_seqlens of another
+    # length can sit where a freed one was
+    key = (mask_s, bias_s, ptrs, num_seqs, seed, offset, scale, softcap, causal, bottom_right, wl, wr, p, det)
 
     def make():
         return _capi.options(
@@ -109,7 +112,7 @@ def _options(ctx, mask, bias, alibi, sq, sk, cuq, cuk, rng, scale, softcap, caus
             seqlens_k=ptrs[1],
             cu_seqlens_q=ptrs[2],
             cu_seqlens_k=ptrs[3],
-            num_seqs=0 if cuq is None else cuq.shape[0] - 1,
+            num_seqs=num_seqs,
             mask=None if mask_s is None else _capi.tensor(*mask_s),
             bias=None if bias_s is None else _capi.tensor(*bias_s),
             alibi_slopes=ptrs[4],

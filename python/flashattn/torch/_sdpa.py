@@ -11,7 +11,8 @@ import torch
 
 from .. import _capi
 
-from ._attention import attention, fast_attention
+from . import _fast
+from ._attention import attention
 
 
 def scaled_dot_product_attention(
@@ -19,7 +20,7 @@ def scaled_dot_product_attention(
 ):
     """query [B, Hq, Lq, D] (or [B, Lq, D]), key/value [B, Hkv, Lk, D|Dv] -> [B, Hq, Lq, Dv]."""
     if attn_mask is None and not dropout_p and (enable_gqa or query.shape[1] == key.shape[1]):
-        r = fast_attention(query, key, value, False, scale, 0.0, is_causal, False, None, False, backend, False)
+        r = _fast.attention(query, key, value, False, scale, 0.0, is_causal, False, None, False, backend, False)
         if r is not None:  # the hot path of a model's layer (_fast.py)
             return r[0]
     if attn_mask is not None and is_causal:
