@@ -27,7 +27,30 @@ def main():
     dt = torch.bfloat16 if a.device == "cuda" else torch.float32
     q = torch.randn(1, 16, 1, 64, device=a.device, dtype=dt)
     qt = q.transpose(1, 2)
-    args = (qt, qt, qt, None, None, None, None, None, None, None, None, 0.0, 0.0, False, False, -1, -1, 0.0, False, "auto")
+    qg = q.detach().clone().requires_grad_()
+    qgt = qg.transpose(1, 2)
+    args = (
+        qt,
+        qt,
+        qt,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        0.0,
+        0.0,
+        False,
+        False,
+        -1,
+        -1,
+        0.0,
+        False,
+        "auto",
+    )
     ctx = _ops._context(qt)
     opt = _ops._options(ctx, *args[3:11], *args[11:19])
     o, lse = _ops.fwd_impl(*args)
@@ -48,8 +71,14 @@ def main():
         ("_plain_eager check", lambda: _attention._plain_eager((qt, qt, qt, None, None))),
         ("fwd_impl (the whole kernel body)", lambda: _ops.fwd_impl(*args)),
         ("torch.ops.flashattn.fwd", lambda: torch.ops.flashattn.fwd(*args)),
-        ("flash_attn_func", lambda: ft.flash_attn_func(q, q, q)),
+        ("flash_attn_func (the hot path, _fast.py)", lambda: ft.flash_attn_func(q, q, q)),
+        ("flashattn.torch.scaled_dot_product_attention", lambda: ft.scaled_dot_product_attention(qt, qt, qt)),
+        ("flash_attn_func, inputs require grad", lambda: ft.flash_attn_func(qg, qg, qg)),
         ("F.scaled_dot_product_attention", lambda: torch.nn.functional.scaled_dot_product_attention(qt, qt, qt)),
+        (
+            "F.scaled_dot_product_attention, inputs require grad",
+            lambda: torch.nn.functional.scaled_dot_product_attention(qgt, qgt, qgt),
+        ),
     ]
     print(f"# host time per call, µs (best of 5 loops), {a.device}, torch {torch.__version__}")
     for name, fn in rows:

@@ -26,7 +26,10 @@ if [ "$MODE" = all ] || [ "$MODE" = test ]; then
 fi
 if [ "$MODE" = all ] || [ "$MODE" = bench ]; then
   echo "== bench/python_overhead.py ($(date +%T))"
+  # shellcheck disable=SC2086
   python3 bench/python_overhead.py --device cuda ${BENCH_ARGS:-} 2>&1 | tee "$OUT/overhead.txt" || rc=1
+  echo "== bench/python_call_parts.py, OMP_NUM_THREADS=1 ($(date +%T))"
+  OMP_NUM_THREADS=1 python3 bench/python_call_parts.py --device cuda 2>&1 | tee "$OUT/call-parts.txt" || rc=1
 fi
 if [ "$MODE" = all ] || [ "$MODE" = train ]; then
   echo "== examples/python/train_gpt.py ($(date +%T))"
