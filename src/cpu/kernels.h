@@ -145,6 +145,15 @@ typedef void (*fa__cpu_pair_pack_f32_fn)(uint32_t *dst, ptrdiff_t ldd, const flo
 /* dst[t] = x[t] rounded to bf16 (nearest even; NaN stays NaN), t < n: a
  * row of f32 as the broadcast operand of gemm_bf16 (pairs along it). */
 typedef void (*fa__cpu_to_bf16_fn)(uint16_t *dst, const float *x, int n);
+/* The row-statistics pass on bf16 products works on transposed tiles
+ * (s[j*lds + i]: key j, query row i; np a multiple of FA_CPU_PANEL):
+ *   exp_cols:  s[j][i] = exp(s[j][i] - lse[i]) for j < rows, i < np, as
+ *              exp_rows does it element by element (0 where lse[i] = -inf);
+ *   colsum2:   sp[i] += sum_j p[j][i],  spd[i] += sum_j p[j][i] dp[j][i], in
+ *              double (each product exact), j < rows, i < np. */
+typedef void (*fa__cpu_exp_cols_fn)(float *s, ptrdiff_t lds, int rows, int np, const float *lse);
+typedef void (*fa__cpu_colsum2_fn)(const float *p, const float *dp, ptrdiff_t ld, int rows, int np, double *sp,
+                                   double *spd);
 typedef void (*fa__cpu_pair_pack_bf16_fn)(uint32_t *dst, ptrdiff_t ldd, const uint16_t *x, ptrdiff_t ldx, int rows,
                                           int cols);
 
@@ -171,6 +180,8 @@ typedef struct fa__cpu_kernels {
   fa__cpu_pair_pack_f32_fn pair_pack_f32;
   fa__cpu_pair_pack_bf16_fn pair_pack_bf16;
   fa__cpu_to_bf16_fn to_bf16;
+  fa__cpu_exp_cols_fn exp_cols;
+  fa__cpu_colsum2_fn colsum2;
 } fa__cpu_kernels;
 
 /* Fill a table: the portable kernels first, then each ISA overrides what it

@@ -6,9 +6,11 @@
  * Compiled with -mavx512f -mavx512bw -mavx512bf16; only called when the CPU
  * has AVX512-BF16 (and BW). */
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "kernels.h"
+#include "vexp_avx512.h"
 
 enum { KB_VL = 16, KB_MR = 8, KB_NV = 3 };
 
@@ -31,8 +33,9 @@ FA_INLINE __m512 dp(__m512 acc, __m512i a, __m512i b) {
   X(0, 1)                                                                                                         \
   X(0, 2)                                                                                                         \
   X(1, 0)                                                                                                         \
-  X(1, 1) X(1, 2) X(2, 0) X(2, 1) X(2, 2) X(3, 0) X(3, 1) X(3, 2) X(4, 0) X(4, 1) X(4, 2) X(5, 0) X(5, 1) X(5, 2) \
-      X(6, 0) X(6, 1) X(6, 2) X(7, 0) X(7, 1) X(7, 2)
+  X(1, 1)                                                                                                         \
+  X(1, 2) X(2, 0) X(2, 1) X(2, 2) X(3, 0) X(3, 1) X(3, 2) X(4, 0) X(4, 1) X(4, 2) X(5, 0) X(5, 1) X(5, 2) X(6, 0) \
+      X(6, 1) X(6, 2) X(7, 0) X(7, 1) X(7, 2)
 
 FA_INLINE void mkbf(const int MR_, const int NV_, int kp, const uint16_t *a, ptrdiff_t rsa, ptrdiff_t csa,
                     const uint32_t *b, ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc, int accumulate) {
@@ -58,7 +61,8 @@ FA_INLINE void mkbf(const int MR_, const int NV_, int kp, const uint16_t *a, ptr
     KB_ROW(1)
     KB_ROW(2)
     KB_ROW(3)
-    KB_ROW(4) KB_ROW(5) KB_ROW(6) KB_ROW(7)
+    KB_ROW(4)
+    KB_ROW(5) KB_ROW(6) KB_ROW(7)
 #undef KB_ROW
         ko += csa;
     b += ldb;
@@ -161,6 +165,55 @@ static void to_bf16_avx512(uint16_t *dst, const float *x, int n) {
   }
 }
 
+static void exp_cols_avx512(float *s, ptrdiff_t lds, int rows, int np, const float *lse) {
+  for (int i = 0; i < np; i += KB_VL) {
+    const __m512 l = _mm512_loadu_ps(lse + i);
+    const __mmask16 live = _mm512_cmp_ps_mask(l, _mm512_set1_ps(-INFINITY), _CMP_NEQ_UQ);
+    for (int j = 0; j < rows; ++j) {
+      float *x = s + (ptrdiff_t)j * lds + i;
+      _mm512_storeu_ps(x, _mm512_maskz_mov_ps(live, fa__cpu_exp512(_mm512_sub_ps(_mm512_loadu_ps(x), l))));
+    }
+  }
+}
+
+FA_INLINE __m512d lo_pd(__m512 x) {
+  return _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+}
+FA_INLINE __m512d hi_pd(__m512 x) {
+  return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+}
+
+/* One key's row of 16 lanes into the double sums (a: p, b: p dp), halves lo, hi. */
+#define COLSUM_ROW(j, a0, a1, b0, b1)                                                                               \
+  do {                                                                                                              \
+    const __m512 x_ = _mm512_loadu_ps(p + (ptrdiff_t)(j)*ld + i), y_ = _mm512_loadu_ps(dp + (ptrdiff_t)(j)*ld + i); \
+    const __m512d xl_ = lo_pd(x_), xh_ = hi_pd(x_);                                                                 \
+    a0 = _mm512_add_pd(a0, xl_);                                                                                    \
+    a1 = _mm512_add_pd(a1, xh_);                                                                                    \
+    b0 = _mm512_fmadd_pd(xl_, lo_pd(y_), b0);                                                                       \
+    b1 = _mm512_fmadd_pd(xh_, hi_pd(y_), b1);                                                                       \
+  } while (0)
+
+static void colsum2_avx512(const float *p, const float *dp, ptrdiff_t ld, int rows, int np, double *sp, double *spd) {
+  for (int i = 0; i < np; i += KB_VL) {
+    /* two keys at a time into two sets of sums, for the add latency */
+    __m512d a0 = _mm512_loadu_pd(sp + i), a1 = _mm512_loadu_pd(sp + i + 8), b0 = _mm512_loadu_pd(spd + i),
+            b1 = _mm512_loadu_pd(spd + i + 8);
+    __m512d a2 = _mm512_setzero_pd(), a3 = a2, b2 = a2, b3 = a2;
+    int j = 0;
+    for (; j + 1 < rows; j += 2) {
+      COLSUM_ROW(j, a0, a1, b0, b1);
+      COLSUM_ROW(j + 1, a2, a3, b2, b3);
+    }
+    if (j < rows) COLSUM_ROW(j, a0, a1, b0, b1);
+    _mm512_storeu_pd(sp + i, _mm512_add_pd(a0, a2));
+    _mm512_storeu_pd(sp + i + 8, _mm512_add_pd(a1, a3));
+    _mm512_storeu_pd(spd + i, _mm512_add_pd(b0, b2));
+    _mm512_storeu_pd(spd + i + 8, _mm512_add_pd(b1, b3));
+  }
+}
+#undef COLSUM_ROW
+
 /* The table's vl, mr, nv (AVX-512's 16, 8, 3) are the micro-kernel's. */
 void fa__cpu_kernels_avx512bf16(fa__cpu_kernels *kt) {
   kt->isa = FA_ISA_AVX512BF16;
@@ -168,4 +221,6 @@ void fa__cpu_kernels_avx512bf16(fa__cpu_kernels *kt) {
   kt->pair_pack_f32 = pair_pack_f32_avx512;
   kt->pair_pack_bf16 = pair_pack_bf16_avx512;
   kt->to_bf16 = to_bf16_avx512;
+  kt->exp_cols = exp_cols_avx512;
+  kt->colsum2 = colsum2_avx512;
 }

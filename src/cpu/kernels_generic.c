@@ -127,4 +127,6 @@ void fa__cpu_kernels_generic(fa__cpu_kernels *kt) {
   kt->pair_pack_f32 = NULL;
   kt->pair_pack_bf16 = NULL;
   kt->to_bf16 = NULL;
+  kt->exp_cols = NULL;
+  kt->colsum2 = NULL;
 }
