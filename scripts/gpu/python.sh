@@ -43,7 +43,9 @@ if [ "$MODE" = ring ]; then
   for w in 1 "$n"; do
     echo "== bench/gpu/ring.py on $w GPU(s) ($(date +%T))"
     # shellcheck disable=SC2086
-    torchrun --nproc_per_node="$w" bench/gpu/ring.py --out "$OUT" ${RING_ARGS:-} 2>&1 | grep -v "^W1" |
+    plain=""
+    [ "$w" = 1 ] && plain=--plain
+    torchrun --nproc_per_node="$w" bench/gpu/ring.py --out "$OUT" --torch-cp $plain ${RING_ARGS:-} 2>&1 | grep -v "^W1" |
       tee "$OUT/ring-$w.txt" || rc=1
   done
 fi
