@@ -145,6 +145,14 @@ typedef void (*fa__cpu_pair_pack_f32_fn)(uint32_t *dst, ptrdiff_t ldd, const flo
 /* dst[t] = x[t] rounded to bf16 (nearest even; NaN stays NaN), t < n: a
  * row of f32 as the broadcast operand of gemm_bf16 (pairs along it). */
 typedef void (*fa__cpu_to_bf16_fn)(uint16_t *dst, const float *x, int n);
+/* The forward's softmax step with P for the bf16 P.V product: kt->softmax
+ * exactly (m, l, f, the return value), except that P goes to pp as pair
+ * words along keys, rounded to bf16 (pp[k*ldp + i] = pair(P[2k][i],
+ * P[2k+1][i]), the odd row's partner 0, k < ceil(bc/2)) and s is left as
+ * it was. The same bits as softmax followed by pair_pack_f32. */
+typedef int (*fa__cpu_softmax_pairs_fn)(const float *s, ptrdiff_t lds, int bc, int np, float *m, float *l, float *f,
+                                        uint32_t *pp, ptrdiff_t ldp);
+
 /* The row-statistics pass on bf16 products works on transposed tiles
  * (s[j*lds + i]: key j, query row i; np a multiple of FA_CPU_PANEL):
  *   exp_cols:  s[j][i] = exp(s[j][i] - lse[i]) for j < rows, i < np, as
@@ -182,6 +190,7 @@ typedef struct fa__cpu_kernels {
   fa__cpu_to_bf16_fn to_bf16;
   fa__cpu_exp_cols_fn exp_cols;
   fa__cpu_colsum2_fn colsum2;
+  fa__cpu_softmax_pairs_fn softmax_pairs;
 } fa__cpu_kernels;
 
 /* Fill a table: the portable kernels first, then each ISA overrides what it

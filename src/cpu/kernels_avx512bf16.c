@@ -34,8 +34,10 @@ FA_INLINE __m512 dp(__m512 acc, __m512i a, __m512i b) {
   X(0, 2)                                                                                                         \
   X(1, 0)                                                                                                         \
   X(1, 1)                                                                                                         \
-  X(1, 2) X(2, 0) X(2, 1) X(2, 2) X(3, 0) X(3, 1) X(3, 2) X(4, 0) X(4, 1) X(4, 2) X(5, 0) X(5, 1) X(5, 2) X(6, 0) \
-      X(6, 1) X(6, 2) X(7, 0) X(7, 1) X(7, 2)
+  X(1, 2)                                                                                                         \
+  X(2, 0)                                                                                                         \
+  X(2, 1) X(2, 2) X(3, 0) X(3, 1) X(3, 2) X(4, 0) X(4, 1) X(4, 2) X(5, 0) X(5, 1) X(5, 2) X(6, 0) X(6, 1) X(6, 2) \
+      X(7, 0) X(7, 1) X(7, 2)
 
 FA_INLINE void mkbf(const int MR_, const int NV_, int kp, const uint16_t *a, ptrdiff_t rsa, ptrdiff_t csa,
                     const uint32_t *b, ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc, int accumulate) {
@@ -62,7 +64,9 @@ FA_INLINE void mkbf(const int MR_, const int NV_, int kp, const uint16_t *a, ptr
     KB_ROW(2)
     KB_ROW(3)
     KB_ROW(4)
-    KB_ROW(5) KB_ROW(6) KB_ROW(7)
+    KB_ROW(5)
+    KB_ROW(6)
+    KB_ROW(7)
 #undef KB_ROW
         ko += csa;
     b += ldb;
@@ -140,17 +144,25 @@ static void pair_pack_f32_avx512(uint32_t *dst, ptrdiff_t ldd, const float *x, p
   }
 }
 
+/* Two rows of bf16 to pair words, 32 columns at a time: vpermt2w picks
+ * the interleave of the two rows' 64 words, once for each half. */
 static void pair_pack_bf16_avx512(uint32_t *dst, ptrdiff_t ldd, const uint16_t *x, ptrdiff_t ldx, int rows, int cols) {
+  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5,
+                                      36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
   for (int r = 0; r < rows; r += 2) {
     const uint16_t *x0 = x + (ptrdiff_t)r * ldx, *x1 = x0 + ldx;
     const int two = r + 1 < rows;
     uint32_t *d = dst + (ptrdiff_t)(r / 2) * ldd;
-    for (int n = 0; n < cols; n += KB_VL) {
-      const __mmask16 k = cols - n >= KB_VL ? (__mmask16)0xffff : (__mmask16)((1u << (cols - n)) - 1u);
-      __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, x0 + n));
-      if (two)
-        w = _mm512_or_si512(w, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, x1 + n)), 16));
-      _mm512_mask_storeu_epi32(d + n, k, w);
+    for (int n = 0; n < cols; n += 2 * KB_VL) {
+      const int left = cols - n;
+      const __mmask32 k = left >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << left) - 1u);
+      const __m512i a = _mm512_maskz_loadu_epi16(k, x0 + n);
+      const __m512i b = two ? _mm512_maskz_loadu_epi16(k, x1 + n) : _mm512_setzero_si512();
+      const __mmask16 k0 = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+      const __mmask16 k1 = left >= 32 ? (__mmask16)0xffff : left > 16 ? (__mmask16)((1u << (left - 16)) - 1u) : 0;
+      _mm512_mask_storeu_epi32(d + n, k0, _mm512_permutex2var_epi16(a, lo, b));
+      if (k1) _mm512_mask_storeu_epi32(d + n + KB_VL, k1, _mm512_permutex2var_epi16(a, hi, b));
     }
   }
 }
@@ -163,6 +175,50 @@ static void to_bf16_avx512(uint16_t *dst, const float *x, int n) {
     const __mmask16 k = (__mmask16)((1u << (n - t)) - 1u);
     _mm256_mask_storeu_epi16(dst + t, k, (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, x + t)));
   }
+}
+
+/* softmax_avx512 of kernels_avx512.c, two keys at a time (as it runs them),
+ * each pair of rows of P converted and interleaved as pair_pack_f32 does. */
+static int softmax_pairs_avx512(const float *s, ptrdiff_t lds, int bc, int np, float *m, float *l, float *f,
+                                uint32_t *pp, ptrdiff_t ldp) {
+  const __m512 ninf = _mm512_set1_ps(-INFINITY), one = _mm512_set1_ps(1.0f);
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
+                                       5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  __mmask16 moved = 0;
+  for (int i = 0; i < np; i += KB_VL) {
+    const float *col = s + i;
+    __m512 mx0 = ninf, mx1 = ninf;
+    int j = 0;
+    for (; j + 1 < bc; j += 2) {
+      mx0 = _mm512_max_ps(mx0, _mm512_loadu_ps(col + j * lds));
+      mx1 = _mm512_max_ps(mx1, _mm512_loadu_ps(col + (j + 1) * lds));
+    }
+    if (j < bc) mx0 = _mm512_max_ps(mx0, _mm512_loadu_ps(col + j * lds));
+    const __m512 mold = _mm512_loadu_ps(m + i);
+    const __m512 mn = _mm512_max_ps(_mm512_max_ps(mx0, mx1), mold);
+    const __m512 mu = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mn, ninf, _CMP_EQ_OQ), mn, _mm512_setzero_ps());
+    const __m512 fi = fa__cpu_exp512(_mm512_sub_ps(mold, mu));
+    __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
+    for (j = 0; j + 1 < bc; j += 2) {
+      const __m512 p0 = fa__cpu_exp512(_mm512_sub_ps(_mm512_loadu_ps(col + j * lds), mu));
+      const __m512 p1 = fa__cpu_exp512(_mm512_sub_ps(_mm512_loadu_ps(col + (j + 1) * lds), mu));
+      const __m512bh h = _mm512_cvtne2ps_pbh(p1, p0);
+      _mm512_storeu_si512((void *)(pp + (ptrdiff_t)(j / 2) * ldp + i), _mm512_permutexvar_epi16(idx, (__m512i)h));
+      sum0 = _mm512_add_ps(sum0, p0);
+      sum1 = _mm512_add_ps(sum1, p1);
+    }
+    if (j < bc) {
+      const __m512 p0 = fa__cpu_exp512(_mm512_sub_ps(_mm512_loadu_ps(col + j * lds), mu));
+      _mm512_storeu_si512((void *)(pp + (ptrdiff_t)(j / 2) * ldp + i),
+                          _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(p0)));
+      sum0 = _mm512_add_ps(sum0, p0);
+    }
+    _mm512_storeu_ps(l + i, _mm512_fmadd_ps(_mm512_loadu_ps(l + i), fi, _mm512_add_ps(sum0, sum1)));
+    _mm512_storeu_ps(m + i, mn);
+    _mm512_storeu_ps(f + i, fi);
+    moved |= _mm512_cmp_ps_mask(fi, one, _CMP_NEQ_UQ);
+  }
+  return moved != 0;
 }
 
 static void exp_cols_avx512(float *s, ptrdiff_t lds, int rows, int np, const float *lse) {
@@ -223,4 +279,5 @@ void fa__cpu_kernels_avx512bf16(fa__cpu_kernels *kt) {
   kt->to_bf16 = to_bf16_avx512;
   kt->exp_cols = exp_cols_avx512;
   kt->colsum2 = colsum2_avx512;
+  kt->softmax_pairs = softmax_pairs_avx512;
 }

@@ -129,4 +129,5 @@ void fa__cpu_kernels_generic(fa__cpu_kernels *kt) {
   kt->to_bf16 = NULL;
   kt->exp_cols = NULL;
   kt->colsum2 = NULL;
+  kt->softmax_pairs = NULL;
 }
