@@ -153,6 +153,11 @@ def main():
     ap.add_argument("--out", default=None, help="directory for a JSON line per case (rank 0)")
     ap.add_argument("--seqs", type=int, default=0, help="also packed: this many sequences (varlen rows)")
     ap.add_argument(
+        "--torch-cp",
+        action="store_true",
+        help="also time PyTorch's context_parallel (SDPA on sharded buffers) in the same run",
+    )
+    ap.add_argument(
         "--plain",
         action="store_true",
         help="one GPU only: also time plain flash_attn_func (the single-GPU baseline without the ring)",
