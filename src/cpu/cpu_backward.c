@@ -181,7 +181,12 @@ static void bwd_tile(const bwd_ctx *c, bwd_scratch *s, int64_t b, int64_t hk, in
     const float *di_seq = c->di + (b * p->Hq + h) * p->Lq, *lse_seq = c->lse + (b * p->Hq + h) * p->Lq,
                 *lse_lo_seq = c->lse_lo ? c->lse_lo + (b * p->Hq + h) * p->Lq : NULL;
     atomic_int *tickets = c->tickets + c->qprefix[b] + h * c->nq[b];
-    for (int64_t r = rlo; r < rhi; ++r) {
+    for (int64_t rr = rlo; rr < rhi; ++rr) {
+      /* Neighbouring items (K/V tiles) run at the same time and add to the
+       * same query tiles' dQ: without the ordering of the deterministic
+       * mode, odd tiles walk the query tiles backwards, so that two
+       * threads rarely want the same lock. */
+      const int64_t r = !p->deterministic && (t & 1) ? rhi - 1 - (rr - rlo) : rr;
       int64_t t0, t1;
       ktiles_of(&bd, r, c->bq, c->bk, &t0, &t1);
       if (t < t0 || t >= t1) continue;
