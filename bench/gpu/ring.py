@@ -95,6 +95,10 @@ def torch_cp_rows(args, rank, world, dev):
                 for s in (shape_q, shape_kv, shape_kv, shape_q)
             ]
             try:
+                # PyTorch balances the load (its own zig-zag) only for causal; off for the rest
+                from torch.distributed.tensor.experimental._attention import _cp_options
+
+                _cp_options.enable_load_balance = causal
                 with context_parallel(mesh, buffers=bufs, buffer_seq_dims=[2, 2, 2, 2], no_restore_buffers=set(bufs)):
                     q, k, v, dout = bufs
                     qq, kk, vv = (t.detach().requires_grad_(mode == "fwdbwd") for t in (q, k, v))

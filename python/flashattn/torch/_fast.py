@@ -91,7 +91,11 @@ def attention(q, k, v, bshd, scale, softcap, causal, bottom_right, window, deter
     key = (scale, softcap, causal, bottom_right, wl, wr, deterministic, backend)
     if _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         p = _plan(q, k, v, bshd, backend)
-        return None if p is None else Attention.apply(q, k, v, bshd, key, p)
+        if p is None:
+            return None
+        if want_lse:
+            return Attention.apply(q, k, v, bshd, key, p, True)
+        return Attention.apply(q, k, v, bshd, key, p, False), None
     p = _plan(q, k, v, bshd, backend)
     return None if p is None else _forward(q, key, p, want_lse)
 
@@ -176,19 +180,22 @@ def _forward(q, key, p, want_lse):
 
 class Attention(torch.autograd.Function):
     """The hot path with autograd: the backward runs flashattn::bwd's kernel
-    (_ops.bwd_impl) on [B, H, L, D] views, as the general path does."""
+    (_ops.bwd_impl) on [B, H, L, D] views, as the general path does. Returns
+    (o, lse) if with_lse, else o alone (autograd sets up one output less)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, bshd, key, p):
+    def forward(ctx, q, k, v, bshd, key, p, with_lse):
         o, lse = _forward(q, key, p, True)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.bshd, ctx.key = bshd, key
+        if not with_lse:
+            return o
         ctx.mark_non_differentiable(lse)
         return o, lse
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_o, grad_lse):
+    def backward(ctx, grad_o, *grad_lse):
         q, k, v, o, lse = ctx.saved_tensors
         if ctx.bshd:
             q, k, v, o, grad_o = (t.transpose(1, 2) for t in (q, k, v, o, grad_o))
@@ -198,4 +205,4 @@ class Attention(torch.autograd.Function):
         dq, dk, dv, _ = _ops.backward_formula(_ops.bwd_impl, saved, scalars + (backend,), grad_o, False)
         if ctx.bshd:
             dq, dk, dv = dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)
-        return dq, dk, dv, None, None, None
+        return dq, dk, dv, None, None, None, None
