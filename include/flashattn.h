@@ -204,6 +204,16 @@ FA_API fa_status fa_context_set_threads(fa_context *ctx, int threads);
 FA_API fa_status fa_context_set_cpu_isa(fa_context *ctx, fa_cpu_isa isa);
 /* CUDA stream (a cudaStream_t) for the cuda backend; NULL = default stream. */
 FA_API fa_status fa_context_set_stream(fa_context *ctx, void *cuda_stream);
+/* Whether fa_forward_kvcache reads cache_seqlens and block_table back from
+ * device memory to check their values before anything runs (on = 1, the
+ * default). The check is a synchronous copy: the host waits for the GPU to
+ * finish the work queued before the call. Off (0) keeps the call
+ * asynchronous, as a decode loop wants: the values are then not checked,
+ * and the cuda kernels clamp every length, page index and rotary position
+ * into the tensors' bounds, so a bad value gives unspecified results for its
+ * sequence but never reads or writes outside a tensor. Host memory is always
+ * checked (no copy is needed). */
+FA_API fa_status fa_context_set_device_checks(fa_context *ctx, int on);
 /* The message of the last failed call ("" after a success). */
 FA_API const char *fa_context_last_error(const fa_context *ctx);
 /* The backend that ran the last call (FA_BACKEND_AUTO if none did). */

@@ -503,6 +503,72 @@ static void test_backends(void **state) {
   assert_true(ran > 0);
 }
 
+/* fa_context_set_device_checks(ctx, 0): on cuda the call reads no length or
+ * page back to the host; with good values it gives the same bits as a
+ * checked call (the kernels' clamps change nothing inside the bounds); with
+ * bad values (a length past the capacity, a negative one, page indices
+ * outside the cache, rotary positions past the tables) it runs, writes only
+ * inside the tensors (memcheck holds the GPU run to that) and leaves the
+ * other sequences' results alone. On host memory the switch changes nothing:
+ * bad values are refused as ever. */
+static void test_device_checks_off(void **state) {
+  (void)state;
+  const kvcase *c = &cases[7]; /* rotary_neox_gqa: paged 16, append 2, B = 2 */
+  for (int i = 0; i < tb_nbackends; ++i) {
+    const tb_backend *be = &tb_backends[i];
+    if (fa_backend_available(be->id, NULL, 0) != FA_OK || be->id == FA_BACKEND_AUTO) continue;
+    const int dev = be->memory == FA_MEMORY_CUDA;
+    if (dev && !tdev_available()) continue;
+    kvprob P;
+    prob_make(&P, c, FA_F32);
+    const int64_t nrow = (int64_t)c->B * c->Hq * c->Lq, per_b = (int64_t)c->Hq * c->Lq;
+    double *o1 = malloc((size_t)(nrow * c->Dv) * sizeof(double)), *o2 = malloc((size_t)(nrow * c->Dv) * sizeof(double));
+    double *l1 = malloc((size_t)nrow * sizeof(double)), *l2 = malloc((size_t)nrow * sizeof(double));
+    unsigned char *kc1 = malloc(P.kc_bytes), *vc1 = malloc(P.vc_bytes), *kc2 = malloc(P.kc_bytes),
+                  *vc2 = malloc(P.vc_bytes);
+    fa_context *checked, *trusting;
+    assert_int_equal(fa_context_create(&checked), FA_OK);
+    assert_int_equal(fa_context_create(&trusting), FA_OK);
+    assert_int_equal(fa_context_set_device_checks(trusting, 0), FA_OK);
+    assert_int_equal(run_call(checked, be->id, dev, &P, 3, o1, l1, kc1, vc1), FA_OK);
+    if (run_call(trusting, be->id, dev, &P, 3, o2, l2, kc2, vc2) != FA_OK)
+      fail_msg("%s, device checks off: %s", be->name, fa_context_last_error(trusting));
+    if (memcmp(o1, o2, (size_t)(nrow * c->Dv) * sizeof(double)) || memcmp(l1, l2, (size_t)nrow * sizeof(double)) ||
+        memcmp(kc1, kc2, P.kc_bytes) || memcmp(vc1, vc2, P.vc_bytes))
+      fail_msg("%s: good values, device checks off: not the bits of the checked call", be->name);
+    /* sequence 1 gets bad values; sequence 0 keeps its own */
+    static const int32_t bad_len[] = {64, 1000, -5};
+    for (size_t k = 0; k < sizeof bad_len / sizeof bad_len[0]; ++k) {
+      const int32_t keep_len = P.seqlens[1], keep_page = P.bt[P.max_blocks];
+      P.seqlens[1] = bad_len[k];
+      P.bt[P.max_blocks] = k == 2 ? -3 : P.pages + 7;
+      const fa_status st = run_call(trusting, be->id, dev, &P, 3, o2, l2, kc2, vc2);
+      P.seqlens[1] = keep_len;
+      P.bt[P.max_blocks] = keep_page;
+      if (!dev) {
+        if (st != FA_ERR_SEQLENS)
+          fail_msg("%s (host memory): bad values gave %s, expected FA_ERR_SEQLENS", be->name, fa_status_name(st));
+        continue;
+      }
+      if (st != FA_OK)
+        fail_msg("cuda, device checks off, cache_seqlens[1] = %d: %s", bad_len[k], fa_context_last_error(trusting));
+      if (memcmp(o1, o2, (size_t)(per_b * c->Dv) * sizeof(double)) || memcmp(l1, l2, (size_t)per_b * sizeof(double)))
+        fail_msg("cuda, device checks off: sequence 0 changed when sequence 1's values went bad (%d)", bad_len[k]);
+    }
+    fa_context_destroy(checked);
+    fa_context_destroy(trusting);
+    free(o1);
+    free(o2);
+    free(l1);
+    free(l2);
+    free(kc1);
+    free(vc1);
+    free(kc2);
+    free(vc2);
+    prob_free(&P);
+  }
+}
+
 /* ---- bad input ---------------------------------------------------------- */
 
 static void expect_bad(fa_backend be, const kvprob *P, fa_kvcache *kv, const fa_options *opt, fa_tensor *o,
@@ -898,6 +964,7 @@ int main(void) {
                                      cmocka_unit_test(test_merge_cuda),
                                      cmocka_unit_test(test_block_table_used_entries_only),
                                      cmocka_unit_test(test_arrays_under_outputs),
-                                     cmocka_unit_test(test_sizes_from_the_keys)};
+                                     cmocka_unit_test(test_sizes_from_the_keys),
+                                     cmocka_unit_test(test_device_checks_off)};
   return cmocka_run_group_tests_name("kvcache", tests, NULL, NULL);
 }

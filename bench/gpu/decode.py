@@ -16,6 +16,7 @@ and V bytes once (2 B Hkv Lk D bytes each).
 usage: python3 bench/gpu/decode.py --lib build/libflashattn.so [--out DIR]
        [--reps 15] [--inner 20] [--splits 0,16,64] [--quick]
 """
+
 import argparse
 import ctypes as C
 import datetime
@@ -81,6 +82,7 @@ def events_ms(fn, reps, inner, warmup=3):
 def kernel_ms(fn, calls=10):
     """Device time of the kernels fn launches (all of them), per call."""
     from torch.profiler import ProfilerActivity, profile
+
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -111,12 +113,18 @@ def copy_gbps(reps):
 
 class Ours:
     def __init__(self, lib_path):
-        os.environ.setdefault("FLASHATTN_CUDA_DECODE", "1")  # the kernels' opt-in until verified on a GPU
         self.lib = fa.load(lib_path)
         L = self.lib
         P = C.POINTER
-        L.fa_forward_kvcache.argtypes = [C.c_void_p, C.c_int, P(fa.Tensor), P(KVCache), P(fa.Options), P(fa.Tensor),
-                                         P(fa.Tensor)]
+        L.fa_forward_kvcache.argtypes = [
+            C.c_void_p,
+            C.c_int,
+            P(fa.Tensor),
+            P(KVCache),
+            P(fa.Options),
+            P(fa.Tensor),
+            P(fa.Tensor),
+        ]
         L.fa_forward_kvcache.restype = C.c_int
         why = C.create_string_buffer(256)
         if L.fa_backend_available(fa.FA_BACKEND_CUDA, why, 256) != 0:
@@ -126,8 +134,9 @@ class Ours:
         L.fa_context_set_stream(self.ctx, C.c_void_p(torch.cuda.current_stream().cuda_stream))
 
     def call(self, q, kv, opt, o, lse):
-        st = self.lib.fa_forward_kvcache(self.ctx, fa.FA_BACKEND_CUDA, C.byref(q), C.byref(kv), C.byref(opt),
-                                         C.byref(o), C.byref(lse))
+        st = self.lib.fa_forward_kvcache(
+            self.ctx, fa.FA_BACKEND_CUDA, C.byref(q), C.byref(kv), C.byref(opt), C.byref(o), C.byref(lse)
+        )
         if st != 0:
             raise RuntimeError("fa_forward_kvcache: %d %s" % (st, self.lib.fa_context_last_error(self.ctx).decode()))
 
@@ -140,6 +149,12 @@ def main():
     ap.add_argument("--inner", type=int, default=20)
     ap.add_argument("--splits", default="0", help="num_splits values to time (0 = auto)")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument(
+        "--checks",
+        default="on,off",
+        help="fa_context_set_device_checks per row: on (lengths / block table read back and checked "
+        "each call: a host sync), off (taken unread, the call stays asynchronous), or both",
+    )
     a = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.cuda.get_device_properties(0)
@@ -149,23 +164,41 @@ def main():
         print(s, flush=True)
         lines.append(s)
 
-    say("# decode benchmark, %s, %s (%d SMs), torch %s" %
-        (datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), dev.name, dev.multi_processor_count, torch.__version__))
+    say(
+        "# decode benchmark, %s, %s (%d SMs), torch %s"
+        % (datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), dev.name, dev.multi_processor_count, torch.__version__)
+    )
     cbw = copy_gbps(a.reps)
     say("device-to-device copy (2 GiB read + 2 GiB written): %.0f GB/s" % cbw)
     ours = Ours(a.lib)
     D = 128
     shapes = [  # (B, Hq, Hkv, Lk, page)
-        (1, 32, 8, 32768, 0), (1, 32, 8, 131072, 0), (8, 32, 8, 8192, 0), (32, 32, 8, 4096, 0),
-        (8, 32, 32, 8192, 0), (1, 32, 8, 32768, 16), (1, 32, 8, 32768, 256), (8, 32, 8, 8192, 16),
-        (8, 32, 8, 8192, 256)]
+        (1, 32, 8, 32768, 0),
+        (1, 32, 8, 131072, 0),
+        (8, 32, 8, 8192, 0),
+        (32, 32, 8, 4096, 0),
+        (8, 32, 32, 8192, 0),
+        (1, 32, 8, 32768, 16),
+        (1, 32, 8, 32768, 256),
+        (8, 32, 8, 8192, 16),
+        (8, 32, 8, 8192, 256),
+    ]
     if a.quick:
         shapes = shapes[:1] + shapes[5:6]
     splits = [int(x) for x in a.splits.split(",")]
-    hdr = "%-34s %9s %9s %9s %7s %7s %7s | %-44s %6s" % ("shape", "ours ms", "kern ms", "kern GB/s", "%copy",
-                                                         "vs best", "kern vs", "SDPA ms (flash/eff/cudnn/math)", "err")
+    hdr = "%-44s %9s %9s %9s %7s %7s %7s | %-44s %6s" % (
+        "shape",
+        "ours ms",
+        "kern ms",
+        "kern GB/s",
+        "%copy",
+        "vs best",
+        "kern vs",
+        "SDPA ms (flash/eff/cudnn/math)",
+        "err",
+    )
     say(hdr)
-    for (B, Hq, Hkv, Lk, page) in shapes:
+    for B, Hq, Hkv, Lk, page in shapes:
         g = Hq // Hkv
         kvbytes = 2 * B * Hkv * Lk * D * 2
         q = torch.randn(B, Hq, 1, D, dtype=torch.bfloat16, device="cuda")
@@ -203,24 +236,28 @@ def main():
         # SDPA (contiguous K/V; GQA through enable_gqa, else K/V repeated beforehand)
         sd = {}
         ref = None
-        for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("eff", SDPBackend.EFFICIENT_ATTENTION),
-                         ("cudnn", SDPBackend.CUDNN_ATTENTION), ("math", SDPBackend.MATH)):
+        for name, be in (
+            ("flash", SDPBackend.FLASH_ATTENTION),
+            ("eff", SDPBackend.EFFICIENT_ATTENTION),
+            ("cudnn", SDPBackend.CUDNN_ATTENTION),
+            ("math", SDPBackend.MATH),
+        ):
             if name == "math" and B * Hq * Lk > 8 * 32 * 8192:
                 continue
             try:
                 with sdpa_kernel(be):
                     if g > 1:
                         try:
-                            fn = (lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
+                            fn = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
                             out = fn()
                             tag = ""
                         except Exception:
                             kr, vr = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
-                            fn = (lambda kr=kr, vr=vr: F.scaled_dot_product_attention(q, kr, vr))
+                            fn = lambda kr=kr, vr=vr: F.scaled_dot_product_attention(q, kr, vr)
                             out = fn()
                             tag = "*"
                     else:
-                        fn = (lambda: F.scaled_dot_product_attention(q, k, v))
+                        fn = lambda: F.scaled_dot_product_attention(q, k, v)
                         out = fn()
                         tag = ""
                     sd[name] = (events_ms(fn, a.reps, a.inner), tag)
@@ -230,26 +267,49 @@ def main():
                 sd[name] = (None, type(e).__name__[:12])
         best = min([t for t, _ in sd.values() if t is not None], default=None)
 
-        for ns in splits:
+        for ns, chk in [(ns, chk) for ns in splits for chk in a.checks.split(",")]:
             kv.num_splits = ns
-            fn = (lambda: ours.call(tq, kv, opt, to, tl))
+            ours.lib.fa_context_set_device_checks(ours.ctx, 1 if chk == "on" else 0)
+            fn = lambda: ours.call(tq, kv, opt, to, tl)
             fn()
             torch.cuda.synchronize()
             err = (o.float() - ref).abs().max().item() if ref is not None else float("nan")
             t_call = events_ms(fn, a.reps, a.inner)
             t_kern, _ = kernel_ms(fn)
             gbs = kvbytes / (t_kern * 1e-3) / 1e9 if t_kern > 0 else float("nan")
-            name = "B=%d H=%d/%d Lk=%d%s%s" % (B, Hq, Hkv, Lk, " page %d" % page if page else "",
-                                                 " splits %d" % ns if ns else "")
-            sdp = "/".join(("%.4f%s" % (t, tag)) if t is not None else tag for t, tag in
-                           (sd.get(n, (None, "-")) for n in ("flash", "eff", "cudnn", "math")))
-            say("%-34s %9.4f %9.4f %9.0f %6.0f%% %6.2fx %6.2fx | %-44s %6.3f" %
-                (name, t_call, t_kern, gbs, 100 * gbs / cbw, (best / t_call) if best else float("nan"),
-                 (best / t_kern) if best and t_kern > 0 else float("nan"), sdp, err))
+            name = "B=%d H=%d/%d Lk=%d%s%s%s" % (
+                B,
+                Hq,
+                Hkv,
+                Lk,
+                " page %d" % page if page else "",
+                " splits %d" % ns if ns else "",
+                " unchecked" if chk == "off" else "",
+            )
+            sdp = "/".join(
+                ("%.4f%s" % (t, tag)) if t is not None else tag
+                for t, tag in (sd.get(n, (None, "-")) for n in ("flash", "eff", "cudnn", "math"))
+            )
+            say(
+                "%-44s %9.4f %9.4f %9.0f %6.0f%% %6.2fx %6.2fx | %-44s %6.3f"
+                % (
+                    name,
+                    t_call,
+                    t_kern,
+                    gbs,
+                    100 * gbs / cbw,
+                    (best / t_call) if best else float("nan"),
+                    (best / t_kern) if best and t_kern > 0 else float("nan"),
+                    sdp,
+                    err,
+                )
+            )
         del q, k, v, o, lse, kv
         torch.cuda.empty_cache()
-    say("(vs best: best SDPA call time / our call time; kern vs: best SDPA call time / our kernels' time; * = K/V repeated to Hq heads before timing, SDPA backend "
-        "without GQA; %copy: kernel GB/s of K/V over the copy bandwidth above)")
+    say(
+        "(vs best: best SDPA call time / our call time; kern vs: best SDPA call time / our kernels' time; * = K/V repeated to Hq heads before timing, SDPA backend "
+        "without GQA; %copy: kernel GB/s of K/V over the copy bandwidth above)"
+    )
     if a.out:
         with open(os.path.join(a.out, "decode.txt"), "w") as f:
             f.write("\n".join(lines) + "\n")

@@ -3,6 +3,7 @@
 The structs mirror include/flashattn.h field for field; ctypes lays them out
 with the platform's C alignment rules, like the compiler does.
 """
+
 import ctypes as C
 import os
 
@@ -56,6 +57,8 @@ def load(path):
     lib.fa_context_destroy.argtypes = [C.c_void_p]
     lib.fa_context_set_stream.argtypes = [C.c_void_p, C.c_void_p]
     lib.fa_context_set_stream.restype = C.c_int
+    lib.fa_context_set_device_checks.argtypes = [C.c_void_p, C.c_int]
+    lib.fa_context_set_device_checks.restype = C.c_int
     lib.fa_context_last_error.argtypes = [C.c_void_p]
     lib.fa_context_last_error.restype = C.c_char_p
     lib.fa_options_init.argtypes = [P(Options)]

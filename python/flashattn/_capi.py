@@ -201,6 +201,7 @@ def _load():
         "fa_context_set_threads": (i32, [vp, i32]),
         "fa_context_set_cpu_isa": (i32, [vp, i32]),
         "fa_context_set_stream": (i32, [vp, vp]),
+        "fa_context_set_device_checks": (i32, [vp, i32]),
         "fa_context_last_error": (cp, [vp]),
         "fa_context_last_backend": (i32, [vp]),
         "fa_context_dispatch_report": (cp, [vp]),
@@ -245,6 +246,7 @@ class _Context:
         self.threads = None
         self.isa = None
         self.stream = None
+        self.device_checks = True
         self.buf = C.create_string_buffer(_TENSOR.size * _SLOTS)  # the fa_tensors of the call in flight
         self.base = C.addressof(self.buf)
         self.kvbuf = None  # the fa_kvcache of the call in flight (see kvcache)
@@ -317,6 +319,13 @@ class _Context:
             if st != 0:
                 raise error(st, self.last_error())
             self.stream = stream
+
+    def set_device_checks(self, on):
+        """fa_context_set_device_checks, called only when the setting changes."""
+        on = bool(on)
+        if on != self.device_checks:
+            lib.fa_context_set_device_checks(self.ptr, int(on))
+            self.device_checks = on
 
     def last_error(self):
         return lib.fa_context_last_error(self.ptr).decode()

@@ -37,6 +37,13 @@ fa_status fa_context_set_stream(fa_context *ctx, void *cuda_stream) {
   return FA_OK;
 }
 
+fa_status fa_context_set_device_checks(fa_context *ctx, int on) {
+  if (!ctx) return FA_ERR_NULL_POINTER;
+  ctx->device_checks_off = !on;
+  ctx->last_error[0] = '\0';
+  return FA_OK;
+}
+
 const char *fa_context_last_error(const fa_context *ctx) {
   return ctx ? ctx->last_error : "ctx is NULL";
 }

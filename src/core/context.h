@@ -9,6 +9,7 @@ struct fa_context {
   int threads;
   fa_cpu_isa isa;
   void *stream;
+  int device_checks_off; /* fa_context_set_device_checks(ctx, 0) */
   fa_backend last_backend;
   char last_error[512];
   char report[1024];

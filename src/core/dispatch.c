@@ -178,6 +178,7 @@ fa_status fa_forward_kvcache(fa_context *ctx, fa_backend backend, const fa_tenso
   c.pass = FA__FORWARD;
   c.kvcache = 1;
   c.cache = cache;
+  c.trust_device_values = ctx && ctx->device_checks_off;
   c.q = q;
   c.o = o;
   c.lse = lse;

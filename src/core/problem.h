@@ -24,8 +24,9 @@ typedef struct fa__kv {
   fa_tensor k_new, v_new;               /* [B, Hkv, L_new, D / Dv]; data NULL = none */
   int64_t L_new;                        /* 0 without k_new */
   int64_t capacity;                     /* keys a sequence can hold */
-  const float *rotary_cos, *rotary_sin; /* [len][rotary_dim / 2]; NULL = none */
-  int64_t rotary_dim;
+  int64_t pages;                        /* k_cache.shape[0] */
+  const float *rotary_cos, *rotary_sin; /* [rotary_len][rotary_dim / 2]; NULL = none */
+  int64_t rotary_len, rotary_dim;
   int rotary_interleaved;
   int num_splits; /* 0 = the backend chooses */
 } fa__kv;

@@ -11,6 +11,7 @@ typedef struct fa__call {
   const fa_options *opt;
   int kvcache;             /* fa_forward_kvcache */
   const fa_kvcache *cache; /* its cache */
+  int trust_device_values; /* device-resident lengths / block table taken unread (fa_context_set_device_checks) */
 } fa__call;
 
 /* Checks c and fills p; on failure returns the status and err names the

@@ -173,46 +173,58 @@ fa_status fa__kv_problem_build(fa__problem *p, const fa__call *c, fa__err *err) 
   }
   CHECK(fa__no_overlap(outs, no, ins, ni, err));
 
-  /* lengths, pages, rotary positions: read before anything is written */
+  /* lengths, pages, rotary positions: read before anything is written
+   * (device memory: one copy each), unless they live on the device and the
+   * context takes them unread (fa_context_set_device_checks(ctx, 0)); then
+   * the worst case stands in for them here and the cuda kernels clamp the
+   * values into the same bounds */
   {
-    int32_t *len, *bt = NULL;
-    CHECK(fa__read_ints(kc->cache_seqlens, B, p->memory, &len, err));
+    const int trust = c->trust_device_values && p->memory == FA_MEMORY_CUDA;
+    int32_t *len = NULL, *bt = NULL;
     fa_status st = FA_OK;
-    int64_t longest = 0;
-    for (int64_t b = 0; b < B && st == FA_OK; ++b) {
-      if (len[b] < 0 || len[b] > capacity - L_new) {
-        fa__err_set(err,
-                    "cache->cache_seqlens[%lld] = %d is outside [0, %lld]: the cache holds %lld keys per sequence "
-                    "and the call appends %lld",
-                    (long long)b, len[b], (long long)(capacity - L_new), (long long)capacity, (long long)L_new);
-        st = FA_ERR_SEQLENS;
-      } else if (len[b] > longest) {
-        longest = len[b];
+    int64_t longest = capacity - L_new, bt_end = 0;
+    if (!trust) {
+      CHECK(fa__read_ints(kc->cache_seqlens, B, p->memory, &len, err));
+      longest = 0;
+      for (int64_t b = 0; b < B && st == FA_OK; ++b) {
+        if (len[b] < 0 || len[b] > capacity - L_new) {
+          fa__err_set(err,
+                      "cache->cache_seqlens[%lld] = %d is outside [0, %lld]: the cache holds %lld keys per sequence "
+                      "and the call appends %lld",
+                      (long long)b, len[b], (long long)(capacity - L_new), (long long)capacity, (long long)L_new);
+          st = FA_ERR_SEQLENS;
+        } else if (len[b] > longest) {
+          longest = len[b];
+        }
       }
-    }
-    /* only the entries of the pages each sequence uses: the rest need not exist */
-    for (int64_t b = 0; b < B && st == FA_OK && paged; ++b) {
-      const int64_t used = (len[b] + L_new + rows - 1) / rows;
-      if (used == 0) continue;
-      st = fa__read_ints(kc->block_table + b * bt_stride, used, p->memory, &bt, err);
-      for (int64_t i = 0; i < used && st == FA_OK; ++i) {
-        const int32_t pg = bt[i];
-        if (pg < 0 || pg >= pages) {
-          fa__err_set(err, "cache->block_table[%lld][%lld] = %d is not a page of k_cache (it has %lld)", (long long)b,
-                      (long long)i, pg, (long long)pages);
+      /* only the entries of the pages each sequence uses: the rest need not
+       * exist; read in one copy, from the first row to the last entry used */
+      for (int64_t b = 0; b < B && st == FA_OK && paged; ++b) {
+        const int64_t used = (len[b] + L_new + rows - 1) / rows;
+        if (used > 0 && b * bt_stride + used > bt_end) bt_end = b * bt_stride + used;
+      }
+      if (st == FA_OK && bt_end > 0) st = fa__read_ints(kc->block_table, bt_end, p->memory, &bt, err);
+      for (int64_t b = 0; b < B && st == FA_OK && bt; ++b) {
+        const int64_t used = (len[b] + L_new + rows - 1) / rows;
+        for (int64_t i = 0; i < used && st == FA_OK; ++i) {
+          const int32_t pg = bt[b * bt_stride + i];
+          if (pg < 0 || pg >= pages) {
+            fa__err_set(err, "cache->block_table[%lld][%lld] = %d is not a page of k_cache (it has %lld)", (long long)b,
+                        (long long)i, pg, (long long)pages);
+            st = FA_ERR_SEQLENS;
+          }
+        }
+      }
+      if (st == FA_OK && has_rot) {
+        const int64_t need = longest + (Lq > L_new ? Lq : L_new);
+        if (need > kc->rotary_len) {
+          fa__err_set(err, "cache->rotary_len = %lld: positions up to %lld are rotated (cache_seqlens + %lld)",
+                      (long long)kc->rotary_len, (long long)(need - 1), (long long)(Lq > L_new ? Lq : L_new));
           st = FA_ERR_SEQLENS;
         }
       }
-      free(bt);
-      bt = NULL;
-    }
-    if (st == FA_OK && has_rot) {
-      const int64_t need = longest + (Lq > L_new ? Lq : L_new);
-      if (need > kc->rotary_len) {
-        fa__err_set(err, "cache->rotary_len = %lld: positions up to %lld are rotated (cache_seqlens + %lld)",
-                    (long long)kc->rotary_len, (long long)(need - 1), (long long)(Lq > L_new ? Lq : L_new));
-        st = FA_ERR_SEQLENS;
-      }
+    } else if (paged) {
+      bt_end = (B - 1) * bt_stride + kc->max_blocks; /* every entry the table declares */
     }
     /* The backends read these arrays again while they write o, lse and
      * (appending) the caches: under an output, the values checked here
@@ -221,16 +233,11 @@ fa_status fa__kv_problem_build(fa__problem *p, const fa__call *c, fa__err *err) 
     if (st == FA_OK) {
       fa__extent arr[5];
       int na = 0;
-      uint64_t bt_end = 0;
-      for (int64_t b = 0; b < B && paged; ++b) {
-        const int64_t used = (len[b] + L_new + rows - 1) / rows;
-        if (used > 0 && (uint64_t)(b * bt_stride + used) > bt_end) bt_end = (uint64_t)(b * bt_stride + used);
-      }
       arr[na++] = fa__array_extent(kc->cache_seqlens, (uint64_t)B, 4, "cache->cache_seqlens");
-      if (bt_end) arr[na++] = fa__array_extent(kc->block_table, bt_end, 4, "cache->block_table");
+      if (bt_end) arr[na++] = fa__array_extent(kc->block_table, (uint64_t)bt_end, 4, "cache->block_table");
       if (has_rot) {
         uint64_t n;
-        const int64_t rot_rows = longest + (Lq > L_new ? Lq : L_new);
+        const int64_t rot_rows = trust ? kc->rotary_len : longest + (Lq > L_new ? Lq : L_new);
         if (__builtin_mul_overflow((uint64_t)rot_rows, (uint64_t)(kc->rotary_dim / 2), &n)) n = UINT64_MAX / 8;
         arr[na++] = fa__array_extent(kc->rotary_cos, n, 4, "cache->rotary_cos");
         arr[na++] = fa__array_extent(kc->rotary_sin, n, 4, "cache->rotary_sin");
@@ -290,8 +297,10 @@ fa_status fa__kv_problem_build(fa__problem *p, const fa__call *c, fa__err *err) 
   kv->v_new = vnew;
   kv->L_new = L_new;
   kv->capacity = capacity;
+  kv->pages = pages;
   kv->rotary_cos = has_rot ? kc->rotary_cos : NULL;
   kv->rotary_sin = has_rot ? kc->rotary_sin : NULL;
+  kv->rotary_len = has_rot ? kc->rotary_len : 0;
   kv->rotary_dim = has_rot ? kc->rotary_dim : 0;
   kv->rotary_interleaved = kc->rotary_interleaved != 0;
   kv->num_splits = kc->num_splits;

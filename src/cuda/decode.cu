@@ -28,6 +28,7 @@ struct append_params {
   int64_t kn[3], vn[3], ks[3], vs[3];
   fa__kvmap map;
   const int32_t *cache_seqlens;
+  fa__dec_bounds bounds;
   const float *rot_cos, *rot_sin;
   int rot_dim, rot_interleaved;
   int D, Dv, dtype;
@@ -56,8 +57,10 @@ __device__ __forceinline__ void elem_set(void *p, int64_t i, int dt, double v) {
 // both rows stored where kv_address.h puts key cache_seqlens[b] + t.
 __global__ void append_kernel(const append_params p) {
   const int64_t t = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-  const int64_t pos = static_cast<int64_t>(p.cache_seqlens[b]) + t;
-  const fa__kvpos at = fa__kv_locate(&p.map, b, pos);
+  const int64_t pos = fa__dec_clamp(p.cache_seqlens[b], p.bounds.max_len) + t;
+  fa__kvpos at = fa__kv_locate(&p.map, b, pos);
+  at.page = fa__dec_clamp(at.page, p.bounds.pages - 1);
+  const int64_t rpos = fa__dec_clamp(pos, p.bounds.rot_len - 1);
   const int64_t kin = b * p.kn[0] + h * p.kn[1] + t * p.kn[2], vin = b * p.vn[0] + h * p.vn[1] + t * p.vn[2];
   const int64_t kout = at.page * p.ks[0] + h * p.ks[1] + at.row * p.ks[2];
   const int64_t vout = at.page * p.vs[0] + h * p.vs[1] + at.row * p.vs[2];
@@ -66,7 +69,7 @@ __global__ void append_kernel(const append_params p) {
     double x = elem_get(p.k_new, kin + d, p.dtype);
     if (p.rot_cos && d < p.rot_dim) {
       const int tt = p.rot_interleaved ? d / 2 : d % half;
-      const double c = p.rot_cos[pos * half + tt], s = p.rot_sin[pos * half + tt];
+      const double c = p.rot_cos[rpos * half + tt], s = p.rot_sin[rpos * half + tt];
       const bool first = p.rot_interleaved ? (d & 1) == 0 : d < half;
       const int other = p.rot_interleaved ? (first ? d + 1 : d - 1) : (first ? d + half : d - half);
       const double y = elem_get(p.k_new, kin + other, p.dtype);
@@ -297,6 +300,10 @@ fa_status fa__cuda_forward_kvcache(const fa__problem *p, fa__err *err) {
   fa_status st = dg.enter(p->q.data, err);
   if (st != FA_OK) return st;
   cudaStream_t s = static_cast<cudaStream_t>(p->stream);
+  fa__dec_bounds bounds;
+  bounds.max_len = kv->capacity - kv->L_new;
+  bounds.pages = kv->map.block_table ? kv->pages : p->B;
+  bounds.rot_len = kv->rotary_len > 0 ? kv->rotary_len : 1;
 
   if (kv->L_new > 0) {
     append_params a;
@@ -311,6 +318,7 @@ fa_status fa__cuda_forward_kvcache(const fa__problem *p, fa__err *err) {
     copy3(a.vs, p->v);
     a.map = kv->map;
     a.cache_seqlens = kv->cache_seqlens;
+    a.bounds = bounds;
     a.rot_cos = kv->rotary_cos;
     a.rot_sin = kv->rotary_sin;
     a.rot_dim = static_cast<int>(kv->rotary_dim);
@@ -352,6 +360,7 @@ fa_status fa__cuda_forward_kvcache(const fa__problem *p, fa__err *err) {
   copy3(dp.vs, p->v);
   dp.map = kv->map;
   dp.cache_seqlens = kv->cache_seqlens;
+  dp.bounds = bounds;
   dp.L_new = kv->L_new;
   dp.rot_cos = kv->rotary_cos;
   dp.rot_sin = kv->rotary_sin;

@@ -34,6 +34,21 @@ fa_status fa__cuda_forward_kvcache(const fa__problem *p, fa__err *err);
 fa_status fa__cuda_merge_states(int n, const fa_tensor *o_parts, const fa_tensor *lse_parts, fa_tensor *o,
                                 fa_tensor *lse, void *stream, fa__err *err);
 
+// What a call may leave unchecked (fa_context_set_device_checks(ctx, 0)) is
+// made harmless in the kernels: a length past the capacity, a page index
+// outside the cache or a rotary position past the tables is clamped into
+// bounds, so a bad value gives wrong numbers for its sequence, never an
+// access outside a tensor. (Checked values are inside already: no change.)
+struct fa__dec_bounds {
+  int64_t max_len;  // cache_seqlens[b] in [0, max_len] (capacity - L_new)
+  int64_t pages;    // block-table entries in [0, pages)
+  int64_t rot_len;  // rotary rows in [0, rot_len)
+};
+
+__device__ __forceinline__ int64_t fa__dec_clamp(int64_t x, int64_t hi) {
+  return x < 0 ? 0 : x > hi ? hi : x;
+}
+
 // The decode kernel's problem, by value.
 struct fa__dec_params {
   const void *q;
@@ -46,6 +61,7 @@ struct fa__dec_params {
   fa__kvmap map;
   const int32_t *cache_seqlens;
   int64_t L_new;
+  fa__dec_bounds bounds;
   const float *rot_cos, *rot_sin;
   int rot_dim, rot_interleaved;
   const float *alibi;

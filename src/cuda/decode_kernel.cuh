@@ -133,7 +133,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const fa__dec_params p
   const int64_t kvh = x % p.Hkv, b = x / p.Hkv;
 
   // this sequence's band and this split's keys
-  const int64_t lk = static_cast<int64_t>(p.cache_seqlens[b]) + p.L_new;
+  const int64_t len = fa__dec_clamp(p.cache_seqlens[b], p.bounds.max_len);
+  const int64_t lk = len + p.L_new;
   fa__band bd;
   bd.lq = p.Lq;
   bd.lk = lk;
@@ -184,7 +185,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const fa__dec_params p
         ++idx;
       }
       const bool ok = jt + r0 + i * (kThreads / UPR) < j1;
-      pg[i] = ok ? __ldg(bt_row + idx) : 0;
+      pg[i] = ok ? static_cast<int32_t>(fa__dec_clamp(__ldg(bt_row + idx), p.bounds.pages - 1)) : 0;
       rw[i] = static_cast<int32_t>(row);
     }
   };
@@ -214,7 +215,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const fa__dec_params p
 
   // query rows r = rb * RB + rr (head kvh * group + r / Lq, row r % Lq): rotated at
   // cache_seqlens[b] + i, scaled, f32 in shared memory
-  const int64_t pos0 = p.cache_seqlens[b];
+  const int64_t pos0 = len;
   for (int e = tid; e < RB * KD; e += kThreads) {
     const int rr = e / KD, d = e % KD, r = rb * RB + rr;
     float v = 0.f;
@@ -224,7 +225,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const fa__dec_params p
       v = to_f32(qrow[d]);
       if (p.rot_cos && d < p.rot_dim) {
         const int half = p.rot_dim / 2;
-        const float *cr = p.rot_cos + (pos0 + i) * half, *sr = p.rot_sin + (pos0 + i) * half;
+        const int64_t at = fa__dec_clamp(pos0 + i, p.bounds.rot_len - 1);
+        const float *cr = p.rot_cos + at * half, *sr = p.rot_sin + at * half;
         if (p.rot_interleaved) {
           const int t = d / 2;
           v = (d & 1) ? to_f32(qrow[d - 1]) * sr[t] + v * cr[t] : v * cr[t] - to_f32(qrow[d + 1]) * sr[t];

@@ -269,7 +269,25 @@ def test_no_gradients():
     out = ft.flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens)
     assert not out.requires_grad
     out2, _ = torch.ops.flashattn.fwd_kvcache(
-        q.detach(), kc, vc, None, None, seqlens + 1, None, None, None, None, 0.0, 0.0, False, -1, -1, True, 0, "auto"
+        q.detach(),
+        kc,
+        vc,
+        None,
+        None,
+        seqlens + 1,
+        None,
+        None,
+        None,
+        None,
+        0.0,
+        0.0,
+        False,
+        -1,
+        -1,
+        True,
+        0,
+        True,
+        "auto",
     )
     assert torch.equal(out2, out)
     o, lse = ft.merge_states([out.transpose(1, 2).requires_grad_(True)], [torch.zeros(2, 4, 1)])
@@ -338,7 +356,7 @@ def test_compile_merge_states_fullgraph():
 
 def test_opcheck():
     q, kc, vc, bt, k, v, seqlens = problem(page=8)
-    args = (q, kc, vc, k, v, seqlens, bt, None, None, None, 0.0, 0.0, True, -1, -1, True, 0, "auto")
+    args = (q, kc, vc, k, v, seqlens, bt, None, None, None, 0.0, 0.0, True, -1, -1, True, 0, True, "auto")
     torch.library.opcheck(torch.ops.flashattn.fwd_kvcache.default, args)
     parts = ([randn((1, 2, 3, 4)), randn((1, 2, 3, 4))], [randn((1, 2, 3)), randn((1, 2, 3))], "auto")
     torch.library.opcheck(torch.ops.flashattn.merge_states.default, parts)
@@ -475,3 +493,20 @@ def test_cuda_merge_states():
     want_o, want_l = ft.merge_states([x.cpu() for x in o], [x.cpu() for x in lse])
     close(got_o.cpu(), want_o, 1e-5, "o")
     close(got_l.cpu(), want_l, 1e-5, "lse")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
+@pytest.mark.parametrize("page", [0, 16], ids=["contiguous", "paged16"])
+def test_device_checks_off_same_result(device, page):
+    """device_checks=False (no read-back of cache_seqlens / block_table on cuda) gives the checked
+    call's bits with good values; on CPU tensors the switch changes nothing: a bad length still raises."""
+    host = problem(page=page, cap=48)
+    q, kc, vc, bt, k, v, seqlens = (None if t is None else t.to(device) for t in host)
+    kc2, vc2 = kc.clone(), vc.clone()
+    kw = dict(cache_seqlens=seqlens, block_table=bt, causal=True, num_splits=3)
+    want = ft.flash_attn_with_kvcache(q, kc, vc, k, v, **kw)
+    got = ft.flash_attn_with_kvcache(q, kc2, vc2, k, v, device_checks=False, **kw)
+    assert torch.equal(got, want) and torch.equal(kc2, kc) and torch.equal(vc2, vc)
+    if device == "cpu":
+        with pytest.raises(ValueError, match="cache_seqlens"):
+            ft.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens + 10**6, block_table=bt, device_checks=False)

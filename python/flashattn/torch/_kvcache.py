@@ -54,6 +54,7 @@ def fwd_kvcache_impl(
     window_right: int,
     rotary_interleaved: bool,
     num_splits: int,
+    device_checks: bool,
     backend: str,
 ) -> Tuple[Tensor, Tensor]:
     """out [B, Lq, Hq, Dv] and lse [B, Hq, Lq] float32 (float64 for float64 q); q [B, Lq, Hq, D]; k_cache / v_cache [B, Lcap,
@@ -92,6 +93,7 @@ def fwd_kvcache_impl(
         alibi_slopes = _words(alibi_slopes, "alibi_slopes", (Hq,))
 
     ctx = _ops._context(q)
+    ctx.set_device_checks(device_checks)
     code = _capi.code_of(backend, _capi.BACKENDS, "backend")
     opt = _ops._options(ctx, None, None, alibi_slopes, None, None, None, None, None, scale, softcap, causal, True,
                         window_left, window_right, 0.0, False)  # fmt: skip
@@ -180,6 +182,7 @@ def flash_attn_with_kvcache(
     num_splits=0,
     return_softmax_lse=False,
     *,
+    device_checks=True,
     backend="auto",
 ):
     """FlashAttention 2's flash_attn_with_kvcache: attention of q against a KV cache, appending k, v.
@@ -196,11 +199,15 @@ def flash_attn_with_kvcache(
     (UnsupportedError). num_splits: keys split into this many chunks merged at the end (0 = the
     backend chooses); results agree up to rounding, and one value gives the same bits every run.
 
+    device_checks (keyword): on CUDA tensors, cache_seqlens and block_table are read back to the host
+    and checked before the call (a bad value raises, nothing is written), which makes every call wait
+    for the GPU; device_checks=False skips that read (fa_context_set_device_checks): the call stays
+    asynchronous, as a decode loop wants, and a bad value gives unspecified results for its sequence
+    but never reads or writes outside the tensors. CPU tensors are always checked.
+
     Returns out [B, Lq, Hq, Dv] (and softmax_lse [B, Hq, Lq] if return_softmax_lse: float32, float64
-    for float64 q). No
-    gradients: like FlashAttention's, the outputs do not require grad. CPU tensors run on the cpu
-    backend (float64 on ref); CUDA tensors on the cuda backend, which refuses the call for now
-    (UnsupportedError), leaving the caches untouched.
+    for float64 q). No gradients: like FlashAttention's, the outputs do not require grad. CPU tensors
+    run on the cpu backend (float64 on ref), CUDA tensors on the cuda backend (split-KV decode kernels).
     """
     want = "[B, L, H, D]"
     _check_4d(q, "q", want)
@@ -257,7 +264,7 @@ def flash_attn_with_kvcache(
     q, k, v = _detached(q), _detached(k), _detached(v)
     args = (q, k_cache, v_cache, k, v, cache_seqlens, block_table, rotary_cos, rotary_sin, alibi_slopes,
             float(softmax_scale or 0.0), float(softcap or 0.0), bool(causal), wl, wr, bool(rotary_interleaved),
-            int(num_splits), backend)  # fmt: skip
+            int(num_splits), bool(device_checks), backend)  # fmt: skip
     if _plain_eager((q, k_cache, v_cache, k, v)):
         out, lse = fwd_kvcache_impl(*args)
     else:
@@ -270,8 +277,8 @@ def merge_states(o_parts, lse_parts, *, backend="auto"):
     shared prefix attended apart): o_parts [B, H, L, Dv] and lse_parts [B, H, L] (lists of tensors) ->
     (o, lse) with lse = logsumexp_i lse_i and o = sum_i exp(lse_i - lse) o_i (0 and -inf where every
     lse_i is -inf), computed in float64. o has o_parts[0]'s dtype, lse is float32 (float64 if
-    lse_parts[0] is). No gradients (the outputs do not require grad). cpu and ref run it; CUDA tensors
-    get UnsupportedError for now."""
+    lse_parts[0] is). No gradients (the outputs do not require grad). cpu and ref run it on CPU
+    tensors, cuda on CUDA tensors."""
     o_parts, lse_parts = _capi.merge_parts(o_parts, lse_parts)
     for parts, n in ((o_parts, "o_parts"), (lse_parts, "lse_parts")):
         for i, t in enumerate(parts):
