@@ -29,28 +29,8 @@ def main():
     qt = q.transpose(1, 2)
     qg = q.detach().clone().requires_grad_()
     qgt = qg.transpose(1, 2)
-    args = (
-        qt,
-        qt,
-        qt,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        0.0,
-        0.0,
-        False,
-        False,
-        -1,
-        -1,
-        0.0,
-        False,
-        "auto",
-    )
+    nones = (None,) * 8  # mask, bias, alibi_slopes, seqlens_q/k, cu_seqlens_q/k, rng
+    args = (qt, qt, qt, *nones, 0.0, 0.0, False, False, -1, -1, 0.0, False, "auto")
     ctx = _ops._context(qt)
     opt = _ops._options(ctx, *args[3:11], *args[11:19])
     o, lse = _ops.fwd_impl(*args)
