@@ -288,11 +288,11 @@ int fa_cli_bench(int argc, char **argv) {
     printf("%d timed calls after 1 memory-measuring call and %d warm-up; times are the median [min, max]\n", o.cfg.reps,
            o.cfg.warmup);
     if (o.cfg.peak) {
-      printf("peak (measured now, FP32 FMA):");
+      printf("peak (measured now; FP32 FMA, bf16 vdpbf16ps for avx512bf16):");
       for (int isa = FA_ISA_AVX512BF16; isa >= FA_ISA_GENERIC; --isa)
         if (peak.isa[isa].measured)
           printf(" %s %.1f/%.1f", fa_cpu_isa_name((fa_cpu_isa)isa), peak.isa[isa].gflops_1t, peak.isa[isa].gflops_all);
-      printf(" GFLOP/s (1/%d threads; avx512bf16: the bf16 vdpbf16ps rate, %%peak of bf16 products)\n", peak.threads);
+      printf(" GFLOP/s (1/%d threads; %%peak of bf16 products is of the avx512bf16 rate)\n", peak.threads);
     } else if (o.cfg.peak_gflops > 0) {
       printf("peak: %.1f GFLOP/s (given)\n", o.cfg.peak_gflops);
     }
