@@ -14,7 +14,9 @@ int fa__cpu_isa_have(fa_cpu_isa isa) {
 #ifdef FA_CPU_X86
     case FA_ISA_AVX2: return fa__cpuinfo_get()->has_avx2_fma;
     case FA_ISA_AVX512: return fa__cpuinfo_get()->has_avx512f;
+#ifdef FA_CPU_AVX512BF16
     case FA_ISA_AVX512BF16: return fa__cpuinfo_get()->has_avx512bf16;
+#endif
 #endif
     default: return 0;
   }
@@ -31,6 +33,9 @@ static fa_cpu_isa best_isa(void) {
 
 static const char *lacks(fa_cpu_isa isa) {
 #ifdef FA_CPU_X86
+#ifndef FA_CPU_AVX512BF16
+  if (isa == FA_ISA_AVX512BF16) return "this build has no avx512bf16 kernels (its compiler lacks -mavx512bf16)";
+#endif
   (void)isa;
   return "this CPU lacks it";
 #else
@@ -94,7 +99,9 @@ static void build_tables(void) {
     fa__cpu_kernels_avx512(&g_tables[FA_ISA_AVX512]);
     g_tables[FA_ISA_AVX512BF16] = g_tables[FA_ISA_AVX512];
   }
+#ifdef FA_CPU_AVX512BF16
   if (fa__cpu_isa_have(FA_ISA_AVX512BF16)) fa__cpu_kernels_avx512bf16(&g_tables[FA_ISA_AVX512BF16]);
+#endif
 #endif
 }
 

@@ -199,7 +199,8 @@ void fa__cpu_kernels_generic(fa__cpu_kernels *kt);
 #ifdef FA_CPU_X86
 void fa__cpu_kernels_avx2(fa__cpu_kernels *kt);
 void fa__cpu_kernels_avx512(fa__cpu_kernels *kt);
-/* Over an AVX-512 table: the bf16 products (kernels_avx512bf16.c). */
+/* Over an AVX-512 table: the bf16 products (kernels_avx512bf16.c, built
+ * when the compiler targets AVX512-BF16: FA_CPU_AVX512BF16). */
 void fa__cpu_kernels_avx512bf16(fa__cpu_kernels *kt);
 #endif
 
