@@ -59,7 +59,8 @@ typedef struct bwd_scratch {
   fa__cpu_kv_panels kv; /* the K/V tile for S and dP */
   float *ks;            /* bk x Dp scale*K (f32 products) */
   uint32_t *kp;         /* bf16 products: K as pairs along keys (ceil(bk/2) x Dp) */
-  uint32_t *pp, *qp;    /* bf16 products: P or dS, and Q, as pairs along query rows (ceil(bq/2) x bkp, x D) */
+  uint32_t *pp, *sp;    /* bf16 products: P and dS as pairs along query rows (ceil(bq/2) x bkp) */
+  uint32_t *qp;         /* bf16 products: Q as pairs along query rows (ceil(bq/2) x D) */
   uint32_t *op;         /* bf16 products: dO as pairs along query rows (ceil(bq/2) x Dv) */
   uint16_t *ds16;       /* bf16 products: dS rounded to bf16 (bq x bkp) */
   float *dkt, *dvt;     /* D x bkp, Dv x bkp accumulators */
@@ -77,6 +78,7 @@ static void bwd_carve(fa__cpu_arena *a, const void *ctx, void *scratch) {
   s->ks = c->bf16 ? NULL : fa__cpu_take_f(a, (size_t)c->bk * (size_t)c->Dp);
   s->kp = c->bf16 ? (uint32_t *)fa__cpu_take(a, (size_t)(c->bk + 1) / 2 * (size_t)c->Dp * u32) : NULL;
   s->pp = c->bf16 ? (uint32_t *)fa__cpu_take(a, half_q * bkp * u32) : NULL;
+  s->sp = c->bf16 ? (uint32_t *)fa__cpu_take(a, half_q * bkp * u32) : NULL;
   s->qp = c->bf16 ? (uint32_t *)fa__cpu_take(a, half_q * D * u32) : NULL;
   s->op = c->bf16 ? (uint32_t *)fa__cpu_take(a, half_q * Dv * u32) : NULL;
   s->ds16 = c->bf16 ? (uint16_t *)fa__cpu_take(a, (size_t)c->bq * bkp * sizeof(uint16_t)) : NULL;
@@ -130,27 +132,31 @@ static void dq_add(const bwd_ctx *c, atomic_int *ticket, int64_t t, int64_t bidx
 }
 
 /* dV^T, dK^T and dQ_part of one query tile (rows i0.. of head h, br of
- * them) on the bf16 kernels, from P (pd, dropped) and dS in s->w.dp. */
+ * them) on the bf16 kernels, from P (pd, dropped) and dS in s->w.dp; with
+ * packed, kt->ds_pairs has put them in s->pp, s->sp and s->ds16 already
+ * (no softcap: its factor comes between the dV and dK products). */
 static void bwd_products_bf16(const bwd_ctx *c, bwd_scratch *s, const fa__seq *sq, int64_t h, int64_t i0, int br,
-                              int bc, int bcp, const float *pd, int first) {
+                              int bc, int bcp, const float *pd, int packed, int first) {
   const fa__problem *p = c->p;
   const fa__cpu_kernels *kt = c->kt;
   const int D = c->D, Dv = c->Dv, Dp = c->Dp, ip = (br + 1) / 2;
   const fa__cpu_mat qm = fa__cpu_mat_of(&p->q, sq->bidx, h, sq->q_row0 + i0);
   const fa__cpu_mat om = fa__cpu_mat_of(&p->dout, sq->bidx, h, sq->q_row0 + i0);
   /* dV^T[e][j] += sum over row pairs of (dO[i][e], dO[i+1][e]) . (P[i][j], P[i+1][j]) */
-  kt->pair_pack_f32(s->pp, bcp, pd, bcp, br, bcp);
+  if (!packed) kt->pair_pack_f32(s->pp, bcp, pd, bcp, br, bcp);
   fa__cpu_pack_pairs_rows(kt, s->op, Dv, &om, br, Dv);
   fa__cpu_gemm_bf16(kt, Dv, bcp, ip, (const uint16_t *)s->op, 2, 2 * (ptrdiff_t)Dv, s->pp, bcp, 1.0f, s->dvt, bcp,
                     !first);
-  if (p->softcap > 0) fa__cpu_softcap_grad(p, &s->w, br, bc, bcp);
+  if (!packed) {
+    if (p->softcap > 0) fa__cpu_softcap_grad(p, &s->w, br, bc, bcp);
+    kt->pair_pack_f32(s->sp, bcp, s->w.dp, bcp, br, bcp);
+    kt->to_bf16(s->ds16, s->w.dp, br * bcp);
+  }
   /* dK^T[d][j] += sum over row pairs of (Q[i][d], Q[i+1][d]) . (dS[i][j], dS[i+1][j]) */
-  kt->pair_pack_f32(s->pp, bcp, s->w.dp, bcp, br, bcp);
   fa__cpu_pack_pairs_rows(kt, s->qp, D, &qm, br, D);
-  fa__cpu_gemm_bf16(kt, D, bcp, ip, (const uint16_t *)s->qp, 2, 2 * (ptrdiff_t)D, s->pp, bcp, 1.0f, s->dkt, bcp,
+  fa__cpu_gemm_bf16(kt, D, bcp, ip, (const uint16_t *)s->qp, 2, 2 * (ptrdiff_t)D, s->sp, bcp, 1.0f, s->dkt, bcp,
                     !first);
   /* dQ_part[i][d] = scale sum over key pairs of (dS[i][j], dS[i][j+1]) . (K[j][d], K[j+1][d]) */
-  kt->to_bf16(s->ds16, s->w.dp, br * bcp);
   fa__cpu_gemm_bf16(kt, br, Dp, (bc + 1) / 2, s->ds16, bcp, 2, s->kp, Dp, (float)p->scale, s->dqp, Dp, 0);
 }
 
@@ -204,11 +210,17 @@ static void bwd_tile(const bwd_ctx *c, bwd_scratch *s, int64_t b, int64_t hk, in
       const int br = (int)(sq.lq - i0 < c->bq ? sq.lq - i0 : c->bq);
       fa__cpu_tile tile = {p, &bd, b, h, i0, j0, br, bc, NULL, NULL};
       fa__cpu_aop qa, oa;
-      fa__cpu_bwd_ds(kt, &tile, &sq, bcp, &s->kv, lse_seq, lse_lo_seq, di_seq, &s->w, &qa, &oa);
       const float *pd = s->w.pd ? s->w.pd : s->w.s;
-      if (c->bf16) {
-        bwd_products_bf16(c, s, &sq, h, i0, br, bc, bcp, pd, first);
+      if (c->bf16 && !(p->softcap > 0)) { /* dS and the three bf16 operands in one pass */
+        fa__cpu_bwd_p_dp(kt, &tile, &sq, bcp, &s->kv, lse_seq, lse_lo_seq, &s->w, &qa, &oa);
+        for (int ii = 0; ii < br; ++ii) s->w.di[ii] = di_seq[i0 + ii];
+        kt->ds_pairs(s->w.s, pd, s->w.dp, bcp, br, bcp, s->w.di, s->pp, s->sp, s->ds16);
+        bwd_products_bf16(c, s, &sq, h, i0, br, bc, bcp, pd, 1, first);
+      } else if (c->bf16) {
+        fa__cpu_bwd_ds(kt, &tile, &sq, bcp, &s->kv, lse_seq, lse_lo_seq, di_seq, &s->w, &qa, &oa);
+        bwd_products_bf16(c, s, &sq, h, i0, br, bc, bcp, pd, 0, first);
       } else {
+        fa__cpu_bwd_ds(kt, &tile, &sq, bcp, &s->kv, lse_seq, lse_lo_seq, di_seq, &s->w, &qa, &oa);
         /* dV^T[e][j] += sum_i dO[i][e] P[i][j] */
         fa__cpu_gemm(kt, Dv, bcp, br, oa.a, oa.cs, oa.rs, pd, bcp, s->dvt, bcp, !first);
         if (p->softcap > 0) fa__cpu_softcap_grad(p, &s->w, br, bc, bcp);

@@ -83,6 +83,11 @@ void fa__cpu_store_row(const fa__cpu_mat *x, int64_t r, const float *src, int n)
     memcpy((void *)fa__cpu_mat_at(x, r, 0), src, (size_t)n * sizeof(float));
     return;
   }
+  if (x->cs == 1 && x->dtype == FA_BF16) { /* the conversion inlined: no per-element dispatch on dtype */
+    uint16_t *dst = (uint16_t *)(void *)fa__cpu_mat_at(x, r, 0);
+    for (int c = 0; c < n; ++c) dst[c] = fa__f32_to_bf16(src[c]);
+    return;
+  }
   for (int c = 0; c < n; ++c) fa__cpu_put((void *)fa__cpu_mat_at(x, r, c), x->dtype, src[c]);
 }
 

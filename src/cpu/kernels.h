@@ -153,6 +153,18 @@ typedef void (*fa__cpu_to_bf16_fn)(uint16_t *dst, const float *x, int n);
 typedef int (*fa__cpu_softmax_pairs_fn)(const float *s, ptrdiff_t lds, int bc, int np, float *m, float *l, float *f,
                                         uint32_t *pp, ptrdiff_t ldp);
 
+/* The backward's dS on bf16 products, and the operands of its gradient
+ * products, in one pass over a tile of rows x np (row stride ld, np a
+ * multiple of FA_CPU_PANEL):
+ *   dS = P (dP - di[r])                           (as ds_rows; dp is left as it was)
+ *   pp[k*ld + n] = pair(pd[2k][n], pd[2k+1][n])   (pd: P as O saw it, dropout applied)
+ *   sp[k*ld + n] = pair(dS[2k][n], dS[2k+1][n])   (the odd row's partners 0)
+ *   s16[r*ld + n] = dS[r][n]
+ * all rounded to bf16: the same bits as ds_rows, pair_pack_f32 of pd and dS
+ * and to_bf16 of dS. */
+typedef void (*fa__cpu_ds_pairs_fn)(const float *p, const float *pd, const float *dp, ptrdiff_t ld, int rows, int np,
+                                    const float *di, uint32_t *pp, uint32_t *sp, uint16_t *s16);
+
 /* The row-statistics pass on bf16 products works on transposed tiles
  * (s[j*lds + i]: key j, query row i; np a multiple of FA_CPU_PANEL):
  *   exp_cols:  s[j][i] = exp(s[j][i] - lse[i]) for j < rows, i < np, as
@@ -191,6 +203,7 @@ typedef struct fa__cpu_kernels {
   fa__cpu_exp_cols_fn exp_cols;
   fa__cpu_colsum2_fn colsum2;
   fa__cpu_softmax_pairs_fn softmax_pairs;
+  fa__cpu_ds_pairs_fn ds_pairs;
 } fa__cpu_kernels;
 
 /* Fill a table: the portable kernels first, then each ISA overrides what it

@@ -36,8 +36,9 @@ FA_INLINE __m512 dp(__m512 acc, __m512i a, __m512i b) {
   X(1, 1)                                                                                                         \
   X(1, 2)                                                                                                         \
   X(2, 0)                                                                                                         \
-  X(2, 1) X(2, 2) X(3, 0) X(3, 1) X(3, 2) X(4, 0) X(4, 1) X(4, 2) X(5, 0) X(5, 1) X(5, 2) X(6, 0) X(6, 1) X(6, 2) \
-      X(7, 0) X(7, 1) X(7, 2)
+  X(2, 1)                                                                                                         \
+  X(2, 2) X(3, 0) X(3, 1) X(3, 2) X(4, 0) X(4, 1) X(4, 2) X(5, 0) X(5, 1) X(5, 2) X(6, 0) X(6, 1) X(6, 2) X(7, 0) \
+      X(7, 1) X(7, 2)
 
 FA_INLINE void mkbf(const int MR_, const int NV_, int kp, const uint16_t *a, ptrdiff_t rsa, ptrdiff_t csa,
                     const uint32_t *b, ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc, int accumulate) {
@@ -68,7 +69,7 @@ FA_INLINE void mkbf(const int MR_, const int NV_, int kp, const uint16_t *a, ptr
     KB_ROW(6)
     KB_ROW(7)
 #undef KB_ROW
-        ko += csa;
+    ko += csa;
     b += ldb;
   }
   const __m512 al = _mm512_set1_ps(alpha);
@@ -221,6 +222,30 @@ static int softmax_pairs_avx512(const float *s, ptrdiff_t lds, int bc, int np, f
   return moved != 0;
 }
 
+static void ds_pairs_avx512(const float *p, const float *pd, const float *dp, ptrdiff_t ld, int rows, int np,
+                            const float *di, uint32_t *pp, uint32_t *sp, uint16_t *s16) {
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
+                                       5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  for (int r = 0; r < rows; r += 2) {
+    const int two = r + 1 < rows;
+    const ptrdiff_t o0 = (ptrdiff_t)r * ld, o1 = o0 + ld, ok = (ptrdiff_t)(r / 2) * ld;
+    const __m512 d0 = _mm512_set1_ps(di[r]), d1 = _mm512_set1_ps(two ? di[r + 1] : 0.0f);
+    for (int n = 0; n < np; n += KB_VL) {
+      const __m512 ds0 = _mm512_mul_ps(_mm512_loadu_ps(p + o0 + n), _mm512_sub_ps(_mm512_loadu_ps(dp + o0 + n), d0));
+      const __m512 ds1 =
+          two ? _mm512_mul_ps(_mm512_loadu_ps(p + o1 + n), _mm512_sub_ps(_mm512_loadu_ps(dp + o1 + n), d1))
+              : _mm512_setzero_ps();
+      const __m512 pd1 = two ? _mm512_loadu_ps(pd + o1 + n) : _mm512_setzero_ps();
+      const __m512i hp = (__m512i)_mm512_cvtne2ps_pbh(pd1, _mm512_loadu_ps(pd + o0 + n));
+      const __m512i hs = (__m512i)_mm512_cvtne2ps_pbh(ds1, ds0);
+      _mm512_storeu_si512((void *)(pp + ok + n), _mm512_permutexvar_epi16(idx, hp));
+      _mm512_storeu_si512((void *)(sp + ok + n), _mm512_permutexvar_epi16(idx, hs));
+      _mm256_storeu_si256((__m256i *)(void *)(s16 + o0 + n), _mm512_castsi512_si256(hs));
+      if (two) _mm256_storeu_si256((__m256i *)(void *)(s16 + o1 + n), _mm512_extracti64x4_epi64(hs, 1));
+    }
+  }
+}
+
 static void exp_cols_avx512(float *s, ptrdiff_t lds, int rows, int np, const float *lse) {
   for (int i = 0; i < np; i += KB_VL) {
     const __m512 l = _mm512_loadu_ps(lse + i);
@@ -280,4 +305,5 @@ void fa__cpu_kernels_avx512bf16(fa__cpu_kernels *kt) {
   kt->exp_cols = exp_cols_avx512;
   kt->colsum2 = colsum2_avx512;
   kt->softmax_pairs = softmax_pairs_avx512;
+  kt->ds_pairs = ds_pairs_avx512;
 }

@@ -130,4 +130,5 @@ void fa__cpu_kernels_generic(fa__cpu_kernels *kt) {
   kt->exp_cols = NULL;
   kt->colsum2 = NULL;
   kt->softmax_pairs = NULL;
+  kt->ds_pairs = NULL;
 }
