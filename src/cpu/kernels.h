@@ -142,6 +142,8 @@ typedef void (*fa__cpu_gemm_bf16_fn)(int mr, int nv, int kp, const uint16_t *a, 
  * pack_bf16: X(r, n) = x[r*ldx + n], bf16 bits copied (the V tile), any cols. */
 typedef void (*fa__cpu_pair_pack_f32_fn)(uint32_t *dst, ptrdiff_t ldd, const float *x, ptrdiff_t ldx, int rows,
                                          int cols);
+typedef void (*fa__cpu_pair_pack_bf16_fn)(uint32_t *dst, ptrdiff_t ldd, const uint16_t *x, ptrdiff_t ldx, int rows,
+                                          int cols);
 /* dst[t] = x[t] rounded to bf16 (nearest even; NaN stays NaN), t < n: a
  * row of f32 as the broadcast operand of gemm_bf16 (pairs along it). */
 typedef void (*fa__cpu_to_bf16_fn)(uint16_t *dst, const float *x, int n);
@@ -174,8 +176,6 @@ typedef void (*fa__cpu_ds_pairs_fn)(const float *p, const float *pd, const float
 typedef void (*fa__cpu_exp_cols_fn)(float *s, ptrdiff_t lds, int rows, int np, const float *lse);
 typedef void (*fa__cpu_colsum2_fn)(const float *p, const float *dp, ptrdiff_t ld, int rows, int np, double *sp,
                                    double *spd);
-typedef void (*fa__cpu_pair_pack_bf16_fn)(uint32_t *dst, ptrdiff_t ldd, const uint16_t *x, ptrdiff_t ldx, int rows,
-                                          int cols);
 
 typedef struct fa__cpu_kernels {
   fa_cpu_isa isa;
