@@ -98,6 +98,39 @@ __device__ __forceinline__ void cp_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// Sums C values held by each lane over the lanes li ^ OFF, li ^ OFF/2, ...,
+// 1 (a group of 2 OFF lanes), halving: while C > 1 a lane keeps the upper
+// half if its OFF bit is set (else the lower) and adds the partner's copy of
+// that half; afterwards the remaining values are summed by plain butterfly
+// steps. Indices are template constants so that v stays in registers.
+template <int C, int OFF>
+struct halving_sum {
+  static __device__ __forceinline__ void run(float *v, int li) {
+    const bool up = (li & OFF) != 0;
+#pragma unroll
+    for (int i = 0; i < C / 2; ++i) {
+      const float mine = up ? v[C / 2 + i] : v[i], theirs = up ? v[i] : v[C / 2 + i];
+      v[i] = mine + __shfl_xor_sync(0xffffffffu, theirs, OFF);
+    }
+    halving_sum<C / 2, OFF / 2>::run(v, li);
+  }
+};
+template <int OFF>
+struct halving_sum<1, OFF> {
+  static __device__ __forceinline__ void run(float *v, int li) {
+    v[0] += __shfl_xor_sync(0xffffffffu, v[0], OFF);
+    halving_sum<1, OFF / 2>::run(v, li);
+  }
+};
+template <int C>
+struct halving_sum<C, 0> {
+  static __device__ __forceinline__ void run(float *, int) {}
+};
+template <>
+struct halving_sum<1, 0> {
+  static __device__ __forceinline__ void run(float *, int) {}
+};
+
 template <typename T, int KD, int RB>
 struct cfg {
   static constexpr int LG = KD / 8;                      // lanes of a key group
@@ -111,7 +144,9 @@ struct cfg {
   static constexpr size_t pipe_bytes = STAGES * stage_bytes;
   static constexpr size_t merge_bytes = (size_t)NG * RB * (KD + 2) * sizeof(float);
   static constexpr size_t q_bytes = (size_t)RB * KD * sizeof(float);
-  static constexpr size_t smem = (pipe_bytes > merge_bytes ? pipe_bytes : merge_bytes) + q_bytes;
+  static constexpr int NV = KPG * RB;  // scores a key group makes per tile
+  static constexpr size_t red_bytes = (size_t)NG * NV * sizeof(float);
+  static constexpr size_t smem = (pipe_bytes > merge_bytes ? pipe_bytes : merge_bytes) + q_bytes + red_bytes;
   static_assert(kThreads % UPR == 0, "a thread's units share one column");
   static_assert(BK * UPR % kThreads == 0, "whole units per thread");
 };
@@ -123,6 +158,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const fa__dec_params p
   extern __shared__ __align__(16) unsigned char smem[];
   T *pipe = reinterpret_cast<T *>(smem);
   float *qs = reinterpret_cast<float *>(smem + (C::pipe_bytes > C::merge_bytes ? C::pipe_bytes : C::merge_bytes));
+  float *red = qs + RB * KD;  // [NG][NV]: each key group's reduced scores of the tile
 
   const int tid = threadIdx.x;
   int64_t x = blockIdx.x;
@@ -280,12 +316,31 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const fa__dec_params p
         s[k][rr] = d;
       }
     }
-#pragma unroll
-    for (int off = LG / 2; off > 0; off >>= 1)
+    // Sum the NV partial dot products over the group's LG lanes by halving:
+    // at each step a lane keeps half of its values and adds its partner's
+    // half, so the first steps move NV/2, NV/4, ... values (NV - 1 shuffles
+    // in all where NV <= LG) instead of NV per step; then every lane reads
+    // all NV sums back from shared memory (4 query rows x 4 keys: 15
+    // shuffles instead of 64).
+    {
+      constexpr int NV = C::NV, W = NV < LG ? NV : LG, CV = NV / W;
+      float v[NV];
 #pragma unroll
       for (int k = 0; k < kKeysPerGroup; ++k)
 #pragma unroll
-        for (int rr = 0; rr < RB; ++rr) s[k][rr] += __shfl_xor_sync(0xffffffffu, s[k][rr], off);
+        for (int rr = 0; rr < RB; ++rr) v[k * RB + rr] = s[k][rr];
+      halving_sum<NV, LG / 2>::run(v, li);
+      // lane li now holds the sums of values (li / (LG / W)) * CV + 0 .. CV - 1
+      float *mine = red + g * NV + (li / (LG / W)) * CV;
+#pragma unroll
+      for (int i = 0; i < CV; ++i) mine[i] = v[i];
+      __syncwarp();
+      const float *all = red + g * NV;
+#pragma unroll
+      for (int k = 0; k < kKeysPerGroup; ++k)
+#pragma unroll
+        for (int rr = 0; rr < RB; ++rr) s[k][rr] = all[k * RB + rr];
+    }
 
     if (!full || p.elementwise) {
 #pragma unroll
