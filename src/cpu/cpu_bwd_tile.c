@@ -74,11 +74,18 @@ void fa__cpu_bwd_p_dp(const fa__cpu_kernels *kt, fa__cpu_tile *t, const fa__seq 
   t->row_off = fold ? w->off : NULL;
   t->row_off_lo = fold ? w->off_lo : NULL;
   const int full = fa__band_tile_full(t->bd, t->i0, t->i0 + br, t->j0, t->j0 + bc);
-  if (fold || fa__cpu_score_elementwise(p) || !full) fa__cpu_score_tile(kt, t, w->s, bcp, 1, w->capped, full);
+  const int elementwise = fa__cpu_score_elementwise(p);
+  /* The LSE fold alone (no transform, no mask, inside the band) is a
+   * subtraction per row: fused into the exp where the table has it. */
+  const int fused = fold && !elementwise && full && kt->exp_rows_off;
+  if (!fused && (fold || elementwise || !full)) fa__cpu_score_tile(kt, t, w->s, bcp, 1, w->capped, full);
   if (bc < bcp)
     for (int ii = 0; ii < br; ++ii)
       for (int jj = bc; jj < bcp; ++jj) w->s[ii * bcp + jj] = -INFINITY;
-  kt->exp_rows(w->s, bcp, br, bcp, w->lse);
+  if (fused)
+    kt->exp_rows_off(w->s, bcp, br, bcp, w->lse, w->off, w->off_lo);
+  else
+    kt->exp_rows(w->s, bcp, br, bcp, w->lse);
 
   const fa__cpu_mat om = fa__cpu_mat_of(&p->dout, sq->bidx, t->h, sq->q_row0 + t->i0);
   if (kv->vtp) {

@@ -155,6 +155,13 @@ typedef void (*fa__cpu_to_bf16_fn)(uint16_t *dst, const float *x, int n);
 typedef int (*fa__cpu_softmax_pairs_fn)(const float *s, ptrdiff_t lds, int bc, int np, float *m, float *l, float *f,
                                         uint32_t *pp, ptrdiff_t ldp);
 
+/* exp_rows with the LSE fold of the backward (cpu_bwd_tile.c) in it:
+ *   s[r*lds + j] = exp(((s - off[r]) - off_lo[r]) - lse[r])   (0 where lse[r] = -inf)
+ * the same bits as fa__cpu_score_tile's row_off subtraction followed by
+ * exp_rows. NULL where a table lacks it. */
+typedef void (*fa__cpu_exp_rows_off_fn)(float *s, ptrdiff_t lds, int rows, int n, const float *lse, const float *off,
+                                        const float *off_lo);
+
 /* The backward's dS on bf16 products, and the operands of its gradient
  * products, in one pass over a tile of rows x np (row stride ld, np a
  * multiple of FA_CPU_PANEL):
@@ -204,6 +211,7 @@ typedef struct fa__cpu_kernels {
   fa__cpu_colsum2_fn colsum2;
   fa__cpu_softmax_pairs_fn softmax_pairs;
   fa__cpu_ds_pairs_fn ds_pairs;
+  fa__cpu_exp_rows_off_fn exp_rows_off;
 } fa__cpu_kernels;
 
 /* Fill a table: the portable kernels first, then each ISA overrides what it

@@ -37,8 +37,9 @@ FA_INLINE __m512 dp(__m512 acc, __m512i a, __m512i b) {
   X(1, 2)                                                                                                         \
   X(2, 0)                                                                                                         \
   X(2, 1)                                                                                                         \
-  X(2, 2) X(3, 0) X(3, 1) X(3, 2) X(4, 0) X(4, 1) X(4, 2) X(5, 0) X(5, 1) X(5, 2) X(6, 0) X(6, 1) X(6, 2) X(7, 0) \
-      X(7, 1) X(7, 2)
+  X(2, 2)                                                                                                         \
+  X(3, 0) X(3, 1) X(3, 2) X(4, 0) X(4, 1) X(4, 2) X(5, 0) X(5, 1) X(5, 2) X(6, 0) X(6, 1) X(6, 2) X(7, 0) X(7, 1) \
+      X(7, 2)
 
 FA_INLINE void mkbf(const int MR_, const int NV_, int kp, const uint16_t *a, ptrdiff_t rsa, ptrdiff_t csa,
                     const uint32_t *b, ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc, int accumulate) {
@@ -246,6 +247,22 @@ static void ds_pairs_avx512(const float *p, const float *pd, const float *dp, pt
   }
 }
 
+static void exp_rows_off_avx512(float *s, ptrdiff_t lds, int rows, int n, const float *lse, const float *off,
+                                const float *off_lo) {
+  for (int r = 0; r < rows; ++r) {
+    float *row = s + (ptrdiff_t)r * lds;
+    if (lse[r] == -INFINITY) {
+      for (int j = 0; j < n; j += KB_VL) _mm512_storeu_ps(row + j, _mm512_setzero_ps());
+      continue;
+    }
+    const __m512 o = _mm512_set1_ps(off[r]), lo = _mm512_set1_ps(off_lo[r]), l = _mm512_set1_ps(lse[r]);
+    for (int j = 0; j < n; j += KB_VL) {
+      const __m512 x = _mm512_sub_ps(_mm512_sub_ps(_mm512_loadu_ps(row + j), o), lo);
+      _mm512_storeu_ps(row + j, fa__cpu_exp512(_mm512_sub_ps(x, l)));
+    }
+  }
+}
+
 static void exp_cols_avx512(float *s, ptrdiff_t lds, int rows, int np, const float *lse) {
   for (int i = 0; i < np; i += KB_VL) {
     const __m512 l = _mm512_loadu_ps(lse + i);
@@ -306,4 +323,5 @@ void fa__cpu_kernels_avx512bf16(fa__cpu_kernels *kt) {
   kt->colsum2 = colsum2_avx512;
   kt->softmax_pairs = softmax_pairs_avx512;
   kt->ds_pairs = ds_pairs_avx512;
+  kt->exp_rows_off = exp_rows_off_avx512;
 }

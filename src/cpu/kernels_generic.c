@@ -131,4 +131,5 @@ void fa__cpu_kernels_generic(fa__cpu_kernels *kt) {
   kt->colsum2 = NULL;
   kt->softmax_pairs = NULL;
   kt->ds_pairs = NULL;
+  kt->exp_rows_off = NULL;
 }
