@@ -32,6 +32,12 @@ const tcase tc_cases[] = {
     /* few rows against >= 256 keys: the cpu forward's decode pass (split-KV, GQA rows sharing K/V) */
     {"decode_gqa_Lq2_Lk300_causal_br", .B = 2, .Hq = 4, .Hkv = 2, .Lq = 2, .Lk = 300, .D = 32, .Dv = 16, .causal = 1,
      .align = FA_ALIGN_BOTTOM_RIGHT},
+    /* the plain forward on the cuda decode kernels too (few rows, >= 256 keys): top-left bands, both dtypes */
+    {"decode_tl_Lq4_Lk600_window_softcap_alibi_gqa", .B = 2, .Hq = 4, .Hkv = 2, .Lq = 4, .Lk = 600, .D = 64, .Dv = 64,
+     .use_window = 1, .wl = 200, .wr = 50, .softcap = 5.0, .alibi = 1, .dtypes = F32_BF16},
+    {"decode_causal_tl_Lq3_Lk520", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 3, .Lk = 520, .D = 32, .Dv = 32, .causal = 1},
+    {"decode_br_Lq1_Lk1000_mqa_D128_blhd", .B = 2, .Hq = 8, .Hkv = 1, .Lq = 1, .Lk = 1000, .D = 128, .Dv = 128,
+     .causal = 1, .align = FA_ALIGN_BOTTOM_RIGHT, .layout = TL_BLHD, .dtypes = F32_BF16},
     {"decode_padded_Lq3_Lk260_softcap_alibi", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 3, .Lk = 260, .D = 16, .Dv = 16,
      .seqlens_q = sq_dec, .seqlens_k = sk_dec, .softcap = 2.0, .alibi = 1, .layout = TL_BLHD},
     {"Lq7_Lk65", SMALL, .Lq = 7, .Lk = 65, .D = 16, .Dv = 16},

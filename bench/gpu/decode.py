@@ -150,6 +150,9 @@ def main():
     ap.add_argument("--splits", default="0", help="num_splits values to time (0 = auto)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument(
+        "--plain", action="store_true", help="also time the plain fa_forward on the contiguous shapes (no cache API)"
+    )
+    ap.add_argument(
         "--checks",
         default="on,off",
         help="fa_context_set_device_checks per row: on (lengths / block table read back and checked "
@@ -304,6 +307,28 @@ def main():
                     err,
                 )
             )
+        if a.plain and not page:  # the same step through fa_forward: the library routes it to the decode kernels
+            popt = fa.Options()
+            ours.lib.fa_options_init(C.byref(popt))
+            popt.causal, popt.align = 1, 1  # bottom-right
+            tk, tv = fa.tensor_of(k, fa.FA_BF16), fa.tensor_of(v, fa.FA_BF16)
+
+            def plain():
+                st = ours.lib.fa_forward(ours.ctx, fa.FA_BACKEND_CUDA, C.byref(tq), C.byref(tk), C.byref(tv),
+                                         C.byref(popt), C.byref(to), C.byref(tl))  # fmt: skip
+                if st != 0:
+                    raise RuntimeError("fa_forward: %s" % ours.lib.fa_context_last_error(ours.ctx).decode())
+
+            plain()
+            torch.cuda.synchronize()
+            err = (o.float() - ref).abs().max().item() if ref is not None else float("nan")
+            t_call = events_ms(plain, a.reps, a.inner)
+            t_kern, _ = kernel_ms(plain)
+            gbs = kvbytes / (t_kern * 1e-3) / 1e9 if t_kern > 0 else float("nan")
+            name = "B=%d H=%d/%d Lk=%d plain fa_forward" % (B, Hq, Hkv, Lk)
+            say("%-44s %9.4f %9.4f %9.0f %6.0f%% %6.2fx %6.2fx | %-44s %6.3f" %
+                (name, t_call, t_kern, gbs, 100 * gbs / cbw, (best / t_call) if best else float("nan"),
+                 (best / t_kern) if best and t_kern > 0 else float("nan"), sdp, err))  # fmt: skip
         del q, k, v, o, lse, kv
         torch.cuda.empty_cache()
     say(

@@ -225,6 +225,7 @@ fa_status cuda_forward(const fa__problem *p, fa__err *err) {
   device_guard dg;
   fa_status st = dg.enter(p->q.data, err);
   if (st != FA_OK) return st;
+  if (fa__cuda_decode_fits(p)) return fa__cuda_decode_forward(p, err);  // few rows, many keys
   fa__cuda_params pp;
   params_init(&pp, p);
   cudaStream_t s = static_cast<cudaStream_t>(p->stream);

@@ -269,6 +269,119 @@ static int choose_splits(const fa__problem *p, int64_t items, int kd, int rb) {
   return n < 1 ? 1 : static_cast<int>(n);
 }
 
+// The split-KV decode (and the combine when split) over p's keys: the
+// kv-cache call's (kv set, after any append) or, kv NULL, the plain
+// forward's k and v (fa__cuda_decode_fits).
+static fa_status run_decode(const fa__problem *p, const fa__kv *kv, const fa__dec_bounds &bounds, cudaStream_t s,
+                            fa__err *err) {
+  fa_status st = FA_OK;
+  const int64_t R = p->group * p->Lq;
+  const int kd = bucket(p->D > p->Dv ? p->D : p->Dv);
+  const int rb = R == 1 ? 1 : R <= 4 ? 4 : 8;
+  const int64_t nrb = (R + rb - 1) / rb;
+  const int64_t items = p->B * p->Hkv * nrb;
+  int nsplit = kv && kv->num_splits > 0 ? kv->num_splits : choose_splits(p, items, kd, rb);
+  if (nsplit > kMaxSplits) nsplit = kMaxSplits;
+  if (items * nsplit > 0x7fffffffLL) {
+    fa__err_set(err, "cuda decode: %lld blocks exceed the grid", (long long)(items * nsplit));
+    return FA_ERR_UNSUPPORTED;
+  }
+
+  fa__dec_params dp;
+  memset(&dp, 0, sizeof dp);
+  dp.q = p->q.data;
+  dp.k = p->k.data;
+  dp.v = p->v.data;
+  dp.o = p->o.data;
+  dp.lse = static_cast<float *>(p->lse.data);
+  copy3(dp.qs, p->q);
+  copy3(dp.os, p->o);
+  copy3(dp.lses, p->lse);
+  copy3(dp.ks, p->k);
+  copy3(dp.vs, p->v);
+  if (kv) {
+    dp.map = kv->map;
+    dp.cache_seqlens = kv->cache_seqlens;
+    dp.L_new = kv->L_new;
+    dp.rot_cos = kv->rotary_cos;
+    dp.rot_sin = kv->rotary_sin;
+    dp.rot_dim = static_cast<int>(kv->rotary_dim);
+    dp.rot_interleaved = kv->rotary_interleaved;
+  } else {  // the plain forward: every sequence has Lk keys, batch b's rows as "page" b
+    dp.map.page_size = p->Lk;
+    dp.top_left = !p->bottom_right;
+  }
+  dp.fixed_len = p->Lk;
+  dp.bounds = bounds;
+  dp.alibi = p->alibi_slopes;
+  dp.B = p->B;
+  dp.Hq = p->Hq;
+  dp.Hkv = p->Hkv;
+  dp.group = p->group;
+  dp.Lq = p->Lq;
+  dp.D = static_cast<int>(p->D);
+  dp.Dv = static_cast<int>(p->Dv);
+  dp.R = static_cast<int>(R);
+  dp.nrb = static_cast<int>(nrb);
+  dp.nsplit = nsplit;
+  dp.elementwise = p->softcap > 0 || p->alibi_slopes != nullptr;
+  dp.qscale = static_cast<float>(dp.elementwise ? p->scale : p->scale * 1.4426950408889634);
+  dp.softcap = static_cast<float>(p->softcap);
+  dp.wl = p->window_left;
+  dp.wr = p->window_right;
+
+  scratch part;
+  if (nsplit > 1) {
+    const size_t rows = static_cast<size_t>(p->B * p->Hkv) * static_cast<size_t>(nsplit) * static_cast<size_t>(R);
+    st = part.alloc(rows * static_cast<size_t>(p->Dv + 1) * sizeof(float), s, "the split-KV partial results", err);
+    if (st != FA_OK) return st;
+    dp.part_o = static_cast<float *>(part.ptr);
+    dp.part_lse = dp.part_o + rows * static_cast<size_t>(p->Dv);
+  }
+  const int64_t blocks = items * nsplit;
+  st = p->dtype == FA_BF16  ? fa__cuda_decode_launch_bf16(dp, kd, rb, blocks, s, err)
+       : p->dtype == FA_F16 ? fa__cuda_decode_launch_f16(dp, kd, rb, blocks, s, err)
+                            : fa__cuda_decode_launch_f32(dp, kd, rb, blocks, s, err);
+  if (st != FA_OK || nsplit == 1) return st;
+
+  combine_params cp;
+  memset(&cp, 0, sizeof cp);
+  cp.part_o = dp.part_o;
+  cp.part_lse = dp.part_lse;
+  cp.o = p->o.data;
+  cp.lse = dp.lse;
+  copy3(cp.os, p->o);
+  copy3(cp.lses, p->lse);
+  cp.Hkv = p->Hkv;
+  cp.group = p->group;
+  cp.Lq = p->Lq;
+  cp.R = static_cast<int>(R);
+  cp.Dv = static_cast<int>(p->Dv);
+  cp.nsplit = nsplit;
+  cp.dtype = p->dtype;
+  combine_kernel<<<static_cast<unsigned>(p->B * p->Hkv * R), 128, 0, s>>>(cp);
+  FA_CUDA_CHECK_LAUNCH("launching the split-KV combine kernel");
+  return FA_OK;
+}
+
+int fa__cuda_decode_fits(const fa__problem *p) {
+  if (p->kvcache || p->mask.data || p->bias.data || p->dropout_p > 0 || p->varlen) return 0;
+  if (p->seqlens_q || p->seqlens_k) return 0;
+  if (!(p->Lq <= 16 && p->Lq * p->group <= 64 && p->Lk >= 256 && p->Lk >= 8 * p->Lq)) return 0;
+  return rows_aligned16(p->k) && rows_aligned16(p->v);
+}
+
+fa_status fa__cuda_decode_forward(const fa__problem *p, fa__err *err) {
+  device_guard dg;
+  fa_status st = dg.enter(p->q.data, err);
+  if (st != FA_OK) return st;
+  fa__dec_bounds bounds;
+  bounds.max_len = p->Lk;
+  bounds.pages = p->B;
+  bounds.rot_len = 1;
+  return run_decode(p, nullptr, bounds, static_cast<cudaStream_t>(p->stream), err);
+}
+
 fa_status fa__cuda_forward_kvcache(const fa__problem *p, fa__err *err) {
   const fa__kv *kv = &p->kv;
   const fa_tensor *caches[2] = {&p->k, &p->v};
@@ -335,86 +448,7 @@ fa_status fa__cuda_forward_kvcache(const fa__problem *p, fa__err *err) {
     FA_CUDA_CHECK_LAUNCH("launching the kv-cache append kernel");
   }
 
-  const int kd = bucket(p->D > p->Dv ? p->D : p->Dv);
-  const int rb = R == 1 ? 1 : R <= 4 ? 4 : 8;
-  const int64_t nrb = (R + rb - 1) / rb;
-  const int64_t items = p->B * p->Hkv * nrb;
-  int nsplit = kv->num_splits > 0 ? kv->num_splits : choose_splits(p, items, kd, rb);
-  if (nsplit > kMaxSplits) nsplit = kMaxSplits;
-  if (items * nsplit > 0x7fffffffLL) {
-    fa__err_set(err, "cuda decode: %lld blocks exceed the grid", (long long)(items * nsplit));
-    return FA_ERR_UNSUPPORTED;
-  }
-
-  fa__dec_params dp;
-  memset(&dp, 0, sizeof dp);
-  dp.q = p->q.data;
-  dp.k = p->k.data;
-  dp.v = p->v.data;
-  dp.o = p->o.data;
-  dp.lse = static_cast<float *>(p->lse.data);
-  copy3(dp.qs, p->q);
-  copy3(dp.os, p->o);
-  copy3(dp.lses, p->lse);
-  copy3(dp.ks, p->k);
-  copy3(dp.vs, p->v);
-  dp.map = kv->map;
-  dp.cache_seqlens = kv->cache_seqlens;
-  dp.bounds = bounds;
-  dp.L_new = kv->L_new;
-  dp.rot_cos = kv->rotary_cos;
-  dp.rot_sin = kv->rotary_sin;
-  dp.rot_dim = static_cast<int>(kv->rotary_dim);
-  dp.rot_interleaved = kv->rotary_interleaved;
-  dp.alibi = p->alibi_slopes;
-  dp.B = p->B;
-  dp.Hq = p->Hq;
-  dp.Hkv = p->Hkv;
-  dp.group = p->group;
-  dp.Lq = p->Lq;
-  dp.D = static_cast<int>(p->D);
-  dp.Dv = static_cast<int>(p->Dv);
-  dp.R = static_cast<int>(R);
-  dp.nrb = static_cast<int>(nrb);
-  dp.nsplit = nsplit;
-  dp.elementwise = p->softcap > 0 || p->alibi_slopes != nullptr;
-  dp.qscale = static_cast<float>(dp.elementwise ? p->scale : p->scale * 1.4426950408889634);
-  dp.softcap = static_cast<float>(p->softcap);
-  dp.wl = p->window_left;
-  dp.wr = p->window_right;
-
-  scratch part;
-  if (nsplit > 1) {
-    const size_t rows = static_cast<size_t>(p->B * p->Hkv) * static_cast<size_t>(nsplit) * static_cast<size_t>(R);
-    st = part.alloc(rows * static_cast<size_t>(p->Dv + 1) * sizeof(float), s, "the split-KV partial results", err);
-    if (st != FA_OK) return st;
-    dp.part_o = static_cast<float *>(part.ptr);
-    dp.part_lse = dp.part_o + rows * static_cast<size_t>(p->Dv);
-  }
-  const int64_t blocks = items * nsplit;
-  st = p->dtype == FA_BF16  ? fa__cuda_decode_launch_bf16(dp, kd, rb, blocks, s, err)
-       : p->dtype == FA_F16 ? fa__cuda_decode_launch_f16(dp, kd, rb, blocks, s, err)
-                            : fa__cuda_decode_launch_f32(dp, kd, rb, blocks, s, err);
-  if (st != FA_OK || nsplit == 1) return st;
-
-  combine_params cp;
-  memset(&cp, 0, sizeof cp);
-  cp.part_o = dp.part_o;
-  cp.part_lse = dp.part_lse;
-  cp.o = p->o.data;
-  cp.lse = dp.lse;
-  copy3(cp.os, p->o);
-  copy3(cp.lses, p->lse);
-  cp.Hkv = p->Hkv;
-  cp.group = p->group;
-  cp.Lq = p->Lq;
-  cp.R = static_cast<int>(R);
-  cp.Dv = static_cast<int>(p->Dv);
-  cp.nsplit = nsplit;
-  cp.dtype = p->dtype;
-  combine_kernel<<<static_cast<unsigned>(p->B * p->Hkv * R), 128, 0, s>>>(cp);
-  FA_CUDA_CHECK_LAUNCH("launching the split-KV combine kernel");
-  return FA_OK;
+  return run_decode(p, kv, bounds, s, err);
 }
 
 fa_status fa__cuda_merge_states(int n, const fa_tensor *o_parts, const fa_tensor *lse_parts, fa_tensor *o,

@@ -30,6 +30,13 @@
 // fa_forward_kvcache on the cuda backend (p->kvcache set, validated).
 fa_status fa__cuda_forward_kvcache(const fa__problem *p, fa__err *err);
 
+// The plain fa_forward on the decode kernels: few query rows (Lq <= 16,
+// group * Lq <= 64) against many keys (Lk >= 256 and >= 8 Lq), no mask,
+// bias, dropout or per-sequence lengths, K/V rows 16-byte aligned. The
+// tiled kernels would give each query row a whole tile of the block's rows.
+int fa__cuda_decode_fits(const fa__problem *p);
+fa_status fa__cuda_decode_forward(const fa__problem *p, fa__err *err);
+
 // fa_merge_states on device tensors (checked by fa__merge_check).
 fa_status fa__cuda_merge_states(int n, const fa_tensor *o_parts, const fa_tensor *lse_parts, fa_tensor *o,
                                 fa_tensor *lse, void *stream, fa__err *err);
@@ -59,8 +66,10 @@ struct fa__dec_params {
   float *part_lse;  // [items][nsplit][R]
   int64_t qs[3], os[3], lses[3], ks[3], vs[3];
   fa__kvmap map;
-  const int32_t *cache_seqlens;
+  const int32_t *cache_seqlens;  // NULL: every sequence has fixed_len keys (the plain forward)
+  int64_t fixed_len;
   int64_t L_new;
+  int top_left;  // causal / window aligned top-left (the plain forward may ask), else bottom-right
   fa__dec_bounds bounds;
   const float *rot_cos, *rot_sin;
   int rot_dim, rot_interleaved;

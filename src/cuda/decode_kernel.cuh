@@ -169,14 +169,14 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const fa__dec_params p
   const int64_t kvh = x % p.Hkv, b = x / p.Hkv;
 
   // this sequence's band and this split's keys
-  const int64_t len = fa__dec_clamp(p.cache_seqlens[b], p.bounds.max_len);
+  const int64_t len = p.cache_seqlens ? fa__dec_clamp(p.cache_seqlens[b], p.bounds.max_len) : p.fixed_len;
   const int64_t lk = len + p.L_new;
   fa__band bd;
   bd.lq = p.Lq;
   bd.lk = lk;
   bd.left = p.wl;
   bd.right = p.wr;
-  bd.diag_shift = lk - p.Lq;
+  bd.diag_shift = p.top_left ? 0 : lk - p.Lq;
   int64_t jlo, jhi;
   fa__band_cols(&bd, 0, p.Lq, &jlo, &jhi);
   const int64_t span = jhi > jlo ? jhi - jlo : 0;
