@@ -67,9 +67,13 @@ static void print_cpu(void) {
 static void print_plan(void) {
   printf("cpu backend tile plan (fa_cpu_plan_get, default tiles):\n");
   const int64_t dims[] = {64, 128};
-  for (int i = 0; i < 2; ++i) {
+  /* bf16 on avx512bf16 runs other kernels with other panels: its own line */
+  const int bf16 = fa_cpu_isa_supported(FA_ISA_AVX512BF16);
+  for (int k = 0; k < 2 * (1 + bf16); ++k) {
+    const int i = k % 2;
+    const fa_dtype dt = k < 2 ? FA_F32 : FA_BF16;
     fa_cpu_plan plan;
-    const fa_status st = fa_cpu_plan_get(FA_ISA_AUTO, dims[i], dims[i], 0, 0, &plan);
+    const fa_status st = fa_cpu_plan_get_dtype(FA_ISA_AUTO, dt, dims[i], dims[i], 0, 0, &plan);
     if (st != FA_OK) {
       printf("  D=%-3lld no plan: %s\n", (long long)dims[i],
              st == FA_ERR_NO_BACKEND ? "the cpu backend is not in this build" : fa_status_name(st));
@@ -79,8 +83,8 @@ static void print_plan(void) {
     const char *fits = plan.working_set_bytes <= plan.l1d_bytes  ? "fits L1d"
                        : plan.working_set_bytes <= plan.l2_bytes ? "fits L2"
                                                                  : "exceeds L2";
-    printf("  D=%-3lld isa %s, block_q %d x block_k %d; one tile step keeps %s hot (L1d %s, L2 %s): %s\n",
-           (long long)dims[i], fa_cpu_isa_name(plan.isa), plan.block_q, plan.block_k,
+    printf("  D=%-3lld %-4s isa %s, block_q %d x block_k %d; one tile step keeps %s hot (L1d %s, L2 %s): %s\n",
+           (long long)dims[i], fa_dtype_name(dt), fa_cpu_isa_name(plan.isa), plan.block_q, plan.block_k,
            cli_fmt_bytes((double)plan.working_set_bytes, ws, sizeof ws),
            cli_fmt_bytes((double)plan.l1d_bytes, l1, sizeof l1), cli_fmt_bytes((double)plan.l2_bytes, l2, sizeof l2),
            fits);

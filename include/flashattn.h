@@ -191,6 +191,12 @@ typedef struct fa_cpu_plan {
 } fa_cpu_plan;
 
 FA_API fa_status fa_cpu_plan_get(fa_cpu_isa isa, int64_t D, int64_t Dv, int block_q, int block_k, fa_cpu_plan *out);
+/* The plan for inputs of dtype dt: fa_cpu_plan_get's, with the bytes one
+ * forward tile step keeps hot in the kernels dt runs on (bf16 on
+ * avx512bf16: K/V tiles read in place in bf16, Q^T, P^T and V as bf16
+ * pairs; any other dtype: f32 tiles, as fa_cpu_plan_get says). */
+FA_API fa_status fa_cpu_plan_get_dtype(fa_cpu_isa isa, fa_dtype dt, int64_t D, int64_t Dv, int block_q, int block_k,
+                                       fa_cpu_plan *out);
 
 /* A context carries the settings of calls and what the last call did. One
  * context per thread; two threads with two contexts never interfere. */

@@ -206,6 +206,17 @@ static void test_cpu_plan_and_isa(void **state) {
     assert_int_equal(fa_cpu_plan_get(isas[i], 64, 64, 16, 32, &plan), FA_OK);
     assert_int_equal(plan.block_q, 16);
     assert_int_equal(plan.block_k, 32);
+    /* per dtype: the same tiles; only bf16 on avx512bf16 keeps other bytes hot (bf16 tiles and pairs) */
+    fa_cpu_plan pd;
+    assert_int_equal(fa_cpu_plan_get_dtype(isas[i], FA_F32, 64, 64, 16, 32, &pd), FA_OK);
+    assert_int_equal(pd.working_set_bytes, plan.working_set_bytes);
+    assert_int_equal(fa_cpu_plan_get_dtype(isas[i], FA_BF16, 64, 64, 16, 32, &pd), FA_OK);
+    assert_int_equal(pd.block_q, 16);
+    assert_int_equal(pd.block_k, 32);
+    if (isas[i] == FA_ISA_AVX512BF16)
+      assert_true(pd.working_set_bytes < plan.working_set_bytes);
+    else
+      assert_int_equal(pd.working_set_bytes, plan.working_set_bytes);
   }
   assert_int_equal(fa_cpu_plan_get(FA_ISA_AUTO, 64, 64, 0, 0, NULL), FA_ERR_NULL_POINTER);
   assert_int_not_equal(fa_cpu_plan_get(FA_ISA_AUTO, 0, 64, 0, 0, &plan), FA_OK);

@@ -130,4 +130,10 @@ fa_status fa_cpu_plan_get(fa_cpu_isa isa, int64_t D, int64_t Dv, int block_q, in
   (void)isa, (void)D, (void)Dv, (void)block_q, (void)block_k, (void)out;
   return FA_ERR_NO_BACKEND;
 }
+
+fa_status fa_cpu_plan_get_dtype(fa_cpu_isa isa, fa_dtype dt, int64_t D, int64_t Dv, int block_q, int block_k,
+                                fa_cpu_plan *out) {
+  (void)dt;
+  return fa_cpu_plan_get(isa, D, Dv, block_q, block_k, out);
+}
 #endif

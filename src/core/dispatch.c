@@ -105,7 +105,7 @@ static fa_status run(fa_context *ctx, fa_backend backend, const fa__call *call) 
     fa_cpu_plan plan;
     char threads[24] = "OpenMP's default";
     if (p.threads > 0) snprintf(threads, sizeof threads, "%d", p.threads);
-    if (fa_cpu_plan_get(p.isa, p.D, p.Dv, p.block_q, p.block_k, &plan) == FA_OK) {
+    if (fa_cpu_plan_get_dtype(p.isa, p.dtype, p.D, p.Dv, p.block_q, p.block_k, &plan) == FA_OK) {
       if (p.kvcache)
         report_add(ctx, "cpu: isa %s, kv-cache decode path, threads: %s\n", fa_cpu_isa_name(plan.isa), threads);
       else if (p.pass == FA__FORWARD)

@@ -121,6 +121,25 @@ size_t fa__cpu_working_set(int bq, int bk, int64_t D, int64_t Dv) {
   return (q + kv + s + o + stats) * sizeof(float);
 }
 
+/* The bf16 forward on the pair kernels (cpu_forward.c): the Q^T pair
+ * panel, the K and V tiles in bf16 (read in place), the score tile, P^T and
+ * V as pairs, the output accumulator and the row statistics. */
+static size_t working_set_bf16(int bq, int bk, int64_t D, int64_t Dv) {
+  const size_t np = (size_t)fa__cpu_pad(bq), kp = ((size_t)bk + 1) / 2;
+  const size_t qp = ((size_t)D + 1) / 2 * np * 4, kv = (size_t)bk * (size_t)(D + Dv) * 2, s = (size_t)bk * np * 4,
+               pp = kp * np * 4, vp = kp * (size_t)Dv * 4, o = (size_t)Dv * np * 4, stats = 3 * np * 4;
+  return qp + kv + s + pp + vp + o + stats;
+}
+
+fa_status fa_cpu_plan_get_dtype(fa_cpu_isa isa, fa_dtype dt, int64_t D, int64_t Dv, int block_q, int block_k,
+                                fa_cpu_plan *out) {
+  const fa_status st = fa_cpu_plan_get(isa, D, Dv, block_q, block_k, out);
+  if (st != FA_OK) return st;
+  if (dt == FA_BF16 && fa__cpu_kernels_get(out->isa)->gemm_bf16)
+    out->working_set_bytes = working_set_bf16(out->block_q, out->block_k, D, Dv);
+  return FA_OK;
+}
+
 fa_status fa_cpu_plan_get(fa_cpu_isa isa, int64_t D, int64_t Dv, int block_q, int block_k, fa_cpu_plan *out) {
   if (!out) return FA_ERR_NULL_POINTER;
   if (D <= 0 || Dv <= 0) return FA_ERR_BAD_SIZE;
