@@ -1,0 +1,114 @@
+"""flashattn's cpu backend next to PyTorch's CPU SDPA (its flash-attention CPU
+kernel), in one process, on the same tensors and the same number of threads:
+issue 15's table (forward and backward, f32 and bf16, D = 64 / 128,
+L = 2048 / 4096, causal and not, B * H = 8).
+
+Ours: flashattn.torch.attention on CPU tensors with backend="cpu" (threads =
+torch.get_num_threads(), as the Python layer passes them); torch:
+F.scaled_dot_product_attention. Both forward alone, then forward + backward
+minus forward for the backward. Median of --reps after one warm-up. The
+ratio is torch's time over ours (> 1: ours is faster).
+
+usage: PYTHONPATH=python FLASHATTN_LIBRARY=build/libflashattn.so \\
+       python3 bench/cpu_vs_torch.py [--threads 2,16] [--quick] [--out FILE]
+"""
+
+import argparse
+import datetime
+import os
+import platform
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+import flashattn
+import flashattn.torch as ft
+
+
+def median_ms(fn, reps):
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", default="2,16")
+    ap.add_argument("--d", default="64,128")
+    ap.add_argument("--l", default="2048,4096")
+    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--heads", type=int, default=8, help="B = 1, this many heads (B * H)")
+    ap.add_argument("--quick", action="store_true", help="L = 1024, D = 64 only: a smoke run")
+    ap.add_argument("--out", help="also write the table here")
+    a = ap.parse_args()
+    if a.quick:
+        a.l, a.d = "1024", "64"
+    lines = []
+
+    def say(s=""):
+        print(s, flush=True)
+        lines.append(s)
+
+    say(f"# flashattn cpu vs PyTorch CPU SDPA, {datetime.datetime.now().isoformat(timespec='seconds')}")
+    say(
+        f"# {cpu_model()}, {os.cpu_count()} logical CPUs; torch {torch.__version__}; flashattn ISAs {flashattn.cpu_isas()}"
+    )
+    say(f"# B=1 H={a.heads}, median of {a.reps} after a warm-up; ratio = torch ms / ours ms (> 1: ours faster)")
+    say()
+    say(
+        "| threads | dtype | D | L | causal | ours fwd ms | torch fwd ms | fwd ratio | ours bwd ms | torch bwd ms | bwd ratio |"
+    )
+    say("|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+    for threads in (int(x) for x in a.threads.split(",")):
+        torch.set_num_threads(threads)
+        for dname in a.dtypes.split(","):
+            dt = getattr(torch, dname)
+            for D in (int(x) for x in a.d.split(",")):
+                for L in (int(x) for x in a.l.split(",")):
+                    for causal in (False, True):
+                        g = torch.Generator().manual_seed(L + D)
+                        q, k, v, do = (torch.randn(1, a.heads, L, D, generator=g).to(dt) for _ in range(4))
+                        qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+
+                        def ours_f():
+                            return ft.attention(q, k, v, causal=causal, backend="cpu")
+
+                        def torch_f():
+                            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+                        def ours_fb():
+                            ft.attention(qg, kg, vg, causal=causal, backend="cpu").backward(do)
+
+                        def torch_fb():
+                            F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal).backward(do)
+
+                        of, tf = median_ms(ours_f, a.reps), median_ms(torch_f, a.reps)
+                        ofb, tfb = median_ms(ours_fb, a.reps), median_ms(torch_fb, a.reps)
+                        ob, tb = max(ofb - of, 1e-9), max(tfb - tf, 1e-9)
+                        say(f"| {threads} | {dname} | {D} | {L} | {causal} | {of:.1f} | {tf:.1f} | {tf / of:.2f} | "
+                            f"{ob:.1f} | {tb:.1f} | {tb / ob:.2f} |")  # fmt: skip
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
