@@ -230,7 +230,11 @@ static void test_cpu_plan_and_isa(void **state) {
     if (want != FA_ISA_AUTO && fa_cpu_isa_supported(want)) best = want;
   }
   assert_int_equal(fa_cpu_plan_get(FA_ISA_AUTO, 64, 64, 0, 0, &plan), FA_OK);
-  assert_int_equal(plan.isa, best);
+  /* auto takes avx512bf16 only where its bf16 products measure faster than f32's FMAs (cpu_isa.c) */
+  if (best == FA_ISA_AVX512BF16 && plan.isa == FA_ISA_AVX512)
+    print_message("auto: avx512 (vdpbf16ps no faster than the f32 FMAs on this CPU)\n");
+  else
+    assert_int_equal(plan.isa, best);
   /* an ISA this CPU lacks: the call names it and fails, nothing runs */
   for (int i = 0; i < NISA; ++i) {
     if (fa_cpu_isa_supported(isas[i])) continue;

@@ -23,9 +23,25 @@ int fa__cpu_isa_have(fa_cpu_isa isa) {
 }
 
 /* avx512bf16 runs f32 problems with the avx512 kernels (it only adds the
- * bf16 products), so it is the best wherever it is present. */
+ * bf16 products), so it is the best wherever its bf16 products are faster
+ * than f32's FMAs: measured once (fa__cpu_bf16_rate_ratio). On the H200
+ * host's Xeon they are not (ratio ~1), and the bf16 forward ran 1.5x slower
+ * there on them than converting to f32 (bench/results/2026-11-30-cpu-bf16.txt). */
+#ifdef FA_CPU_AVX512BF16
+static int g_bf16_pays;
+static pthread_once_t g_bf16_once = PTHREAD_ONCE_INIT;
+static void bf16_probe(void) {
+  g_bf16_pays = fa__cpu_bf16_rate_ratio() >= 1.3;
+}
+#endif
+
 static fa_cpu_isa best_isa(void) {
-  if (fa__cpu_isa_have(FA_ISA_AVX512BF16)) return FA_ISA_AVX512BF16;
+#ifdef FA_CPU_AVX512BF16
+  if (fa__cpu_isa_have(FA_ISA_AVX512BF16)) {
+    pthread_once(&g_bf16_once, bf16_probe);
+    if (g_bf16_pays) return FA_ISA_AVX512BF16;
+  }
+#endif
   if (fa__cpu_isa_have(FA_ISA_AVX512)) return FA_ISA_AVX512;
   if (fa__cpu_isa_have(FA_ISA_AVX2)) return FA_ISA_AVX2;
   return FA_ISA_GENERIC;

@@ -223,6 +223,11 @@ void fa__cpu_kernels_avx512(fa__cpu_kernels *kt);
 /* Over an AVX-512 table: the bf16 products (kernels_avx512bf16.c, built
  * when the compiler targets AVX512-BF16: FA_CPU_AVX512BF16). */
 void fa__cpu_kernels_avx512bf16(fa__cpu_kernels *kt);
+/* vdpbf16ps's FLOP rate over vfmadd231ps's on this core, timed once per call
+ * (well under a millisecond): ~2 where the bf16 products have their own throughput (Zen
+ * 4 and 5), ~1 where they share the FMA ports' rate (Sapphire Rapids), and
+ * there the bf16 path's pair packing makes it slower than converting to f32. */
+double fa__cpu_bf16_rate_ratio(void);
 #endif
 
 #endif

@@ -672,7 +672,9 @@ def test_cpu_isas():
 
 def test_cpu_plan():
     plan = fa.cpu_plan(64)
-    assert plan.isa == fa.cpu_isas()[0]
+    isas = fa.cpu_isas()
+    # auto takes avx512bf16 only where its bf16 products measure faster than f32's FMAs
+    assert plan.isa == isas[0] or (isas[0] == "avx512bf16" and plan.isa == "avx512")
     assert plan.block_q > 0 and plan.block_k > 0
     assert plan.working_set_bytes > 0 and plan.l1d_bytes > 0 and plan.l2_bytes > 0
     asked = fa.cpu_plan(64, 32, block_q=16, block_k=32)
