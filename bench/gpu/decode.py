@@ -270,43 +270,30 @@ def main():
                 sd[name] = (None, type(e).__name__[:12])
         best = min([t for t, _ in sd.values() if t is not None], default=None)
 
-        for ns, chk in [(ns, chk) for ns in splits for chk in a.checks.split(",")]:
-            kv.num_splits = ns
-            ours.lib.fa_context_set_device_checks(ours.ctx, 1 if chk == "on" else 0)
-            fn = lambda: ours.call(tq, kv, opt, to, tl)
+        sdp = "/".join(
+            ("%.4f%s" % (t, tag)) if t is not None else tag
+            for t, tag in (sd.get(n, (None, "-")) for n in ("flash", "eff", "cudnn", "math"))
+        )
+
+        def row(name, fn):
+            """Times one of our calls (events) and its kernels (profiler), checks o, prints the row."""
             fn()
             torch.cuda.synchronize()
             err = (o.float() - ref).abs().max().item() if ref is not None else float("nan")
             t_call = events_ms(fn, a.reps, a.inner)
             t_kern, _ = kernel_ms(fn)
             gbs = kvbytes / (t_kern * 1e-3) / 1e9 if t_kern > 0 else float("nan")
-            name = "B=%d H=%d/%d Lk=%d%s%s%s" % (
-                B,
-                Hq,
-                Hkv,
-                Lk,
-                " page %d" % page if page else "",
-                " splits %d" % ns if ns else "",
-                " unchecked" if chk == "off" else "",
-            )
-            sdp = "/".join(
-                ("%.4f%s" % (t, tag)) if t is not None else tag
-                for t, tag in (sd.get(n, (None, "-")) for n in ("flash", "eff", "cudnn", "math"))
-            )
-            say(
-                "%-44s %9.4f %9.4f %9.0f %6.0f%% %6.2fx %6.2fx | %-44s %6.3f"
-                % (
-                    name,
-                    t_call,
-                    t_kern,
-                    gbs,
-                    100 * gbs / cbw,
-                    (best / t_call) if best else float("nan"),
-                    (best / t_kern) if best and t_kern > 0 else float("nan"),
-                    sdp,
-                    err,
-                )
-            )
+            vs_call = (best / t_call) if best else float("nan")
+            vs_kern = (best / t_kern) if best and t_kern > 0 else float("nan")
+            say("%-44s %9.4f %9.4f %9.0f %6.0f%% %6.2fx %6.2fx | %-44s %6.3f"
+                % (name, t_call, t_kern, gbs, 100 * gbs / cbw, vs_call, vs_kern, sdp, err))  # fmt: skip
+
+        for ns, chk in [(ns, chk) for ns in splits for chk in a.checks.split(",")]:
+            kv.num_splits = ns
+            ours.lib.fa_context_set_device_checks(ours.ctx, 1 if chk == "on" else 0)
+            tags = (" page %d" % page if page else "") + (" splits %d" % ns if ns else "")
+            row("B=%d H=%d/%d Lk=%d%s%s" % (B, Hq, Hkv, Lk, tags, " unchecked" if chk == "off" else ""),
+                lambda: ours.call(tq, kv, opt, to, tl))  # fmt: skip
         if a.plain and not page:  # the same step through fa_forward: the library routes it to the decode kernels
             popt = fa.Options()
             ours.lib.fa_options_init(C.byref(popt))
@@ -319,16 +306,7 @@ def main():
                 if st != 0:
                     raise RuntimeError("fa_forward: %s" % ours.lib.fa_context_last_error(ours.ctx).decode())
 
-            plain()
-            torch.cuda.synchronize()
-            err = (o.float() - ref).abs().max().item() if ref is not None else float("nan")
-            t_call = events_ms(plain, a.reps, a.inner)
-            t_kern, _ = kernel_ms(plain)
-            gbs = kvbytes / (t_kern * 1e-3) / 1e9 if t_kern > 0 else float("nan")
-            name = "B=%d H=%d/%d Lk=%d plain fa_forward" % (B, Hq, Hkv, Lk)
-            say("%-44s %9.4f %9.4f %9.0f %6.0f%% %6.2fx %6.2fx | %-44s %6.3f" %
-                (name, t_call, t_kern, gbs, 100 * gbs / cbw, (best / t_call) if best else float("nan"),
-                 (best / t_kern) if best and t_kern > 0 else float("nan"), sdp, err))  # fmt: skip
+            row("B=%d H=%d/%d Lk=%d plain fa_forward" % (B, Hq, Hkv, Lk), plain)
         del q, k, v, o, lse, kv
         torch.cuda.empty_cache()
     say(
