@@ -154,8 +154,9 @@ static void dec_item(const void *ctx, void *scratch, int64_t it) {
   const float cap = (float)p->softcap;
 
   /* tiles of at most bk keys that never cross a page, each taken by the
-   * item's kv heads in turn; each tile's kernels are told where the same
-   * head's next tile is, so that they prefetch it */
+   * item's kv heads in turn; each tile's kernels are told what comes next
+   * (the next head's rows of this tile, after the last head the first
+   * head's rows of the next tile), so that they prefetch it */
   int64_t j = j0;
   int bc = 0;
   fa__kvpos at = {0, 0};
@@ -178,15 +179,20 @@ static void dec_item(const void *ctx, void *scratch, int64_t it) {
       const int64_t kvh = h0 + x;
       const void *pfk = NULL, *pfv = NULL;
       ptrdiff_t ldpk = 0, ldpv = 0, ldk, ldv;
-      if (bcn) {
-        pfk = dec_row0(&p->k, atn, kvh, &ldpk);
-        pfv = dec_row0(&p->v, atn, kvh, &ldpv);
+      int npf = bcn;
+      if (x + 1 < nh) { /* heads interleaved in a token's row: the next head's rows of this tile come next */
+        pfk = dec_row0(&p->k, at, kvh + 1, &ldpk);
+        pfv = dec_row0(&p->v, at, kvh + 1, &ldpv);
+        npf = bc;
+      } else if (bcn) {
+        pfk = dec_row0(&p->k, atn, h0, &ldpk);
+        pfv = dec_row0(&p->v, atn, h0, &ldpv);
       }
       float *q = s->q + (ptrdiff_t)x * R * D, *o = s->o + (ptrdiff_t)x * R * Dv;
       float *m = s->m + x * R, *l = s->l + x * R, *f = s->f + x * R;
       fa_dtype kdt, vdt;
       const void *K = dec_rows(c, &p->k, at, kvh, bc, D, s->kbuf, &ldk, &kdt);
-      kt->dec_scores(s->s, lds, q, D, R, K, ldk, bc, D, kdt, pfk, ldpk, bcn);
+      kt->dec_scores(s->s, lds, q, D, R, K, ldk, bc, D, kdt, pfk, ldpk, npf);
       if (c->elementwise || !full)
         for (int r = 0; r < R; ++r) {
           const int i = r % lq;
@@ -203,7 +209,7 @@ static void dec_item(const void *ctx, void *scratch, int64_t it) {
         }
       const int moved = kt->dec_softmax(s->s, lds, R, bc, m, l, f);
       const void *V = dec_rows(c, &p->v, at, kvh, bc, Dv, s->vbuf, &ldv, &vdt);
-      kt->dec_pv(o, Dv, R, moved ? f : NULL, s->s, lds, V, ldv, bc, Dv, vdt, pfv, ldpv, bcn);
+      kt->dec_pv(o, Dv, R, moved ? f : NULL, s->s, lds, V, ldv, bc, Dv, vdt, pfv, ldpv, npf);
     }
     j = jn;
     bc = bcn;
