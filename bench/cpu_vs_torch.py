@@ -48,6 +48,32 @@ def cpu_model():
     return platform.processor() or platform.machine()
 
 
+def decode(a):
+    """One query row against a long K/V (issue 13's cpu comparison): ours (flash_attn_func, which takes the cpu
+    decode pass) and torch's SDPA (K/V repeated to Hq heads beforehand for GQA, outside the timing), median ms and
+    K/V GB/s."""
+    print(f"# flashattn cpu decode vs PyTorch CPU SDPA, {datetime.datetime.now().isoformat(timespec='seconds')}")
+    print(f"# {cpu_model()}; torch {torch.__version__}; B=1 Hq=32 Lq=1 D=128, median of {a.reps} after a warm-up")
+    print("| threads | dtype | Hkv | Lk | ours ms | ours K/V GB/s | torch ms | torch / ours |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|")
+    for threads in (int(x) for x in a.threads.split(",")):
+        torch.set_num_threads(threads)
+        for dname in a.dtypes.split(","):
+            dt = getattr(torch, dname)
+            for hkv in (32, 8):
+                for lk in (8192, 32768):
+                    g = torch.Generator().manual_seed(lk)
+                    q = torch.randn(1, 1, 32, 128, generator=g).to(dt)  # [B, L, H, D]
+                    k, v = (torch.randn(1, lk, hkv, 128, generator=g).to(dt) for _ in range(2))
+                    kt, vt = (x.transpose(1, 2).repeat_interleave(32 // hkv, 1).contiguous() for x in (k, v))
+                    qt = q.transpose(1, 2)
+                    ours = median_ms(lambda: ft.flash_attn_func(q, k, v, causal=True, backend="cpu"), a.reps)
+                    theirs = median_ms(lambda: F.scaled_dot_product_attention(qt, kt, vt), a.reps)
+                    gbs = 2 * lk * hkv * 128 * k.element_size() / (ours * 1e-3) / 1e9
+                    print(f"| {threads} | {dname} | {hkv} | {lk} | {ours:.3f} | {gbs:.1f} | {theirs:.3f} | "
+                          f"{theirs / ours:.2f} |", flush=True)  # fmt: skip
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", default="2,16")
@@ -58,10 +84,18 @@ def main():
     ap.add_argument("--heads", type=int, default=8, help="B = 1, this many heads (B * H)")
     ap.add_argument("--quick", action="store_true", help="L = 1024, D = 64 only: a smoke run")
     ap.add_argument("--out", help="also write the table here")
+    ap.add_argument(
+        "--decode",
+        action="store_true",
+        help="decode instead (issue 13): one query row, Hq = 32, Hkv = 32 and 8, D = 128, Lk = 8192 / 32768, "
+        "forward only; GB/s of K/V",
+    )
     a = ap.parse_args()
     if a.quick:
         a.l, a.d = "1024", "64"
     lines = []
+    if a.decode:
+        return decode(a)
 
     def say(s=""):
         print(s, flush=True)
