@@ -23,10 +23,14 @@ import datetime
 import os
 import statistics
 import sys
+import warnings
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+# SDPA explains every backend it passes over (GQA shapes, disabled backends): one line per call, pages of them
+warnings.filterwarnings("ignore", category=UserWarning)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fa_ctypes as fa  # noqa: E402
