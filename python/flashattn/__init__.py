@@ -79,15 +79,28 @@ def cpu_isas():
     return [n for i, n in reversed(list(enumerate(_capi.ISAS))) if i and _capi.lib.fa_cpu_isa_supported(i)]
 
 
-def cpu_plan(D, Dv=None, *, isa="auto", block_q=0, block_k=0):
-    """How the cpu backend tiles head dims D, Dv: the ISA, tile sizes and the
-    bytes one tile step keeps hot (flashattn.h's fa_cpu_plan)."""
+_PLAN_DTYPES = {"float32": _capi.F32, "float64": _capi.F64, "float16": _capi.F16, "bfloat16": _capi.BF16}
+
+
+def cpu_plan(D, Dv=None, *, isa="auto", block_q=0, block_k=0, dtype="float32"):
+    """How the cpu backend tiles head dims D, Dv for inputs of dtype ("float32",
+    "bfloat16", ...): the ISA, tile sizes and the bytes one tile step keeps hot
+    (flashattn.h's fa_cpu_plan_get_dtype; bf16 on avx512bf16 keeps bf16 tiles
+    and pairs, a smaller working set)."""
+    if dtype not in _PLAN_DTYPES:
+        raise _capi.invalid(f"dtype = {dtype!r}, expected one of {', '.join(map(repr, _PLAN_DTYPES))}", "FA_ERR_DTYPE")
     plan = _capi.CpuPlan()
-    st = _capi.lib.fa_cpu_plan_get(
-        _capi.code_of(isa, _capi.ISAS, "isa"), D, D if Dv is None else Dv, block_q, block_k, _C.byref(plan)
+    st = _capi.lib.fa_cpu_plan_get_dtype(
+        _capi.code_of(isa, _capi.ISAS, "isa"),
+        _PLAN_DTYPES[dtype],
+        D,
+        D if Dv is None else Dv,
+        block_q,
+        block_k,
+        _C.byref(plan),
     )
     if st != 0:
-        raise _capi.error(st, f"fa_cpu_plan_get(D={D}, Dv={Dv}, isa={isa!r})")
+        raise _capi.error(st, f"fa_cpu_plan_get_dtype(D={D}, Dv={Dv}, isa={isa!r}, dtype={dtype!r})")
     return CpuPlan(_capi.ISAS[plan.isa], *(getattr(plan, f) for f in CpuPlan._fields[1:]))
 
 

@@ -196,6 +196,7 @@ def _load():
         "fa_cuda_device_describe": (i32, [cp, C.c_size_t]),
         "fa_cpu_isa_supported": (i32, [i32]),
         "fa_cpu_plan_get": (i32, [i32, i64, i64, i32, i32, P(CpuPlan)]),
+        "fa_cpu_plan_get_dtype": (i32, [i32, i32, i64, i64, i32, i32, P(CpuPlan)]),
         "fa_context_create": (i32, [P(vp)]),
         "fa_context_destroy": (None, [vp]),
         "fa_context_set_threads": (i32, [vp, i32]),

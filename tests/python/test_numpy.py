@@ -679,6 +679,16 @@ def test_cpu_plan():
     assert plan.working_set_bytes > 0 and plan.l1d_bytes > 0 and plan.l2_bytes > 0
     asked = fa.cpu_plan(64, 32, block_q=16, block_k=32)
     assert (asked.block_q, asked.block_k) == (16, 32)
+    # per dtype: the same tiles; bf16 on avx512bf16 keeps a smaller working set (bf16 tiles and pairs)
+    for isa in fa.cpu_isas():
+        f32, bf16 = fa.cpu_plan(128, isa=isa), fa.cpu_plan(128, isa=isa, dtype="bfloat16")
+        assert (bf16.isa, bf16.block_q, bf16.block_k) == (f32.isa, f32.block_q, f32.block_k)
+        if isa == "avx512bf16":
+            assert bf16.working_set_bytes < f32.working_set_bytes
+        else:
+            assert bf16.working_set_bytes == f32.working_set_bytes
+    with pytest.raises(TypeError, match="dtype"):
+        fa.cpu_plan(64, dtype="int8")
     with pytest.raises(fa.FlashAttnValueError, match="isa"):
         fa.cpu_plan(64, isa="sse9")
     with pytest.raises(fa.FlashAttnValueError, match="D"):
