@@ -34,14 +34,6 @@ struct append_params {
   int D, Dv, dtype;
 };
 
-__device__ __forceinline__ double elem_get(const void *p, int64_t i, int dt) {
-  switch (dt) {
-    case FA_F32: return static_cast<const float *>(p)[i];
-    case FA_F16: return __half2float(static_cast<const __half *>(p)[i]);
-    default: return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
-  }
-}
-
 // double -> the dtype exactly as the host's fa__elem_set rounds it (through f32).
 __device__ __forceinline__ void elem_set(void *p, int64_t i, int dt, double v) {
   const float f = __double2float_rn(v);
@@ -66,13 +58,13 @@ __global__ void append_kernel(const append_params p) {
   const int64_t vout = at.page * p.vs[0] + h * p.vs[1] + at.row * p.vs[2];
   const int half = p.rot_dim / 2;
   for (int d = threadIdx.x; d < p.D; d += blockDim.x) {
-    double x = elem_get(p.k_new, kin + d, p.dtype);
+    double x = fa_cuda::load_any(p.k_new, kin + d, p.dtype);
     if (p.rot_cos && d < p.rot_dim) {
       const int tt = p.rot_interleaved ? d / 2 : d % half;
       const double c = p.rot_cos[rpos * half + tt], s = p.rot_sin[rpos * half + tt];
       const bool first = p.rot_interleaved ? (d & 1) == 0 : d < half;
       const int other = p.rot_interleaved ? (first ? d + 1 : d - 1) : (first ? d + half : d - half);
-      const double y = elem_get(p.k_new, kin + other, p.dtype);
+      const double y = fa_cuda::load_any(p.k_new, kin + other, p.dtype);
       x = first ? __dsub_rn(__dmul_rn(x, c), __dmul_rn(y, s)) : __dadd_rn(__dmul_rn(y, s), __dmul_rn(x, c));
     }
     elem_set(p.k, kout + d, p.dtype, x);

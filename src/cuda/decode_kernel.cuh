@@ -13,6 +13,7 @@
 #include "../rules/visibility.h"
 #include "decode.cuh"
 #include "launch.cuh"
+#include "mma.cuh"
 
 namespace fa_dec {
 
@@ -87,49 +88,28 @@ __device__ __forceinline__ float from_f32(float x) {
   return x;
 }
 
-__device__ __forceinline__ void cp16(uint32_t dst, const void *src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
-}
-__device__ __forceinline__ void cp_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N>
-__device__ __forceinline__ void cp_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
 // Sums C values held by each lane over the lanes li ^ OFF, li ^ OFF/2, ...,
 // 1 (a group of 2 OFF lanes), halving: while C > 1 a lane keeps the upper
 // half if its OFF bit is set (else the lower) and adds the partner's copy of
 // that half; afterwards the remaining values are summed by plain butterfly
 // steps. Indices are template constants so that v stays in registers.
 template <int C, int OFF>
-struct halving_sum {
-  static __device__ __forceinline__ void run(float *v, int li) {
-    const bool up = (li & OFF) != 0;
+__device__ __forceinline__ void halving_sum(float *v, int li) {
+  if constexpr (OFF > 0) {
+    if constexpr (C > 1) {
+      const bool up = (li & OFF) != 0;
 #pragma unroll
-    for (int i = 0; i < C / 2; ++i) {
-      const float mine = up ? v[C / 2 + i] : v[i], theirs = up ? v[i] : v[C / 2 + i];
-      v[i] = mine + __shfl_xor_sync(0xffffffffu, theirs, OFF);
+      for (int i = 0; i < C / 2; ++i) {
+        const float mine = up ? v[C / 2 + i] : v[i], theirs = up ? v[i] : v[C / 2 + i];
+        v[i] = mine + __shfl_xor_sync(0xffffffffu, theirs, OFF);
+      }
+      halving_sum<C / 2, OFF / 2>(v, li);
+    } else {
+      v[0] += __shfl_xor_sync(0xffffffffu, v[0], OFF);
+      halving_sum<1, OFF / 2>(v, li);
     }
-    halving_sum<C / 2, OFF / 2>::run(v, li);
   }
-};
-template <int OFF>
-struct halving_sum<1, OFF> {
-  static __device__ __forceinline__ void run(float *v, int li) {
-    v[0] += __shfl_xor_sync(0xffffffffu, v[0], OFF);
-    halving_sum<1, OFF / 2>::run(v, li);
-  }
-};
-template <int C>
-struct halving_sum<C, 0> {
-  static __device__ __forceinline__ void run(float *, int) {}
-};
-template <>
-struct halving_sum<1, 0> {
-  static __device__ __forceinline__ void run(float *, int) {}
-};
+}
 
 template <typename T, int KD, int RB>
 struct cfg {
@@ -238,12 +218,12 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const fa__dec_params p
         const int64_t ko = ok ? pg[i] * p.ks[0] + rw[i] * p.ks[2] : 0;
         const int64_t vo = ok ? pg[i] * p.vs[0] + rw[i] * p.vs[2] : 0;
         const uint32_t off = static_cast<uint32_t>((row * UPR + cu) * 16);
-        cp16(ks + off, kbase + ko, ok && kcol ? 16 : 0);
-        cp16(vs + off, vbase + vo, ok && vcol ? 16 : 0);
+        fa_cuda::cp_async16(ks + off, kbase + ko, ok && kcol ? 16 : 0);
+        fa_cuda::cp_async16(vs + off, vbase + vo, ok && vcol ? 16 : 0);
       }
       if (t + 1 < ntiles) locate(t + 1);
     }
-    cp_commit();
+    fa_cuda::cp_async_commit();
   };
   locate(0);
 #pragma unroll
@@ -295,7 +275,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const fa__dec_params p
   }
 
   for (int t = 0; t < ntiles; ++t) {
-    cp_wait<STAGES - 2>();
+    fa_cuda::cp_async_wait<STAGES - 2>();
     __syncthreads();
     issue(t + STAGES - 1);
     const T *ks = pipe + (t % STAGES) * (C::stage_bytes / sizeof(T));
@@ -329,7 +309,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const fa__dec_params p
       for (int k = 0; k < kKeysPerGroup; ++k)
 #pragma unroll
         for (int rr = 0; rr < RB; ++rr) v[k * RB + rr] = s[k][rr];
-      halving_sum<NV, LG / 2>::run(v, li);
+      halving_sum<NV, LG / 2>(v, li);
       // lane li now holds the sums of values (li / (LG / W)) * CV + 0 .. CV - 1
       float *mine = red + g * NV + (li / (LG / W)) * CV;
 #pragma unroll
@@ -394,7 +374,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const fa__dec_params p
   }
 
   // the key groups' states merged in group order; o = acc / l, lse = m ln 2 + log l
-  cp_wait<0>();
+  fa_cuda::cp_async_wait<0>();
   __syncthreads();
   float *ms = reinterpret_cast<float *>(smem);
   float *ls = ms + C::NG * RB;
