@@ -162,6 +162,12 @@ def main():
         help="fa_context_set_device_checks per row: on (lengths / block table read back and checked "
         "each call: a host sync), off (taken unread, the call stays asynchronous), or both",
     )
+    ap.add_argument(
+        "--kernels",
+        default="auto",
+        help="auto (the library's choice: tensor cores for grouped f16/bf16 queries), cores "
+        "(FLASHATTN_CUDA_DECODE_MMA=0: the CUDA-core kernel for every shape), or auto,cores",
+    )
     a = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.cuda.get_device_properties(0)
@@ -292,12 +298,15 @@ def main():
             say("%-44s %9.4f %9.4f %9.0f %6.0f%% %6.2fx %6.2fx | %-44s %6.3f"
                 % (name, t_call, t_kern, gbs, 100 * gbs / cbw, vs_call, vs_kern, sdp, err))  # fmt: skip
 
-        for ns, chk in [(ns, chk) for ns in splits for chk in a.checks.split(",")]:
+        runs = [(kn, ns, chk) for kn in a.kernels.split(",") for ns in splits for chk in a.checks.split(",")]
+        for kn, ns, chk in runs:
             kv.num_splits = ns
             ours.lib.fa_context_set_device_checks(ours.ctx, 1 if chk == "on" else 0)
+            os.environ["FLASHATTN_CUDA_DECODE_MMA"] = "0" if kn == "cores" else "1"  # read at each call
             tags = (" page %d" % page if page else "") + (" splits %d" % ns if ns else "")
-            row("B=%d H=%d/%d Lk=%d%s%s" % (B, Hq, Hkv, Lk, tags, " unchecked" if chk == "off" else ""),
-                lambda: ours.call(tq, kv, opt, to, tl))  # fmt: skip
+            tags += (" unchecked" if chk == "off" else "") + (" cores" if kn == "cores" else "")
+            row("B=%d H=%d/%d Lk=%d%s" % (B, Hq, Hkv, Lk, tags), lambda: ours.call(tq, kv, opt, to, tl))
+        os.environ.pop("FLASHATTN_CUDA_DECODE_MMA", None)
         if a.plain and not page:  # the same step through fa_forward: the library routes it to the decode kernels
             popt = fa.Options()
             ours.lib.fa_options_init(C.byref(popt))

@@ -118,6 +118,9 @@ if [ "$MODE" = decode ]; then
     timeout "${DECODE_TEST_S:-60}" "$BUILD/tests/$t" >"$OUT/$t.log" 2>&1
     say "$t exit $?: $(suite_counts "$OUT/$t.log")"
   done
+  # the CUDA-core decode kernel on the shapes that take the tensor-core one by default
+  FLASHATTN_CUDA_DECODE_MMA=0 timeout "${DECODE_TEST_S:-60}" "$BUILD/tests/test_kvcache" >"$OUT/test_kvcache_cores.log" 2>&1
+  say "test_kvcache (FLASHATTN_CUDA_DECODE_MMA=0) exit $?: $(suite_counts "$OUT/test_kvcache_cores.log")"
   grep -E "FAILED|err |differ|status|WRONG|cuda" "$OUT/test_kvcache.log" | head -30 | tee -a "$SUMMARY"
   stage "decode benchmark"
   export PYTHONUNBUFFERED=1

@@ -230,9 +230,21 @@ int occupancy(fa_dtype dt, int kd, int rb) {
                         : fa__cuda_decode_occupancy_f32(kd, rb);
 }
 
-// Keys per tile of the decode kernel for a head-dim bucket (see cfg in decode_kernel.cuh).
-int tile_keys(int kd) {
-  return 128 / (kd / 8) * 4;
+// Rows per decode block: 16 (one m16 tile) on the tensor-core kernel for
+// grouped f16 / bf16 queries with head dims up to 128 (decode_mma_kernel.cuh);
+// else the CUDA-core kernel's 1, 4 or 8. FLASHATTN_CUDA_DECODE_MMA=0 keeps
+// the CUDA-core kernel for every shape (A/B timing, tests of both).
+int rows_per_block(fa_dtype dt, int kd, int64_t R) {
+  const char *env = getenv("FLASHATTN_CUDA_DECODE_MMA");
+  const bool mma_off = env && strcmp(env, "0") == 0;
+  if (!mma_off && (dt == FA_F16 || dt == FA_BF16) && kd <= 128 && R >= 2) return 16;
+  return R == 1 ? 1 : R <= 4 ? 4 : 8;
+}
+
+// Keys per tile of the decode kernel (see cfg / mma_cfg in decode_kernel.cuh,
+// decode_mma_kernel.cuh).
+int tile_keys(int kd, int rb) {
+  return rb == 16 ? 64 : 128 / (kd / 8) * (rb >= 8 ? 2 : 4);
 }
 
 }  // namespace
@@ -255,7 +267,7 @@ static int choose_splits(const fa__problem *p, int64_t items, int kd, int rb) {
   const int64_t slots = static_cast<int64_t>(sms) * occ;
   if (items >= slots) return 1;
   int64_t n = slots / items;
-  const int64_t most = p->Lk / (8 * tile_keys(kd));
+  const int64_t most = p->Lk / (8 * tile_keys(kd, rb));
   if (n > most) n = most;
   if (n > 128) n = 128;
   return n < 1 ? 1 : static_cast<int>(n);
@@ -269,7 +281,7 @@ static fa_status run_decode(const fa__problem *p, const fa__kv *kv, const fa__de
   fa_status st = FA_OK;
   const int64_t R = p->group * p->Lq;
   const int kd = bucket(p->D > p->Dv ? p->D : p->Dv);
-  const int rb = R == 1 ? 1 : R <= 4 ? 4 : 8;
+  const int rb = rows_per_block(p->dtype, kd, R);
   const int64_t nrb = (R + rb - 1) / rb;
   const int64_t items = p->B * p->Hkv * nrb;
   int nsplit = kv && kv->num_splits > 0 ? kv->num_splits : choose_splits(p, items, kd, rb);

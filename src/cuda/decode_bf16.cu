@@ -1,4 +1,4 @@
-// The decode kernels for bf16 (decode_kernel.cuh), one translation unit per dtype.
-#include "decode_kernel.cuh"
+// The decode kernels for bf16 (decode_launch.cuh), one translation unit per dtype.
+#include "decode_launch.cuh"
 
 FA_DECODE_INSTANTIATE(bf16, __nv_bfloat16)

@@ -1,4 +1,4 @@
-// The decode kernels for f32 (decode_kernel.cuh), one translation unit per dtype.
-#include "decode_kernel.cuh"
+// The decode kernels for f32 (decode_launch.cuh), one translation unit per dtype.
+#include "decode_launch.cuh"
 
 FA_DECODE_INSTANTIATE(f32, float)

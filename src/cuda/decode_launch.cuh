@@ -1,0 +1,103 @@
+// Launching the decode kernels, instantiated per dtype in
+// decode_{bf16,f16,f32}.cu: rb (rows per block) 1, 4 or 8 runs the CUDA-core
+// kernel (decode_kernel.cuh), rb 16 the tensor-core one
+// (decode_mma_kernel.cuh; f16 / bf16, head dims up to 128).
+#ifndef FA_CUDA_DECODE_LAUNCH_CUH
+#define FA_CUDA_DECODE_LAUNCH_CUH
+
+#include "decode_kernel.cuh"
+#include "decode_mma_kernel.cuh"
+#include "launch.cuh"
+
+namespace fa_dec {
+
+// The kernel for (T, KD, RB) and its dynamic shared memory; RB = 16 is the
+// tensor-core kernel, which exists for 16-bit T and KD <= 128 only (the host
+// never asks for it elsewhere; the CUDA-core kernel stands in so that every
+// instantiation compiles).
+template <typename T, int KD, int RB>
+struct kernel_of {
+  static constexpr bool kMma = RB == 16 && sizeof(T) == 2 && KD <= 128;
+  static auto get() {
+    if constexpr (kMma)
+      return decode_mma_kernel<T, KD>;
+    else
+      return decode_kernel<T, KD, RB == 16 ? 8 : RB>;
+  }
+  static constexpr size_t smem() {
+    if constexpr (kMma)
+      return mma_cfg<T, KD>::smem;
+    else
+      return cfg<T, KD, RB == 16 ? 8 : RB>::smem;
+  }
+};
+
+template <typename T, int KD, int RB>
+fa_status launch_one(const fa__dec_params &p, int64_t blocks, cudaStream_t s, fa__err *err) {
+  using K = kernel_of<T, KD, RB>;
+  auto kern = K::get();
+  FA_CUDA_TRY(fa__cuda_smem_optin(kern, K::smem()), "raising the decode kernel's shared-memory limit");
+  kern<<<static_cast<unsigned>(blocks), kThreads, K::smem(), s>>>(p);
+  FA_CUDA_CHECK_LAUNCH("launching the decode kernel");
+  return FA_OK;
+}
+
+template <typename T, int KD, int RB>
+int occupancy_one() {
+  using K = kernel_of<T, KD, RB>;
+  auto kern = K::get();
+  int n = 0;
+  if (fa__cuda_smem_optin(kern, K::smem()) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, kThreads, K::smem()) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+template <typename T, int KD>
+fa_status launch_kd(const fa__dec_params &p, int rb, int64_t blocks, cudaStream_t s, fa__err *err) {
+  switch (rb) {
+    case 1: return launch_one<T, KD, 1>(p, blocks, s, err);
+    case 4: return launch_one<T, KD, 4>(p, blocks, s, err);
+    case 16: return launch_one<T, KD, 16>(p, blocks, s, err);
+    default: return launch_one<T, KD, 8>(p, blocks, s, err);
+  }
+}
+
+template <typename T>
+fa_status launch(const fa__dec_params &p, int kd, int rb, int64_t blocks, cudaStream_t s, fa__err *err) {
+  switch (kd) {
+    case 64: return launch_kd<T, 64>(p, rb, blocks, s, err);
+    case 128: return launch_kd<T, 128>(p, rb, blocks, s, err);
+    default: return launch_kd<T, 256>(p, rb, blocks, s, err);
+  }
+}
+
+template <typename T, int KD>
+int occupancy_kd(int rb) {
+  switch (rb) {
+    case 1: return occupancy_one<T, KD, 1>();
+    case 4: return occupancy_one<T, KD, 4>();
+    case 16: return occupancy_one<T, KD, 16>();
+    default: return occupancy_one<T, KD, 8>();
+  }
+}
+
+template <typename T>
+int occupancy(int kd, int rb) {
+  return kd == 64 ? occupancy_kd<T, 64>(rb) : kd == 128 ? occupancy_kd<T, 128>(rb) : occupancy_kd<T, 256>(rb);
+}
+
+}  // namespace fa_dec
+
+#define FA_DECODE_INSTANTIATE(NAME, T)                                                                             \
+  fa_status fa__cuda_decode_launch_##NAME(const fa__dec_params &p, int kd, int rb, int64_t blocks, cudaStream_t s, \
+                                          fa__err *err) {                                                          \
+    return fa_dec::launch<T>(p, kd, rb, blocks, s, err);                                                           \
+  }                                                                                                                \
+  int fa__cuda_decode_occupancy_##NAME(int kd, int rb) {                                                           \
+    return fa_dec::occupancy<T>(kd, rb);                                                                           \
+  }
+
+#endif

@@ -1,0 +1,259 @@
+// What the two decode kernels share (decode_kernel.cuh on CUDA cores,
+// decode_mma_kernel.cuh on tensor cores; decode.cuh has the design): which
+// keys a block owns, the K/V tile stream, the query rows, and the final merge
+// of the block's partial softmax states into o (or the split's partial o).
+#ifndef FA_CUDA_DECODE_PARTS_CUH
+#define FA_CUDA_DECODE_PARTS_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "../rules/kv_address.h"
+#include "../rules/visibility.h"
+#include "decode.cuh"
+#include "mma.cuh"
+
+namespace fa_dec {
+
+constexpr int kThreads = 128;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+template <typename T>
+__device__ __forceinline__ float to_f32(T x);
+template <>
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+template <>
+__device__ __forceinline__ float to_f32(__half x) {
+  return __half2float(x);
+}
+template <>
+__device__ __forceinline__ float to_f32(float x) {
+  return x;
+}
+template <typename T>
+__device__ __forceinline__ T from_f32(float x);
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <>
+__device__ __forceinline__ __half from_f32(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__device__ __forceinline__ float from_f32(float x) {
+  return x;
+}
+
+// A block's work: row block rb of kv head kvh of sequence b, and split sp's
+// share [j0, j1) of the keys the band lets those rows see, cut at whole
+// tiles of BK keys (so the split boundaries, hence the bits for a given
+// num_splits, depend on BK).
+struct block_work {
+  int rb, sp, ntiles;
+  int64_t kvh, b, len, j0, j1;
+  fa__band bd;
+};
+
+__device__ __forceinline__ block_work block_work_of(const fa__dec_params &p, int BK) {
+  block_work w;
+  int64_t x = blockIdx.x;
+  w.rb = static_cast<int>(x % p.nrb);
+  x /= p.nrb;
+  w.sp = static_cast<int>(x % p.nsplit);
+  x /= p.nsplit;
+  w.kvh = x % p.Hkv;
+  w.b = x / p.Hkv;
+  w.len = p.cache_seqlens ? fa__dec_clamp(p.cache_seqlens[w.b], p.bounds.max_len) : p.fixed_len;
+  const int64_t lk = w.len + p.L_new;
+  w.bd.lq = p.Lq;
+  w.bd.lk = lk;
+  w.bd.left = p.wl;
+  w.bd.right = p.wr;
+  w.bd.diag_shift = p.top_left ? 0 : lk - p.Lq;
+  int64_t jlo, jhi;
+  fa__band_cols(&w.bd, 0, p.Lq, &jlo, &jhi);
+  const int64_t span = jhi > jlo ? jhi - jlo : 0;
+  int64_t chunk = (span + p.nsplit - 1) / p.nsplit;
+  chunk = (chunk + BK - 1) / BK * BK;
+  w.j0 = jlo + w.sp * chunk < jhi ? jlo + w.sp * chunk : jhi;
+  w.j1 = w.j0 + chunk < jhi ? w.j0 + chunk : jhi;
+  w.ntiles = static_cast<int>((w.j1 - w.j0 + BK - 1) / BK);
+  return w;
+}
+
+// Streams a block's K and V tiles of BK rows through a STAGES-deep ring of
+// shared memory with 16-byte cp.async copies (keys past j1 and columns past
+// D / Dv zero-filled). Thread tid copies the units of column tid % UPR in rows
+// tid / UPR + i * (kThreads / UPR). Tiles are [BK][KD] row-major, or with
+// mma.cuh's XOR swizzle (kSwizzle) for ldmatrix. Paged caches: where the
+// thread's rows of the next tile live (kv_address.h's rule: page
+// block_table[b][j / page_size], row j % page_size) is found one tile ahead,
+// so the block-table reads are in flight during a tile's arithmetic: one
+// 32-bit division per tile, then whole pages stepped over.
+template <typename T, int KD, int BK, int STAGES, bool kSwizzle>
+struct kv_stream {
+  static constexpr int EPU = 16 / static_cast<int>(sizeof(T));  // elements per unit
+  static constexpr int UPR = KD / EPU;                           // units per row
+  static constexpr int RSTEP = kThreads / UPR;                   // rows between a thread's units
+  static constexpr int UPT = BK / RSTEP;                         // units per thread per K (or V) tile
+  static constexpr size_t tile_bytes = static_cast<size_t>(BK) * KD * sizeof(T);
+  static constexpr size_t stage_bytes = 2 * tile_bytes;
+  static constexpr size_t bytes = STAGES * stage_bytes;
+  static_assert(kThreads % UPR == 0, "a thread's units share one column");
+  static_assert(BK % RSTEP == 0, "whole units per thread");
+
+  const T *kbase, *vbase;
+  int64_t ks0, ks2, vs0, vs2, pages;
+  const int32_t *bt_row;  // NULL: contiguous
+  uint32_t psz, pipe_s;
+  int64_t j0, j1;
+  int ntiles, cu, r0;
+  bool kcol, vcol;
+  int32_t pg[UPT], rw[UPT];
+
+  __device__ __forceinline__ void init(const fa__dec_params &p, const block_work &w, const T *pipe, int tid) {
+    cu = tid % UPR;
+    r0 = tid / UPR;
+    kcol = cu * EPU < p.D;
+    vcol = cu * EPU < p.Dv;
+    kbase = static_cast<const T *>(p.k) + w.kvh * p.ks[1] + cu * EPU;
+    vbase = static_cast<const T *>(p.v) + w.kvh * p.vs[1] + cu * EPU;
+    ks0 = p.ks[0];
+    ks2 = p.ks[2];
+    vs0 = p.vs[0];
+    vs2 = p.vs[2];
+    pages = p.bounds.pages;
+    bt_row = p.map.block_table ? p.map.block_table + w.b * p.map.bt_stride : nullptr;
+    psz = static_cast<uint32_t>(p.map.page_size);
+    pipe_s = fa_cuda::smem_addr(pipe);
+    j0 = w.j0;
+    j1 = w.j1;
+    ntiles = w.ntiles;
+#pragma unroll
+    for (int i = 0; i < UPT; ++i) pg[i] = static_cast<int32_t>(w.b);
+    locate(0);
+  }
+
+  __device__ __forceinline__ void locate(int t) {
+    const int64_t jt = j0 + static_cast<int64_t>(t) * BK;
+    if (!bt_row) {
+#pragma unroll
+      for (int i = 0; i < UPT; ++i) rw[i] = static_cast<int32_t>(jt + r0 + i * RSTEP);
+      return;
+    }
+    const uint32_t j = static_cast<uint32_t>(jt < j1 ? jt : 0);
+    const uint32_t idx0 = j / psz, row0 = j - idx0 * psz;
+#pragma unroll
+    for (int i = 0; i < UPT; ++i) {
+      uint32_t row = row0 + static_cast<uint32_t>(r0 + i * RSTEP), idx = idx0;
+      while (row >= psz) {
+        row -= psz;
+        ++idx;
+      }
+      const bool ok = jt + r0 + i * RSTEP < j1;
+      pg[i] = ok ? static_cast<int32_t>(fa__dec_clamp(__ldg(bt_row + idx), pages - 1)) : 0;
+      rw[i] = static_cast<int32_t>(row);
+    }
+  }
+
+  // Issues tile t into its stage (nothing past the last tile), then finds the
+  // rows of tile t + 1; always commits a group so that waits count evenly.
+  __device__ __forceinline__ void issue(int t) {
+    if (t < ntiles) {
+      const uint32_t ks = pipe_s + static_cast<uint32_t>((t % STAGES) * stage_bytes);
+      const uint32_t vs = ks + static_cast<uint32_t>(tile_bytes);
+      const int64_t jt = j0 + static_cast<int64_t>(t) * BK;
+#pragma unroll
+      for (int i = 0; i < UPT; ++i) {
+        const int row = r0 + i * RSTEP;
+        const bool ok = jt + row < j1;
+        const int64_t ko = ok ? pg[i] * ks0 + rw[i] * ks2 : 0;
+        const int64_t vo = ok ? pg[i] * vs0 + rw[i] * vs2 : 0;
+        const int el = kSwizzle ? fa_cuda::swz<KD>(row, cu * EPU) : row * KD + cu * EPU;
+        const uint32_t off = static_cast<uint32_t>(el * sizeof(T));
+        fa_cuda::cp_async16(ks + off, kbase + ko, ok && kcol ? 16 : 0);
+        fa_cuda::cp_async16(vs + off, vbase + vo, ok && vcol ? 16 : 0);
+      }
+      if (t + 1 < ntiles) locate(t + 1);
+    }
+    fa_cuda::cp_async_commit();
+  }
+
+  __device__ __forceinline__ const T *k_tile(const T *pipe, int t) const {
+    return pipe + (t % STAGES) * (stage_bytes / sizeof(T));
+  }
+  __device__ __forceinline__ const T *v_tile(const T *pipe, int t) const {
+    return k_tile(pipe, t) + BK * KD;
+  }
+};
+
+// Element d of query row r (head kvh * group + r / Lq, new token r % Lq) of
+// sequence b as f32, rotated at position len + r % Lq when the call rotates
+// (src/rules/rotary.h's rule), unscaled; 0 past R rows or D columns.
+template <typename T>
+__device__ __forceinline__ float query_value(const fa__dec_params &p, const block_work &w, int r, int d) {
+  if (r >= p.R || d >= p.D) return 0.f;
+  const int64_t h = w.kvh * p.group + r / p.Lq, i = r % p.Lq;
+  const T *qrow = static_cast<const T *>(p.q) + w.b * p.qs[0] + h * p.qs[1] + i * p.qs[2];
+  float v = to_f32(qrow[d]);
+  if (p.rot_cos && d < p.rot_dim) {
+    const int half = p.rot_dim / 2;
+    const int64_t at = fa__dec_clamp(w.len + i, p.bounds.rot_len - 1);
+    const float *cr = p.rot_cos + at * half, *sr = p.rot_sin + at * half;
+    if (p.rot_interleaved) {
+      const int t = d / 2;
+      v = (d & 1) ? to_f32(qrow[d - 1]) * sr[t] + v * cr[t] : v * cr[t] - to_f32(qrow[d + 1]) * sr[t];
+    } else if (d < half) {
+      v = v * cr[d] - to_f32(qrow[d + half]) * sr[d];
+    } else {
+      v = to_f32(qrow[d - half]) * sr[d - half] + v * cr[d - half];
+    }
+  }
+  return v;
+}
+
+// The block's NG partial states of its RB rows (state g of row rr: running
+// max ms[g * RB + rr] in log2 units, sum ls[...], accumulator as[(g * RB +
+// rr) * KD + d]) merged in g order; o = acc / l, lse = m ln 2 + log l, to o
+// and lse (one split) or to the split's partial rows.
+template <typename T>
+__device__ __forceinline__ void store_merged(const fa__dec_params &p, const block_work &w, const float *ms,
+                                             const float *ls, const float *as, int NG, int RB, int KD, int tid) {
+  const int64_t item = w.b * p.Hkv + w.kvh;
+  for (int e = tid; e < RB * p.Dv; e += kThreads) {
+    const int rr = e / p.Dv, d = e % p.Dv, r = w.rb * RB + rr;
+    if (r >= p.R) continue;
+    float M = -INFINITY;
+    for (int g = 0; g < NG; ++g) M = fmaxf(M, ms[g * RB + rr]);
+    float L = 0.f, O = 0.f;
+    if (M != -INFINITY)
+      for (int g = 0; g < NG; ++g) {
+        const float mg = ms[g * RB + rr];
+        if (mg == -INFINITY) continue;
+        const float f = exp2f(mg - M);
+        L += f * ls[g * RB + rr];
+        O += f * as[(g * RB + rr) * KD + d];
+      }
+    const float o = L > 0.f ? O / L : 0.f;
+    const float lse = L > 0.f ? M * kLn2 + logf(L) : -INFINITY;
+    if (p.nsplit == 1) {
+      const int64_t h = w.kvh * p.group + r / p.Lq, i = r % p.Lq;
+      static_cast<T *>(p.o)[w.b * p.os[0] + h * p.os[1] + i * p.os[2] + d] = from_f32<T>(o);
+      if (d == 0 && p.lse) p.lse[w.b * p.lses[0] + h * p.lses[1] + i * p.lses[2]] = lse;
+    } else {
+      const int64_t row = (item * p.nsplit + w.sp) * p.R + r;
+      p.part_o[row * p.Dv + d] = o;
+      if (d == 0) p.part_lse[row] = lse;
+    }
+  }
+}
+
+}  // namespace fa_dec
+
+#endif
