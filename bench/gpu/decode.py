@@ -101,7 +101,7 @@ def kernel_ms(fn, calls=10):
             t = getattr(ev, "cuda_time_total", 0.0)
         if t and ("fa_dec" in ev.key or "kernel" in ev.key):
             total += t
-            names.append(ev.key.split("(")[0][-40:])
+            names.append("%s %.4f" % (ev.key.split("(")[0].split("<")[0][-28:], t / 1000.0 / calls))
     return total / 1000.0 / calls, names
 
 
@@ -168,6 +168,7 @@ def main():
         help="auto (the library's choice: tensor cores for grouped f16/bf16 queries), cores "
         "(FLASHATTN_CUDA_DECODE_MMA=0: the CUDA-core kernel for every shape), or auto,cores",
     )
+    ap.add_argument("--breakdown", action="store_true", help="print each of our kernels' time per call")
     a = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.cuda.get_device_properties(0)
@@ -191,8 +192,10 @@ def main():
         (8, 32, 8, 8192, 0),
         (32, 32, 8, 4096, 0),
         (8, 32, 32, 8192, 0),
+        (1, 32, 8, 32768, -1),  # page -1: contiguous in FlashAttention's [B, L, Hkv, D] (as a page's rows)
         (1, 32, 8, 32768, 16),
         (1, 32, 8, 32768, 256),
+        (8, 32, 8, 8192, -1),
         (8, 32, 8, 8192, 16),
         (8, 32, 8, 8192, 256),
     ]
@@ -222,7 +225,13 @@ def main():
         seqlens = torch.full((B,), Lk, dtype=torch.int32, device="cuda")
         kv = KVCache()
         bt = None
-        if page:
+        if page < 0:
+            kl = k.transpose(1, 2).contiguous()  # [B, L, Hkv, D]
+            vl = v.transpose(1, 2).contiguous()
+            std = [Lk * Hkv * D, D, Hkv * D, 1]
+            kv.k_cache = tensor_view(kl.data_ptr(), [B, Hkv, Lk, D], std)
+            kv.v_cache = tensor_view(vl.data_ptr(), [B, Hkv, Lk, D], std)
+        elif page:
             nb = Lk // page
             perm = torch.randperm(B * nb, device="cuda").to(torch.int32)
             bt = perm.view(B, nb).contiguous()
@@ -291,23 +300,25 @@ def main():
             torch.cuda.synchronize()
             err = (o.float() - ref).abs().max().item() if ref is not None else float("nan")
             t_call = events_ms(fn, a.reps, a.inner)
-            t_kern, _ = kernel_ms(fn)
+            t_kern, kernels = kernel_ms(fn)
             gbs = kvbytes / (t_kern * 1e-3) / 1e9 if t_kern > 0 else float("nan")
             vs_call = (best / t_call) if best else float("nan")
             vs_kern = (best / t_kern) if best and t_kern > 0 else float("nan")
             say("%-44s %9.4f %9.4f %9.0f %6.0f%% %6.2fx %6.2fx | %-44s %6.3f"
                 % (name, t_call, t_kern, gbs, 100 * gbs / cbw, vs_call, vs_kern, sdp, err))  # fmt: skip
+            if a.breakdown:
+                say("    kernels (ms per call): " + ", ".join(kernels))
 
         runs = [(kn, ns, chk) for kn in a.kernels.split(",") for ns in splits for chk in a.checks.split(",")]
         for kn, ns, chk in runs:
             kv.num_splits = ns
             ours.lib.fa_context_set_device_checks(ours.ctx, 1 if chk == "on" else 0)
             os.environ["FLASHATTN_CUDA_DECODE_MMA"] = "0" if kn == "cores" else "1"  # read at each call
-            tags = (" page %d" % page if page else "") + (" splits %d" % ns if ns else "")
+            tags = (" page %d" % page if page > 0 else " bshd" if page < 0 else "") + (" splits %d" % ns if ns else "")
             tags += (" unchecked" if chk == "off" else "") + (" cores" if kn == "cores" else "")
             row("B=%d H=%d/%d Lk=%d%s" % (B, Hq, Hkv, Lk, tags), lambda: ours.call(tq, kv, opt, to, tl))
         os.environ.pop("FLASHATTN_CUDA_DECODE_MMA", None)
-        if a.plain and not page:  # the same step through fa_forward: the library routes it to the decode kernels
+        if a.plain and page == 0:  # the same step through fa_forward: the library routes it to the decode kernels
             popt = fa.Options()
             ours.lib.fa_options_init(C.byref(popt))
             popt.causal, popt.align = 1, 1  # bottom-right
@@ -321,6 +332,7 @@ def main():
 
             row("B=%d H=%d/%d Lk=%d plain fa_forward" % (B, Hq, Hkv, Lk), plain)
         del q, k, v, o, lse, kv
+        kl = vl = kp = vp = None
         torch.cuda.empty_cache()
     say(
         "(vs best: best SDPA call time / our call time; kern vs: best SDPA call time / our kernels' time; * = K/V repeated to Hq heads before timing, SDPA backend "

@@ -8,12 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <atomic>
+
 #include "../rules/half.h"
 #include "../rules/kv_address.h"
 #include "../rules/online_softmax.h"
 #include "decode.cuh"
 #include "host_call.cuh"
 #include "launch.cuh"
+#include "mma.cuh"
 #include "rules.cuh"
 
 namespace {
@@ -119,8 +122,15 @@ struct combine_params {
   int R, Dv, nsplit, dtype;
 };
 
-// One block per (sequence, kv head, row): the splits of the decode kernel.
+// One block per (sequence, kv head, row): the splits of the decode kernel,
+// summed in split order. The merge is a chain of round trips to L2 (the lse
+// values, the float64 weights, the values), the whole cost of a short split
+// call's tail: so the row's values of every split are first copied into
+// shared memory with cp.async (when they fit, kStageBytes), in flight while
+// warp 0 computes the weights, and summed from there.
+constexpr int kStageBytes = 40 * 1024;  // with the static 2 KiB: under the default 48 KiB
 __global__ void combine_kernel(const combine_params p) {
+  extern __shared__ __align__(16) float staged[];  // [nsplit][Dv] when staged
   __shared__ double w[kMaxSplits];
   __shared__ double lse_s;
   const int64_t x = blockIdx.x;
@@ -128,17 +138,36 @@ __global__ void combine_kernel(const combine_params p) {
   const int64_t item = x / p.R, kvh = item % p.Hkv, b = item / p.Hkv;
   const float *plse = p.part_lse + item * p.nsplit * p.R + r;
   const float *po = p.part_o + (item * p.nsplit * p.R + r) * p.Dv;
+  const int64_t kstride = static_cast<int64_t>(p.R) * p.Dv;
+  const bool stage = static_cast<size_t>(p.nsplit) * p.Dv * sizeof(float) <= kStageBytes;
+  if (stage) {  // Dv % 8 == 0 and 16-byte aligned rows: whole 16-byte units
+    const int upr = p.Dv / 4;
+    for (int u = threadIdx.x; u < p.nsplit * upr; u += blockDim.x) {
+      const int k = u / upr, c = (u % upr) * 4;
+      fa_cuda::cp_async16(fa_cuda::smem_addr(staged + k * p.Dv + c), po + k * kstride + c, 16);
+    }
+    fa_cuda::cp_async_commit();
+  }
   if (threadIdx.x < 32) {
     const double lse = merge_weights(
         p.nsplit, [&](int k) { return static_cast<double>(plse[k * p.R]); }, w);
     if (threadIdx.x == 0) lse_s = lse;
   }
+  fa_cuda::cp_async_wait<0>();
   __syncthreads();
   const int64_t h = kvh * p.group + r / p.Lq, i = r % p.Lq;
   for (int e = threadIdx.x; e < p.Dv; e += blockDim.x) {
     double acc = 0.0;
-    for (int k = 0; k < p.nsplit; ++k)
-      if (w[k] != 0.0) acc += w[k] * po[static_cast<int64_t>(k) * p.R * p.Dv + e];
+    if (stage) {
+      for (int k = 0; k < p.nsplit; ++k)
+        if (w[k] != 0.0) acc += w[k] * staged[k * p.Dv + e];
+    } else {  // unrolled: 8 splits' loads in flight, not one at a time
+#pragma unroll 8
+      for (int k = 0; k < p.nsplit; ++k) {
+        const float v = po[k * kstride + e];
+        if (w[k] != 0.0) acc += w[k] * v;
+      }
+    }
     fa_cuda::store_any(p.o, b * p.os[0] + h * p.os[1] + i * p.os[2] + e, p.dtype, static_cast<float>(acc));
   }
   if (threadIdx.x == 0 && p.lse) p.lse[b * p.lses[0] + h * p.lses[1] + i * p.lses[2]] = static_cast<float>(lse_s);
@@ -224,10 +253,36 @@ int bucket(int64_t d) {
   return d <= 64 ? 64 : d <= 128 ? 128 : 256;
 }
 
-int occupancy(fa_dtype dt, int kd, int rb) {
-  return dt == FA_BF16  ? fa__cuda_decode_occupancy_bf16(kd, rb)
-         : dt == FA_F16 ? fa__cuda_decode_occupancy_f16(kd, rb)
-                        : fa__cuda_decode_occupancy_f32(kd, rb);
+// Resident decode blocks per multiprocessor, asked of the occupancy API once
+// per (device, dtype, head-dim bucket, rows per block): the API call costs
+// host time on every call otherwise. 0 = not asked yet.
+constexpr int kCachedDevices = 64;
+std::atomic<int> occ_cache[kCachedDevices][3][3][4];
+std::atomic<int> sm_cache[kCachedDevices];
+
+int occupancy(int dev, fa_dtype dt, int kd, int rb) {
+  const int di = dt == FA_BF16 ? 0 : dt == FA_F16 ? 1 : 2, ki = kd == 64 ? 0 : kd == 128 ? 1 : 2;
+  const int ri = rb == 1 ? 0 : rb == 4 ? 1 : rb == 8 ? 2 : 3;
+  std::atomic<int> *slot = dev >= 0 && dev < kCachedDevices ? &occ_cache[dev][di][ki][ri] : nullptr;
+  int n = slot ? slot->load(std::memory_order_relaxed) : 0;
+  if (n > 0) return n;
+  n = dt == FA_BF16  ? fa__cuda_decode_occupancy_bf16(kd, rb)
+      : dt == FA_F16 ? fa__cuda_decode_occupancy_f16(kd, rb)
+                     : fa__cuda_decode_occupancy_f32(kd, rb);
+  if (slot && n > 0) slot->store(n, std::memory_order_relaxed);
+  return n;
+}
+
+int multiprocessors(int dev) {
+  std::atomic<int> *slot = dev >= 0 && dev < kCachedDevices ? &sm_cache[dev] : nullptr;
+  int sms = slot ? slot->load(std::memory_order_relaxed) : 0;
+  if (sms > 0) return sms;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms < 1) {
+    (void)cudaGetLastError();
+    return 132;
+  }
+  if (slot) slot->store(sms, std::memory_order_relaxed);
+  return sms;
 }
 
 // Rows per decode block: 16 (one m16 tile) on the tensor-core kernel for
@@ -256,13 +311,13 @@ int tile_keys(int kd, int rb) {
 // once, none waiting for a second wave), each at least 8 tiles long (the
 // pipeline's fill and the merge stay small) and at most 128 parts.
 static int choose_splits(const fa__problem *p, int64_t items, int kd, int rb) {
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
     (void)cudaGetLastError();
-    sms = 132;
+    dev = -1;
   }
-  int occ = occupancy(p->dtype, kd, rb);
+  const int sms = multiprocessors(dev);
+  int occ = occupancy(dev, p->dtype, kd, rb);
   if (occ < 1) occ = 1;
   const int64_t slots = static_cast<int64_t>(sms) * occ;
   if (items >= slots) return 1;
@@ -363,7 +418,8 @@ static fa_status run_decode(const fa__problem *p, const fa__kv *kv, const fa__de
   cp.Dv = static_cast<int>(p->Dv);
   cp.nsplit = nsplit;
   cp.dtype = p->dtype;
-  combine_kernel<<<static_cast<unsigned>(p->B * p->Hkv * R), 128, 0, s>>>(cp);
+  const size_t staged = static_cast<size_t>(nsplit) * static_cast<size_t>(p->Dv) * sizeof(float);
+  combine_kernel<<<static_cast<unsigned>(p->B * p->Hkv * R), 128, staged <= kStageBytes ? staged : 0, s>>>(cp);
   FA_CUDA_CHECK_LAUNCH("launching the split-KV combine kernel");
   return FA_OK;
 }

@@ -107,35 +107,52 @@ __global__ void __launch_bounds__(kThreads, 2) decode_mma_kernel(const fa__dec_p
     const int64_t jt = w.j0 + static_cast<int64_t>(t) * BK;
     const bool full = jt + BK <= w.j1 && fa__band_tile_full(&bd, 0, p.Lq, jt, jt + BK);
 
-    // S[n][e]: key jw + 8n + 2tq + (e & 1) of row gr + 8 (e >> 1)
-    float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    // S[n][e]: key jw + 8n + 2tq + (e & 1) of row gr + 8 (e >> 1); even and
+    // odd k-steps in separate accumulators, two chains of dependent mma
+    // instead of one (the loop is latency-bound at two warps per scheduler)
+    float s[2][4], s2[2][4];
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] = s2[n][e] = 0.f;
 #pragma unroll
     for (int k = 0; k < KS; ++k) {
       uint32_t b[4];
       fa_cuda::lds_b_nk<KD>(b, ks, warp * 16, k * 16, lane);
-      Tag::mma(s[0], qa[k], b[0], b[1]);
-      Tag::mma(s[1], qa[k], b[2], b[3]);
+      float(*acc)[4] = k & 1 ? s2 : s;
+      Tag::mma(acc[0], qa[k], b[0], b[1]);
+      Tag::mma(acc[1], qa[k], b[2], b[3]);
     }
     const int64_t jw = jt + warp * 16;
+    if (full && !p.elementwise) {
 #pragma unroll
-    for (int n = 0; n < 2; ++n)
+      for (int n = 0; n < 2; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e >> 1;
-        const int64_t j = jw + 8 * n + 2 * tq + (e & 1);
-        float x = s[n][e] * p.qscale;
-        if (!full && !(j < w.j1 && fa__band_visible(&bd, irow[h], j))) {
-          x = -INFINITY;
-        } else if (p.elementwise) {
-          x = fa__softcap_f(x, p.softcap);
-          if (p.alibi) x += fa__alibi_f(slope[h], fa__band_diag(&bd, irow[h]), j);
-          x *= kLog2e;
+        for (int e = 0; e < 4; ++e) s[n][e] = (s[n][e] + s2[n][e]) * p.qscale;
+    } else {
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1;
+          const int64_t j = jw + 8 * n + 2 * tq + (e & 1);
+          float x = (s[n][e] + s2[n][e]) * p.qscale;
+          if (!full && !(j < w.j1 && fa__band_visible(&bd, irow[h], j))) {
+            x = -INFINITY;
+          } else if (p.elementwise) {
+            x = fa__softcap_f(x, p.softcap);
+            if (p.alibi) x += fa__alibi_f(slope[h], fa__band_diag(&bd, irow[h]), j);
+            x *= kLog2e;
+          }
+          s[n][e] = x;
         }
-        s[n][e] = x;
-      }
+    }
 
     // online softmax per row over the warp's 16 keys (the 4 lanes of a row
-    // agree on the max; each keeps its own part of l until the end)
+    // agree on the max; each keeps its own part of l until the end). Once
+    // the running max has settled, as it soon does over a long cache, no row
+    // of the warp needs O rescaled and the 2 * D / 8 multiplies are skipped.
+    float f[2] = {1.f, 1.f};
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float mt = fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
@@ -143,7 +160,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_mma_kernel(const fa__dec_p
       mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
       mt = fmaxf(mt, m[h]);
       if (mt == -INFINITY) continue;  // nothing visible yet: s all -inf, P = 0 below
-      const float f = fa_cuda::fast_exp2(m[h] - mt);
+      f[h] = mt == m[h] ? 1.f : fa_cuda::fast_exp2(m[h] - mt);
       m[h] = mt;
       float sum = 0.f;
 #pragma unroll
@@ -153,11 +170,15 @@ __global__ void __launch_bounds__(kThreads, 2) decode_mma_kernel(const fa__dec_p
           s[n][e] = fa_cuda::fast_exp2(s[n][e] - mt);
           sum += s[n][e];
         }
-      l[h] = l[h] * f + sum;
+      l[h] = l[h] * f[h] + sum;
+    }
+    if (__any_sync(0xffffffffu, f[0] != 1.f || f[1] != 1.f)) {
 #pragma unroll
       for (int n = 0; n < NT; ++n) {
-        o[n][2 * h] *= f;
-        o[n][2 * h + 1] *= f;
+        o[n][0] *= f[0];
+        o[n][1] *= f[0];
+        o[n][2] *= f[1];
+        o[n][3] *= f[1];
       }
     }
 #pragma unroll

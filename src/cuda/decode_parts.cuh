@@ -111,11 +111,16 @@ struct kv_stream {
   const T *kbase, *vbase;
   int64_t ks0, ks2, vs0, vs2, pages;
   const int32_t *bt_row;  // NULL: contiguous
-  uint32_t psz, pipe_s;
-  int64_t j0, j1;
+  uint32_t psz, pshift, pipe_s;  // pshift: log2 of the page size when a power of two, else 0
+  int64_t seq, j0, j1;  // sequence b, the split's keys
   int ntiles, cu, r0;
   bool kcol, vcol;
-  int32_t pg[UPT], rw[UPT];
+  // where tile t + 1's rows are: one run (its first row fk / fv of K / V, as
+  // element offsets) when the tile lies in one page (contiguous caches:
+  // always), else row by row (koff / voff below)
+  bool run, same;  // same: K and V caches share their page and row strides
+  int64_t fk, fv;
+  int64_t koff[UPT], voff[UPT];  // row by row: element offsets of the thread's units, or -1 past the split
 
   __device__ __forceinline__ void init(const fa__dec_params &p, const block_work &w, const T *pipe, int tid) {
     cu = tid % UPR;
@@ -128,57 +133,96 @@ struct kv_stream {
     ks2 = p.ks[2];
     vs0 = p.vs[0];
     vs2 = p.vs[2];
+    same = ks0 == vs0 && ks2 == vs2;
     pages = p.bounds.pages;
     bt_row = p.map.block_table ? p.map.block_table + w.b * p.map.bt_stride : nullptr;
     psz = static_cast<uint32_t>(p.map.page_size);
+    pshift = (psz & (psz - 1)) == 0 ? static_cast<uint32_t>(__ffs(static_cast<int>(psz)) - 1) : 0;
     pipe_s = fa_cuda::smem_addr(pipe);
+    seq = w.b;
     j0 = w.j0;
     j1 = w.j1;
     ntiles = w.ntiles;
-#pragma unroll
-    for (int i = 0; i < UPT; ++i) pg[i] = static_cast<int32_t>(w.b);
     locate(0);
   }
 
+  // Finds tile t's rows (kv_address.h's rule: key j of sequence b is row
+  // j % page_size of page block_table[b][j / page_size]; contiguous: row j
+  // of "page" b), one tile ahead of its copies so that the block-table reads
+  // are in flight during a tile's arithmetic.
   __device__ __forceinline__ void locate(int t) {
     const int64_t jt = j0 + static_cast<int64_t>(t) * BK;
+    const bool whole = jt + BK <= j1;
     if (!bt_row) {
+      run = whole;
+      fk = seq * ks0 + jt * ks2;
+      fv = seq * vs0 + jt * vs2;
+      if (!whole) {
 #pragma unroll
-      for (int i = 0; i < UPT; ++i) rw[i] = static_cast<int32_t>(jt + r0 + i * RSTEP);
+        for (int i = 0; i < UPT; ++i) {
+          const int64_t row = jt + r0 + i * RSTEP;
+          koff[i] = row < j1 ? fk + (r0 + i * RSTEP) * ks2 : -1;
+          voff[i] = row < j1 ? fv + (r0 + i * RSTEP) * vs2 : -1;
+        }
+      }
       return;
     }
     const uint32_t j = static_cast<uint32_t>(jt < j1 ? jt : 0);
-    const uint32_t idx0 = j / psz, row0 = j - idx0 * psz;
+    const uint32_t idx0 = pshift ? j >> pshift : j / psz, row0 = j - idx0 * psz;
+    run = whole && row0 + BK <= psz;
+    if (run) {
+      const int64_t page = fa__dec_clamp(__ldg(bt_row + idx0), pages - 1);
+      fk = page * ks0 + row0 * ks2;
+      fv = page * vs0 + row0 * vs2;
+      return;
+    }
 #pragma unroll
     for (int i = 0; i < UPT; ++i) {
       uint32_t row = row0 + static_cast<uint32_t>(r0 + i * RSTEP), idx = idx0;
-      while (row >= psz) {
-        row -= psz;
-        ++idx;
+      if (pshift) {
+        idx += row >> pshift;
+        row &= psz - 1;
+      } else {
+        while (row >= psz) {
+          row -= psz;
+          ++idx;
+        }
       }
       const bool ok = jt + r0 + i * RSTEP < j1;
-      pg[i] = ok ? static_cast<int32_t>(fa__dec_clamp(__ldg(bt_row + idx), pages - 1)) : 0;
-      rw[i] = static_cast<int32_t>(row);
+      const int64_t page = ok ? fa__dec_clamp(__ldg(bt_row + idx), pages - 1) : 0;
+      koff[i] = ok ? page * ks0 + row * ks2 : -1;
+      voff[i] = !ok ? -1 : same ? koff[i] : page * vs0 + row * vs2;
     }
   }
 
   // Issues tile t into its stage (nothing past the last tile), then finds the
   // rows of tile t + 1; always commits a group so that waits count evenly.
+  // A thread's units are RSTEP rows apart, a multiple of the swizzle's 8 rows,
+  // so their shared-memory offsets differ by constants; a tile in one run of
+  // rows takes one base address and a fixed row step, no per-row checks (the
+  // loop's instruction count is what bounds a decode block's speed).
   __device__ __forceinline__ void issue(int t) {
+    static_assert(!kSwizzle || RSTEP % 8 == 0, "the swizzle pattern repeats every 8 rows");
     if (t < ntiles) {
       const uint32_t ks = pipe_s + static_cast<uint32_t>((t % STAGES) * stage_bytes);
       const uint32_t vs = ks + static_cast<uint32_t>(tile_bytes);
-      const int64_t jt = j0 + static_cast<int64_t>(t) * BK;
+      const int el0 = kSwizzle ? fa_cuda::swz<KD>(r0, cu * EPU) : r0 * KD + cu * EPU;
+      if (run) {
+        const T *kt = kbase + fk + r0 * ks2, *vt = vbase + fv + r0 * vs2;
 #pragma unroll
-      for (int i = 0; i < UPT; ++i) {
-        const int row = r0 + i * RSTEP;
-        const bool ok = jt + row < j1;
-        const int64_t ko = ok ? pg[i] * ks0 + rw[i] * ks2 : 0;
-        const int64_t vo = ok ? pg[i] * vs0 + rw[i] * vs2 : 0;
-        const int el = kSwizzle ? fa_cuda::swz<KD>(row, cu * EPU) : row * KD + cu * EPU;
-        const uint32_t off = static_cast<uint32_t>(el * sizeof(T));
-        fa_cuda::cp_async16(ks + off, kbase + ko, ok && kcol ? 16 : 0);
-        fa_cuda::cp_async16(vs + off, vbase + vo, ok && vcol ? 16 : 0);
+        for (int i = 0; i < UPT; ++i) {
+          const uint32_t off = static_cast<uint32_t>((el0 + i * RSTEP * KD) * sizeof(T));
+          fa_cuda::cp_async16(ks + off, kt + i * RSTEP * ks2, kcol ? 16 : 0);
+          fa_cuda::cp_async16(vs + off, vt + i * RSTEP * vs2, vcol ? 16 : 0);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < UPT; ++i) {
+          const bool ok = koff[i] >= 0;
+          const uint32_t off = static_cast<uint32_t>((el0 + i * RSTEP * KD) * sizeof(T));
+          fa_cuda::cp_async16(ks + off, kbase + (ok ? koff[i] : 0), ok && kcol ? 16 : 0);
+          fa_cuda::cp_async16(vs + off, vbase + (ok ? voff[i] : 0), ok && vcol ? 16 : 0);
+        }
       }
       if (t + 1 < ntiles) locate(t + 1);
     }
