@@ -23,6 +23,7 @@ import datetime
 import os
 import statistics
 import sys
+import time
 import warnings
 
 import torch
@@ -307,7 +308,13 @@ def main():
             say("%-44s %9.4f %9.4f %9.0f %6.0f%% %6.2fx %6.2fx | %-44s %6.3f"
                 % (name, t_call, t_kern, gbs, 100 * gbs / cbw, vs_call, vs_kern, sdp, err))  # fmt: skip
             if a.breakdown:
-                say("    kernels (ms per call): " + ", ".join(kernels))
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                for _ in range(20):  # enqueue only: the host's own time per call (the queue never fills at 20)
+                    fn()
+                host_us = (time.perf_counter() - t0) / 20 * 1e6
+                torch.cuda.synchronize()
+                say("    kernels (ms per call): %s; host %.1f us per call" % (", ".join(kernels), host_us))
 
         runs = [(kn, ns, chk) for kn in a.kernels.split(",") for ns in splits for chk in a.checks.split(",")]
         for kn, ns, chk in runs:

@@ -7,16 +7,14 @@
 //            cache_seqlens[b] (contiguous or paged, src/rules/kv_address.h);
 //   decode   ("flash-decoding") one block per (sequence, kv head, split,
 //            row block): the g query heads of the kv head times the Lq new
-//            query rows (R = g * Lq rows, up to RB at a time) share every K/V
-//            tile read, so K and V cross the memory bus once per kv head.
-//            Tiles of BK keys stream through a 4-stage cp.async pipeline
-//            (16-byte copies, 48 KiB in flight per block); the block's
-//            128 threads form key groups of D/8 lanes, each lane holding 8
-//            elements of the head dim, each group running its own online
-//            softmax over its keys of every tile (no block-wide reduction in
-//            the loop); the groups merge once at the end. CUDA cores with
-//            f32 accumulation: at R <= 8 rows a tile is ~2 R multiply-adds
-//            per byte, under the fp32 rate at 4.3 TB/s;
+//            query rows (R = g * Lq rows, a row block at a time) share every
+//            K/V tile read, so K and V cross the memory bus once per kv head.
+//            Tiles stream through a cp.async ring (16-byte copies). Two
+//            kernels: on tensor cores for grouped f16/bf16 queries with D <=
+//            128 (decode_mma_kernel.cuh: a key costs the same few mma
+//            instructions whatever R is), else on CUDA cores with f32
+//            arithmetic (decode_kernel.cuh: about 2 R multiply-adds per
+//            byte, enough at R = 1, issue-bound from R = 4);
 //   combine  the splits' partial (o, lse) merged in a fixed order with the
 //            online-softmax merge (src/rules/online_softmax.h), in float64.
 // fa_merge_states is the combine over the caller's tensors.
@@ -83,7 +81,8 @@ struct fa__dec_params {
 };
 
 // One decode launch: dtype (FA_F16 / FA_BF16 / FA_F32), kd head-dim bucket
-// (64 / 128 / 256), rb rows per block (1 / 4 / 8). grid blocks, 128 threads.
+// (64 / 128 / 256), rb rows per block (1 / 4 / 8: CUDA cores; 16: tensor
+// cores, f16 / bf16 and kd <= 128 only). grid blocks, 128 threads.
 fa_status fa__cuda_decode_launch_bf16(const fa__dec_params &p, int kd, int rb, int64_t blocks, cudaStream_t s,
                                       fa__err *err);
 fa_status fa__cuda_decode_launch_f16(const fa__dec_params &p, int kd, int rb, int64_t blocks, cudaStream_t s,
