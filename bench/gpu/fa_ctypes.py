@@ -46,6 +46,9 @@ class Options(C.Structure):
         ("deterministic", C.c_int),
         ("block_q", C.c_int),
         ("block_k", C.c_int),
+        ("q_descale", Tensor),  # FP8 forward only (include/flashattn.h)
+        ("k_descale", Tensor),
+        ("v_descale", Tensor),
     ]
 
 
