@@ -89,42 +89,47 @@ __device__ __forceinline__ block_work block_work_of(const fa__dec_params &p, int
 
 // Streams a block's K and V tiles of BK rows through a STAGES-deep ring of
 // shared memory with 16-byte cp.async copies (keys past j1 and columns past
-// D / Dv zero-filled). Thread tid copies the units of column tid % UPR in rows
-// tid / UPR + i * (kThreads / UPR). Tiles are [BK][KD] row-major, or with
-// mma.cuh's XOR swizzle (kSwizzle) for ldmatrix. Paged caches: where the
-// thread's rows of the next tile live (kv_address.h's rule: page
-// block_table[b][j / page_size], row j % page_size) is found one tile ahead,
-// so the block-table reads are in flight during a tile's arithmetic: one
-// 32-bit division per tile, then whole pages stepped over.
+// D / Dv zero-filled). Thread tid copies column tid % UPR of the UPT
+// consecutive rows (tid / UPR) * UPT + i of a tile: a warp still reads whole
+// rows, and a thread's rows lie in one page unless they straddle a page
+// boundary (pages of 8 or more rows, tiles starting on a multiple of 8), so
+// the thread finds them with one block-table read and one base address
+// (kv_address.h's rule: key j of sequence b is row j % page_size of page
+// block_table[b][j / page_size]; contiguous: row j of "page" b); straddling
+// threads go row by row. Rows are found one tile ahead of their copies, so
+// the block-table reads are in flight during a tile's arithmetic: the
+// loop's instruction count is what bounds a decode block's speed. Tiles are
+// [BK][KD] row-major, or with mma.cuh's XOR swizzle (kSwizzle) for ldmatrix.
 template <typename T, int KD, int BK, int STAGES, bool kSwizzle>
 struct kv_stream {
   static constexpr int EPU = 16 / static_cast<int>(sizeof(T));  // elements per unit
   static constexpr int UPR = KD / EPU;                           // units per row
-  static constexpr int RSTEP = kThreads / UPR;                   // rows between a thread's units
-  static constexpr int UPT = BK / RSTEP;                         // units per thread per K (or V) tile
+  static constexpr int UPT = BK * UPR / kThreads;                // rows (units) per thread per K (or V) tile
   static constexpr size_t tile_bytes = static_cast<size_t>(BK) * KD * sizeof(T);
   static constexpr size_t stage_bytes = 2 * tile_bytes;
   static constexpr size_t bytes = STAGES * stage_bytes;
   static_assert(kThreads % UPR == 0, "a thread's units share one column");
-  static_assert(BK % RSTEP == 0, "whole units per thread");
+  static_assert(BK * UPR % kThreads == 0, "whole units per thread");
 
   const T *kbase, *vbase;
   int64_t ks0, ks2, vs0, vs2, pages;
   const int32_t *bt_row;  // NULL: contiguous
   uint32_t psz, pshift, pipe_s;  // pshift: log2 of the page size when a power of two, else 0
   int64_t seq, j0, j1;  // sequence b, the split's keys
-  int ntiles, cu, r0;
+  int ntiles, cu, r0;   // r0: the thread's first row in a tile
   bool kcol, vcol;
-  // where tile t + 1's rows are: one run (its first row fk / fv of K / V, as
-  // element offsets) when the tile lies in one page (contiguous caches:
-  // always), else row by row (koff / voff below)
-  bool run, same;  // same: K and V caches share their page and row strides
+  bool same;  // K and V caches share their page and row strides
+  // where the thread's rows of the next tile are: a run from element offsets
+  // fk / fv (nvalid of its UPT rows inside the split), or row by row (koff /
+  // voff, -1 past the split)
+  bool run;
+  int nvalid;
   int64_t fk, fv;
-  int64_t koff[UPT], voff[UPT];  // row by row: element offsets of the thread's units, or -1 past the split
+  int64_t koff[UPT], voff[UPT];
 
   __device__ __forceinline__ void init(const fa__dec_params &p, const block_work &w, const T *pipe, int tid) {
     cu = tid % UPR;
-    r0 = tid / UPR;
+    r0 = tid / UPR * UPT;
     kcol = cu * EPU < p.D;
     vcol = cu * EPU < p.Dv;
     kbase = static_cast<const T *>(p.k) + w.kvh * p.ks[1] + cu * EPU;
@@ -146,30 +151,19 @@ struct kv_stream {
     locate(0);
   }
 
-  // Finds tile t's rows (kv_address.h's rule: key j of sequence b is row
-  // j % page_size of page block_table[b][j / page_size]; contiguous: row j
-  // of "page" b), one tile ahead of its copies so that the block-table reads
-  // are in flight during a tile's arithmetic.
   __device__ __forceinline__ void locate(int t) {
-    const int64_t jt = j0 + static_cast<int64_t>(t) * BK;
-    const bool whole = jt + BK <= j1;
+    const int64_t jr = j0 + static_cast<int64_t>(t) * BK + r0;  // the thread's first key
+    const int64_t left = j1 - jr;
+    nvalid = left <= 0 ? 0 : left >= UPT ? UPT : static_cast<int>(left);
     if (!bt_row) {
-      run = whole;
-      fk = seq * ks0 + jt * ks2;
-      fv = seq * vs0 + jt * vs2;
-      if (!whole) {
-#pragma unroll
-        for (int i = 0; i < UPT; ++i) {
-          const int64_t row = jt + r0 + i * RSTEP;
-          koff[i] = row < j1 ? fk + (r0 + i * RSTEP) * ks2 : -1;
-          voff[i] = row < j1 ? fv + (r0 + i * RSTEP) * vs2 : -1;
-        }
-      }
+      run = true;
+      fk = seq * ks0 + jr * ks2;
+      fv = seq * vs0 + jr * vs2;
       return;
     }
-    const uint32_t j = static_cast<uint32_t>(jt < j1 ? jt : 0);
+    const uint32_t j = static_cast<uint32_t>(nvalid > 0 ? jr : 0);
     const uint32_t idx0 = pshift ? j >> pshift : j / psz, row0 = j - idx0 * psz;
-    run = whole && row0 + BK <= psz;
+    run = row0 + UPT <= psz;
     if (run) {
       const int64_t page = fa__dec_clamp(__ldg(bt_row + idx0), pages - 1);
       fk = page * ks0 + row0 * ks2;
@@ -178,17 +172,17 @@ struct kv_stream {
     }
 #pragma unroll
     for (int i = 0; i < UPT; ++i) {
-      uint32_t row = row0 + static_cast<uint32_t>(r0 + i * RSTEP), idx = idx0;
+      uint32_t row = row0 + static_cast<uint32_t>(i), idx = idx0;
       if (pshift) {
         idx += row >> pshift;
         row &= psz - 1;
       } else {
-        while (row >= psz) {
+        while (row >= psz) {  // pages of fewer rows than UPT: several steps
           row -= psz;
           ++idx;
         }
       }
-      const bool ok = jt + r0 + i * RSTEP < j1;
+      const bool ok = i < nvalid;
       const int64_t page = ok ? fa__dec_clamp(__ldg(bt_row + idx), pages - 1) : 0;
       koff[i] = ok ? page * ks0 + row * ks2 : -1;
       voff[i] = !ok ? -1 : same ? koff[i] : page * vs0 + row * vs2;
@@ -197,32 +191,19 @@ struct kv_stream {
 
   // Issues tile t into its stage (nothing past the last tile), then finds the
   // rows of tile t + 1; always commits a group so that waits count evenly.
-  // A thread's units are RSTEP rows apart, a multiple of the swizzle's 8 rows,
-  // so their shared-memory offsets differ by constants; a tile in one run of
-  // rows takes one base address and a fixed row step, no per-row checks (the
-  // loop's instruction count is what bounds a decode block's speed).
   __device__ __forceinline__ void issue(int t) {
-    static_assert(!kSwizzle || RSTEP % 8 == 0, "the swizzle pattern repeats every 8 rows");
     if (t < ntiles) {
       const uint32_t ks = pipe_s + static_cast<uint32_t>((t % STAGES) * stage_bytes);
       const uint32_t vs = ks + static_cast<uint32_t>(tile_bytes);
-      const int el0 = kSwizzle ? fa_cuda::swz<KD>(r0, cu * EPU) : r0 * KD + cu * EPU;
-      if (run) {
-        const T *kt = kbase + fk + r0 * ks2, *vt = vbase + fv + r0 * vs2;
 #pragma unroll
-        for (int i = 0; i < UPT; ++i) {
-          const uint32_t off = static_cast<uint32_t>((el0 + i * RSTEP * KD) * sizeof(T));
-          fa_cuda::cp_async16(ks + off, kt + i * RSTEP * ks2, kcol ? 16 : 0);
-          fa_cuda::cp_async16(vs + off, vt + i * RSTEP * vs2, vcol ? 16 : 0);
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < UPT; ++i) {
-          const bool ok = koff[i] >= 0;
-          const uint32_t off = static_cast<uint32_t>((el0 + i * RSTEP * KD) * sizeof(T));
-          fa_cuda::cp_async16(ks + off, kbase + (ok ? koff[i] : 0), ok && kcol ? 16 : 0);
-          fa_cuda::cp_async16(vs + off, vbase + (ok ? voff[i] : 0), ok && vcol ? 16 : 0);
-        }
+      for (int i = 0; i < UPT; ++i) {
+        const int el = kSwizzle ? fa_cuda::swz<KD>(r0 + i, cu * EPU) : (r0 + i) * KD + cu * EPU;
+        const uint32_t off = static_cast<uint32_t>(el * sizeof(T));
+        const bool ok = run ? i < nvalid : koff[i] >= 0;
+        const int64_t ko = !ok ? 0 : run ? fk + i * ks2 : koff[i];
+        const int64_t vo = !ok ? 0 : run ? fv + i * vs2 : voff[i];
+        fa_cuda::cp_async16(ks + off, kbase + ko, ok && kcol ? 16 : 0);
+        fa_cuda::cp_async16(vs + off, vbase + vo, ok && vcol ? 16 : 0);
       }
       if (t + 1 < ntiles) locate(t + 1);
     }
