@@ -577,8 +577,8 @@ def test_hot_path_equals_op_path(case, grad, device, monkeypatch):
     dtype = torch.float32
     q, k, v = (rand(s, dtype, device, requires_grad=grad) for s in (sq, sk, sv))
     taken = []
-    real = _fast._forward
-    monkeypatch.setattr(_fast, "_forward", lambda *a: taken.append(1) or real(*a))
+    real = _fast._run
+    monkeypatch.setattr(_fast, "_run", lambda *a: taken.append(1) or real(*a))
     hot = _hot_call(api, q, k, v, kw)
     assert taken, "the hot path was not taken"
     op = _op_call(api, q, k, v, kw)
@@ -591,6 +591,158 @@ def test_hot_path_equals_op_path(case, grad, device, monkeypatch):
         for a, b, n in zip(got, want, "qkv"):
             assert a.stride() == b.stride(), f"d{n} strides"
             assert torch.equal(a, b), f"d{n}"
+
+
+def _hot_and_op(q, k, v, kw, api="fa", grad_o=None):
+    """The hot path's and the op path's outputs (and gradients for grad_o) on
+    the same inputs, each checked for bits and strides."""
+    from flashattn.torch import _fast
+
+    before = _fast._run
+    taken = []
+    _fast._run = lambda *a: taken.append(1) or before(*a)
+    try:
+        hot = _hot_call(api, q, k, v, kw)
+    finally:
+        _fast._run = before
+    assert taken, "the hot path was not taken"
+    op = _op_call(api, q, k, v, kw)
+    assert hot.shape == op.shape and hot.stride() == op.stride(), (hot.stride(), op.stride())
+    assert torch.equal(hot, op)
+    if grad_o is not None:
+        g = grad_o(op)
+        want = torch.autograd.grad(op, (q, k, v), g)
+        got = torch.autograd.grad(hot, (q, k, v), g)
+        for a, b, n in zip(got, want, "qkv"):
+            assert a.stride() == b.stride(), f"d{n} strides {a.stride()} vs {b.stride()}"
+            assert torch.equal(a, b), f"d{n}"
+    return hot
+
+
+def _layouts(shape, dtype, device, grad):
+    """One [B, L, H, D] shape in three memory layouts: contiguous, heads
+    outermost (a transposed [B, H, L, D]), and a slice of a wider tensor."""
+    B, L, H, D = shape
+    yield rand(shape, dtype, device, requires_grad=grad)
+    t = rand((B, H, L, D), dtype, device, requires_grad=False).transpose(1, 2)
+    yield t.detach().requires_grad_(grad)
+    w = rand((B, L, H, 2 * D), dtype, device, requires_grad=False)[..., :D]
+    yield w.detach().requires_grad_(grad)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("grad", [False, True], ids=["nograd", "grad"])
+def test_hot_path_plan_cache_follows_layout(device, grad):
+    """The hot path keeps a plan per call signature (_fast.py: shapes,
+    strides, dtypes, devices, options): calls of one shape in other strides,
+    then back, each get their own layout's bits, output strides and
+    gradients, never a stale plan's."""
+    shape = (2, 5, 3, 8)
+    for _ in range(2):  # the second round hits the cached plans
+        for q in _layouts(shape, torch.float32, device, grad):
+            for k in _layouts(shape, torch.float32, device, grad):
+                v = rand(shape, torch.float32, device, requires_grad=grad)
+                _hot_and_op(q, k, v, {"causal": True}, grad_o=torch.randn_like if grad else None)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("grad", [False, True], ids=["nograd", "grad"])
+def test_hot_path_plan_cache_follows_dtype_and_options(device, grad):
+    """One shape, the same strides: a new dtype or another scalar option is a
+    new plan (the options, lse's dtype and the packed dtype all change)."""
+    shape = (1, 6, 2, 8)
+    dtypes = [torch.float32, torch.float64] + ([torch.bfloat16, torch.float16] if device == "cuda" else [])
+    kws = [{}, {"causal": True}, {"softmax_scale": 0.5}, {"window_size": (2, 0)}, {"softcap": 3.0}, {}]
+    for dtype in dtypes + dtypes[:1]:
+        for kw in kws:
+            q, k, v = (rand(shape, dtype, device, requires_grad=grad) for _ in range(3))
+            hot = ft.flash_attn_func(q, k, v, **kw)
+            kw_op = {("scale" if n == "softmax_scale" else n): x for n, x in kw.items()}
+            op = _op_call("fa", q, k, v, kw_op)
+            assert hot.dtype == dtype and torch.equal(hot, op), (dtype, kw)
+            if grad:
+                g = torch.randn_like(op)
+                for a, b in zip(torch.autograd.grad(hot, (q, k, v), g), torch.autograd.grad(op, (q, k, v), g)):
+                    assert a.dtype == dtype and a.stride() == b.stride() and torch.equal(a, b), (dtype, kw)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_hot_path_plan_cache_follows_device():
+    """The same shapes, strides and dtype on cpu, then cuda, then cpu: each
+    call gets its own device's plan (memory kind, allocation device)."""
+    shape = (1, 5, 2, 8)
+    for device in ("cpu", "cuda", "cpu", "cuda"):
+        q, k, v = (rand(shape, torch.float32, device, requires_grad=True) for _ in range(3))
+        o = _hot_and_op(q, k, v, {}, grad_o=torch.randn_like)
+        assert o.device == q.device
+    q = rand(shape, torch.float32, "cpu", requires_grad=False)
+    with pytest.raises((ValueError, RuntimeError)):
+        ft.flash_attn_func(q, q.cuda(), q)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_hot_path_backward_gradient_layouts(device):
+    """The backward plan is keyed on the incoming gradient's strides too:
+    a contiguous gradient, a transposed one, and an expanded one (a .sum()'s,
+    stride 0: the op path's contiguous copy) give the op path's gradients."""
+    shape = (2, 4, 3, 8)
+    q, k, v = (rand(shape, torch.float32, device, requires_grad=True) for _ in range(3))
+    grads = [
+        torch.randn_like,
+        lambda o: torch.randn(o.shape[0], o.shape[2], o.shape[1], o.shape[3], device=o.device).transpose(1, 2),
+        lambda o: torch.ones((), device=o.device).expand(o.shape),
+        torch.randn_like,
+    ]
+    for g in grads:
+        _hot_and_op(q, k, v, {}, grad_o=g)
+
+
+def test_hot_path_double_backward_refused():
+    """create_graph through the hot path's backward: the op path's
+    once_differentiable behaviour (first gradients right, a second
+    backward refused)."""
+    q, k, v = (rand((1, 4, 2, 8), torch.float64, "cpu", requires_grad=True) for _ in range(3))
+    o = ft.flash_attn_func(q, k, v)
+    (dq,) = torch.autograd.grad(o.sum(), (q,), create_graph=True)
+    want = torch.autograd.grad(_op_call("fa", q, k, v, {}).sum(), (q,))[0]
+    assert torch.equal(dq, want)
+    with pytest.raises(RuntimeError):
+        torch.autograd.grad(dq.sum(), (q,))
+
+
+def test_hot_path_threads():
+    """Plans live in each thread's context: threads calling the same
+    signatures at once get the bits of a call made alone."""
+    import threading
+
+    q, k, v = (rand((1, 16, 2, 8), torch.float32, "cpu", requires_grad=True) for _ in range(3))
+    g = torch.randn(1, 16, 2, 8)
+    want = ft.flash_attn_func(q, k, v)
+    want_g = torch.autograd.grad(want, (q, k, v), g)
+    bad = []
+
+    def work():
+        for _ in range(50):
+            o = ft.flash_attn_func(q, k, v)
+            got = torch.autograd.grad(o, (q, k, v), g)
+            if not torch.equal(o, want) or not all(torch.equal(a, b) for a, b in zip(got, want_g)):
+                bad.append(1)
+
+    ts = [threading.Thread(target=work) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not bad
+
+
+def test_hot_path_unhashable_option():
+    """A list as window_size (unhashable, so not a cache key) still takes the
+    hot path, planned per call, and gives the tuple's bits."""
+    q = rand((1, 6, 2, 8), torch.float32, "cpu", requires_grad=False)
+    a = ft.flash_attn_func(q, q, q, window_size=[2, 1])
+    b = ft.flash_attn_func(q, q, q, window_size=(2, 1))
+    assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -1,26 +1,36 @@
 """The eager hot path: what a model calls in every layer, at the cost of one
-ctypes call.
+ctypes call and a dict lookup.
 
 A call qualifies when it has no tensor-valued option (no mask, bias, ALiBi,
 seqlens, cu_seqlens or dropout; scalar options are fine: scale, softcap,
 causal either alignment, window, deterministic, GQA), its q, k, v are plain
-4-d tensors on one device, and nothing traces or transforms it
-(_attention._plain_eager). Then the five fa_tensors are packed into the
-context's buffer by one struct.pack_into, straight from the tensors' shapes
-and strides in the caller's layout (a [B, L, H, D] tensor is described to C
-by permuted strides, not by a transposed view), o is allocated in q's
-physical dim order, lse only when someone needs it (C takes lse = NULL), and
-fa_forward runs. Everything else goes through flashattn::fwd (_ops.py); both
-reach the same C function with the same arguments, so they give the same
-bits (tests/python/test_torch.py checks).
+4-d tensors of one dtype on one cpu or cuda device, and nothing traces or
+transforms it (plain_eager). Everything else goes through flashattn::fwd
+(_ops.py); both reach the same C function with the same arguments, so they
+give the same bits, output strides and gradients (tests/python/test_torch.py
+checks).
 
-Why a second path: each torch call costs a few microseconds on a GPU
-server's host (a view, a torch.empty), and the general path (option
-parsing, the dispatcher, transposed views, an lse nobody reads) added
-45-96 us to a 12 us C call (bench/results/2026-11-30-h200-python-overhead.txt).
+A plan per call signature: everything that follows from q, k, v's shapes,
+strides, dtypes and devices and the scalar options is worked out once and
+kept in this thread's fa_context (ctx.fast_plans), keyed on exactly those
+values: the five fa_tensors (q, k, v, o in the caller's layout, described
+to C by permuted strides, never by a transposed view; lse) packed into the
+plan's own buffer, the fa_options, o's and lse's shape, strides, dtype and
+device. A call then reads the key off the tensors, allocates o (lse only
+when someone needs it), writes the data pointers into the buffer, and calls
+fa_forward. With autograd (q, k or v requires grad) the same runs inside an
+autograd.Function, entered through the C apply (torch <= 2.11's Python
+apply walks every argument with pytree); its backward keeps a plan of its
+own for the nine fa_tensors of fa_backward, keyed on the forward's key and
+the incoming gradient's strides.
+
+Why: each torch call costs a few microseconds on a GPU server's host (a
+view, a torch.empty), and the general path (option parsing, the dispatcher,
+transposed views, an lse nobody reads) added 45-96 us to a 12 us C call
+(bench/results/2026-11-30-h200-python-overhead.txt).
 """
 
-import struct
+import ctypes as C
 
 import torch
 
@@ -28,16 +38,22 @@ from .. import _capi
 from . import _ops
 
 _Tensor = torch.Tensor
-_PACK5 = struct.Struct("@" + _capi._TENSOR.format[1:] * 5)  # q, k, v, o, lse in slots 0 .. 4
 _T = _capi._TENSOR.size
+_W = _T // 8  # 8-byte words per fa_tensor: slot i's data pointer is word i * _W
+assert _T % 8 == 0 and _capi.Tensor.data.offset == 0, "fa_tensor layout"
 _BACKEND = {name: i for i, name in enumerate(_capi.BACKENDS)}
 _DTYPES = _ops._DTYPES
-_HOST, _CUDA, _F32, _F64 = _capi.MEMORY_HOST, _capi.MEMORY_CUDA, _capi.F32, _capi.F64
-_NO_TENSOR = (0,) * 11  # data NULL: no lse
+_HOST, _CUDA, _F64 = _capi.MEMORY_HOST, _capi.MEMORY_CUDA, _capi.F64
+_MAX_PLANS = 128  # per thread; a model has a few signatures, a growing decode length one per step
 _fa_forward = _capi.lib.fa_forward
+_fa_backward = _capi.lib.fa_backward
 _context = _capi.context
 _grad_enabled = torch.is_grad_enabled
 _num_threads = torch.get_num_threads
+_empty_strided = torch.empty_strided
+_stream_of = _ops._raw_stream or _ops.stream_of
+_current_device = _ops.current_device
+_unwrap = getattr(getattr(torch._C, "_functorch", None), "unwrap_if_dead", None) or (lambda t: t)
 
 # what makes a call other than plain eager (torch.compile tracing, a torch
 # function or dispatch mode, a functorch transform); absent ones count as "yes"
@@ -57,27 +73,95 @@ def plain_eager(tensors):
     return all(type(t) is _Tensor for t in tensors if t is not None)
 
 
-def _make_options(key):
-    scale, softcap, causal, bottom_right, wl, wr, det, _ = key
-    return _capi.options(
-        scale=float(scale or 0.0) or None,
-        softcap=float(softcap or 0.0),
-        causal=bool(causal),
-        align="bottom_right" if bottom_right else "top_left",
-        window=(wl, wr) if (wl >= 0 or wr >= 0) else None,
-        deterministic=bool(det),
-    )
-
-
 def attention(q, k, v, bshd, scale, softcap, causal, bottom_right, window, deterministic, backend, want_lse):
     """(o, lse or None) through the hot path, with autograd when q, k or v
     needs it; None when the call does not qualify (see the module's
     docstring: the caller then takes the general path, which also raises the
     errors). o is in q's layout (bshd: [B, L, H, Dv]) and physical dim
-    order; lse [B, H, Lq] only if want_lse (or a gradient needs it)."""
+    order; lse [B, H, Lq] only if want_lse."""
     if _compiling() or _function_mode() or _dispatch_modes() or _peek() is not None:
         return None
     if type(q) is not _Tensor or type(k) is not _Tensor or type(v) is not _Tensor:
+        return None
+    key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype, q.device,
+           k.device, v.device, bshd, scale, softcap, causal, bottom_right, window, deterministic, backend)  # fmt: skip
+    ctx = _context()
+    try:
+        plan = ctx.fast_plans[key]
+    except (AttributeError, KeyError, TypeError):  # no plans yet, a new signature, an unhashable option
+        plan = _new_plan(ctx, key, q, k, v)
+        if plan is None:
+            return None
+    if _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        if want_lse:
+            return _apply(_unwrap(q), _unwrap(k), _unwrap(v), plan, True)
+        return _apply(_unwrap(q), _unwrap(k), _unwrap(v), plan, False), None
+    return _run(ctx, q, k, v, plan, want_lse)
+
+
+def _run(ctx, q, k, v, plan, want_lse):
+    """fa_forward for a planned call: (o, lse or None)."""
+    mv, code, aq, ak, av, aopt, ao, al, oshape, ostrides, dtype, device, lshape, lstrides, ldtype, dev, _ = plan
+    o = _empty_strided(oshape, ostrides, dtype=dtype, device=device)
+    mv[0] = q.data_ptr()
+    mv[_W] = k.data_ptr()
+    mv[2 * _W] = v.data_ptr()
+    mv[3 * _W] = o.data_ptr()
+    if want_lse:
+        lse = _empty_strided(lshape, lstrides, dtype=ldtype, device=device)
+        mv[4 * _W] = lse.data_ptr()
+    else:
+        lse = al = None
+    if dev >= 0:
+        stream = _stream_of(dev)
+        if stream != ctx.stream:
+            ctx.configure(0, 0, stream)
+        if dev != _current_device():
+            with torch.cuda.device(dev):
+                st = _fa_forward(ctx.ptr, code, aq, ak, av, aopt, ao, al)
+        else:
+            st = _fa_forward(ctx.ptr, code, aq, ak, av, aopt, ao, al)
+    else:
+        threads = _num_threads()
+        if threads != ctx.threads or ctx.isa != 0:
+            ctx.configure(threads, 0, ctx.stream)
+        st = _fa_forward(ctx.ptr, code, aq, ak, av, aopt, ao, al)
+    if st:
+        raise _capi.error(st, ctx.last_error())
+    return o, lse
+
+
+def _c_order(shape, strides, bshd):
+    """A 4-d tensor's shape and strides as C reads them, [B, H, L, D]."""
+    if bshd:
+        return (shape[0], shape[2], shape[1], shape[3]), (strides[0], strides[2], strides[1], strides[3])
+    return tuple(shape), tuple(strides)
+
+
+def _remember(ctx, key, plan):
+    plans = ctx.__dict__.setdefault("fast_plans", {})
+    if len(plans) >= _MAX_PLANS:
+        plans.clear()
+    try:
+        plans[key] = plan
+    except TypeError:  # an unhashable option value (a list as window): planned again on every call
+        pass
+    return plan
+
+
+def _new_plan(ctx, key, q, k, v):
+    """The plan of a call (see the module's docstring), kept in ctx; None
+    when the call does not qualify. key is attention()'s."""
+    bshd, scale, softcap, causal, bottom_right, window, deterministic, backend = key[12:]
+    if type(backend) is not str or backend not in _BACKEND:
+        return None
+    dt = _DTYPES.get(q.dtype)
+    if dt is None or k.dtype != q.dtype or v.dtype != q.dtype:
+        return None
+    device = q.device
+    if device.type not in ("cpu", "cuda") or k.device != device or v.device != device:
+        return None
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         return None
     if window is None:
         wl = wr = -1
@@ -88,121 +172,148 @@ def attention(q, k, v, bshd, scale, softcap, causal, bottom_right, window, deter
             return None
         if type(wl) is not int or type(wr) is not int:
             return None
-    key = (scale, softcap, causal, bottom_right, wl, wr, deterministic, backend)
-    if _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        p = _plan(q, k, v, bshd, backend)
-        if p is None:
-            return None
-        if want_lse:
-            return Attention.apply(q, k, v, bshd, key, p, True)
-        return Attention.apply(q, k, v, bshd, key, p, False), None
-    p = _plan(q, k, v, bshd, backend)
-    return None if p is None else _forward(q, key, p, want_lse)
-
-
-def _plan(q, k, v, bshd, backend):
-    """What _forward needs, read off q, k, v, or None when the call does not
-    qualify."""
-    code = _BACKEND.get(backend)
-    dt = _DTYPES.get(q.dtype)
-    if code is None or dt is None or k.dtype != q.dtype or v.dtype != q.dtype:
-        return None
-    sq, sk, sv = q.shape, k.shape, v.shape
-    if len(sq) != 4 or len(sk) != 4 or len(sv) != 4:
-        return None
-    dev = q.get_device()
-    if k.get_device() != dev or v.get_device() != dev:
-        return None
-    a, b, c, d = q.stride()
-    ka, kb, kc, kd = k.stride()
-    va, vb, vc, vd = v.stride()
-    if bshd:  # [B, L, H, D] described to C as [B, H, L, D] by its strides
-        B, Lq, Hq, D = sq
-        _, Lk, Hkv, Dk = sk
-        qt = (q.data_ptr(), dt, B, Hq, Lq, D, a, c, b, d)
-        kt = (k.data_ptr(), dt, B, Hkv, Lk, Dk, ka, kc, kb, kd)
-        vt = (v.data_ptr(), dt, B, Hkv, Lk, sv[3], va, vc, vb, vd)
-        h_outer = c >= b
-    else:
-        B, Hq, Lq, D = sq
-        qt = (q.data_ptr(), dt, B, Hq, Lq, D, a, b, c, d)
-        kt = (k.data_ptr(), dt, *sk, ka, kb, kc, kd)
-        vt = (v.data_ptr(), dt, *sv, va, vb, vc, vd)
-        h_outer = b >= c
-    if B > 1 and a < (b if b > c else c):  # B not outermost: left to alloc_like's general order
-        return None
-    return code, dt, dev, qt, kt, vt, sv[3], h_outer, bshd
-
-
-def _forward(q, key, p, want_lse):
-    """(o, lse or None) for the plan p of a qualifying call."""
-    code, dt, dev, qt, kt, vt, Dv, h_outer, bshd = p
-    B, Hq, Lq = qt[2], qt[3], qt[4]
-    if h_outer:
-        o = q.new_empty((B, Hq, Lq, Dv))
-        os_ = (Hq * Lq * Dv, Lq * Dv, Dv, 1)
-    else:
-        o = q.new_empty((B, Lq, Hq, Dv))
-        os_ = (Lq * Hq * Dv, Dv, Hq * Dv, 1)
+    dev = -1 if device.type == "cpu" else device.index
     mem = _CUDA if dev >= 0 else _HOST
-    ctx = _context()
-    base = ctx.base
-    if want_lse:
-        lt = _F64 if dt == _F64 else _F32
-        lse = q.new_empty((B, Hq, Lq), dtype=torch.float64 if lt == _F64 else torch.float32)
-        lt = (lse.data_ptr(), lt, B, Hq, Lq, 1, Hq * Lq, Lq, 1, 0, mem)
-        la = base + 4 * _T
-    else:
-        lse, lt, la = None, _NO_TENSOR, None
-    _PACK5.pack_into(ctx.buf, 0, *qt, mem, *kt, mem, *vt, mem, o.data_ptr(), dt, B, Hq, Lq, Dv, *os_, mem, *lt)
-    opt = ctx.options_cache.get(key)
-    opt = opt[1] if opt is not None else ctx.cached_options_address(key, lambda: _make_options(key))
-    if dev >= 0:
-        stream = _ops.stream_of(dev)
-        if stream != ctx.stream:
-            ctx.configure(0, 0, stream)
-        if dev != _ops.current_device():
-            with torch.cuda.device(dev):
-                st = _fa_forward(ctx.ptr, code, base, base + _T, base + 2 * _T, opt, base + 3 * _T, la)
-        else:
-            st = _fa_forward(ctx.ptr, code, base, base + _T, base + 2 * _T, opt, base + 3 * _T, la)
-    else:
-        threads = _num_threads()
-        if threads != ctx.threads or ctx.isa != 0:
-            ctx.configure(threads, 0, ctx.stream)
-        st = _fa_forward(ctx.ptr, code, base, base + _T, base + 2 * _T, opt, base + 3 * _T, la)
-    if st:
-        raise _capi.error(st, ctx.last_error())
-    if h_outer == bshd:  # allocated in the other order: the caller's layout as a view
-        o = o.transpose(1, 2)
-    return o, lse
+    qs, qst = _c_order(q.shape, q.stride(), bshd)
+    ks, kst = _c_order(k.shape, k.stride(), bshd)
+    vs, vst = _c_order(v.shape, v.stride(), bshd)
+    B, Hq, Lq, _ = qs
+    os_, ost = _ops.like_strides(qs, qst, vs[3])  # alloc_like's layout, as the op path allocates o
+    ldt = _F64 if dt == _F64 else _capi.F32
+    descs = (
+        (dt, *qs, *qst, mem),
+        (dt, *ks, *kst, mem),
+        (dt, *vs, *vst, mem),
+        (dt, *os_, *ost, mem),
+        (ldt, B, Hq, Lq, 1, Hq * Lq, Lq, 1, 0, mem),
+    )
+    buf = C.create_string_buffer(5 * _T)
+    for i, d in enumerate(descs):
+        _capi._TENSOR.pack_into(buf, i * _T, 0, *d)
+    opt = _capi.options(
+        scale=float(scale or 0.0) or None,
+        softcap=float(softcap or 0.0),
+        causal=bool(causal),
+        align="bottom_right" if bottom_right else "top_left",
+        window=(wl, wr) if (wl >= 0 or wr >= 0) else None,
+        deterministic=bool(deterministic),
+    )
+    base = C.addressof(buf)
+    oshape, ostrides = _c_order(os_, ost, bshd)  # the caller's layout (the permutation is its own inverse)
+    extra = (key, bshd, descs, opt, buf)
+    plan = (memoryview(buf).cast("B").cast("Q"), _BACKEND[backend], base, base + _T, base + 2 * _T, C.addressof(opt),
+            base + 3 * _T, base + 4 * _T, oshape, ostrides, q.dtype, device, (B, Hq, Lq), (Hq * Lq, Lq, 1),
+            torch.float64 if ldt == _F64 else torch.float32, dev, extra)  # fmt: skip
+    return _remember(ctx, key, plan)
+
+
+def _new_backward_plan(ctx, bkey, plan, grad_o):
+    """fa_backward's nine fa_tensors (q, k, v, o, do, lse, dq, dk, dv) for a
+    forward plan and o's gradient's strides, kept in ctx (the backward's
+    thread's context: autograd may run it on another thread)."""
+    _, code, _, _, _, aopt, _, _, _, _, dtype, device, _, _, _, dev, extra = plan
+    key, bshd, descs, opt, _ = extra
+    mem = descs[0][-1]
+    ds, dst = _c_order(grad_o.shape, grad_o.stride(), bshd)
+    grads, alloc = [], []
+    for d in descs[:3]:  # dq, dk, dv: alloc_like of q, k, v as the op path's backward allocates them
+        shape, strides = _ops.like_strides(d[1:5], d[5:9], d[4])
+        grads.append((d[0], *shape, *strides, mem))
+        alloc.append(_c_order(shape, strides, bshd))
+    all9 = (*descs[:4], (descs[3][0], *ds, *dst, mem), descs[4], *grads)
+    buf = C.create_string_buffer(9 * _T)
+    for i, d in enumerate(all9):
+        _capi._TENSOR.pack_into(buf, i * _T, 0, *d)
+    base = C.addressof(buf)
+    a = tuple(base + i * _T for i in range(9))
+    bplan = (memoryview(buf).cast("B").cast("Q"), code, *a, aopt, *alloc, dtype, device, dev, (opt, buf))
+    return _remember(ctx, bkey, bplan)
+
+
+def _backward_general(ctx, grad_o):
+    """The op path's backward (flashattn::bwd's kernel on [B, H, L, D] views):
+    for double backward (create_graph) and unusual gradients."""
+    q, k, v, o, lse = ctx.saved_tensors
+    key = ctx.plan[-1][0]
+    bshd, scale, softcap, causal, bottom_right, window, det, backend = key[12:]
+    wl, wr = (-1, -1) if window is None else window
+    if bshd:
+        q, k, v, o, grad_o = (t.transpose(1, 2) for t in (q, k, v, o, grad_o))
+    scalars = (float(scale or 0.0), float(softcap or 0.0), bool(causal), bottom_right, wl, wr, 0.0, bool(det))
+    saved = (q, k, v) + (None,) * 8 + (o, lse)
+    dq, dk, dv, _ = _ops.backward_formula(_ops.bwd_impl, saved, scalars + (backend,), grad_o, False)
+    if bshd:
+        dq, dk, dv = dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)
+    return dq, dk, dv, None, None
+
+
+_backward_once = torch.autograd.function.once_differentiable(_backward_general)
 
 
 class Attention(torch.autograd.Function):
-    """The hot path with autograd: the backward runs flashattn::bwd's kernel
-    (_ops.bwd_impl) on [B, H, L, D] views, as the general path does. Returns
-    (o, lse) if with_lse, else o alone (autograd sets up one output less)."""
+    """The hot path with autograd: forward(q, k, v, plan, with_lse) returns
+    (o, lse) if with_lse, else o alone (autograd sets up one output less).
+    The backward runs fa_backward on its own plan; it gives the op path's
+    bits and strides (flashattn::bwd's kernel on the same arguments)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, bshd, key, p, with_lse):
-        o, lse = _forward(q, key, p, True)
+    def forward(ctx, q, k, v, plan, with_lse):
+        o, lse = _run(_context(), q, k, v, plan, True)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.bshd, ctx.key = bshd, key
+        ctx.plan = plan
         if not with_lse:
             return o
         ctx.mark_non_differentiable(lse)
+        ctx.set_materialize_grads(False)  # no zeros made for lse's (unused) gradient
         return o, lse
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, grad_o, *grad_lse):
+        if grad_o is None:
+            return None, None, None, None, None
+        if _grad_enabled() or type(grad_o) is not _Tensor or grad_o.stride(-1) != 1:
+            return _backward_once(ctx, grad_o)  # create_graph (once_differentiable's error), odd gradients
         q, k, v, o, lse = ctx.saved_tensors
-        if ctx.bshd:
-            q, k, v, o, grad_o = (t.transpose(1, 2) for t in (q, k, v, o, grad_o))
-        scale, softcap, causal, bottom_right, wl, wr, det, backend = ctx.key
-        scalars = (float(scale or 0.0), float(softcap or 0.0), bool(causal), bottom_right, wl, wr, 0.0, bool(det))
-        saved = (q, k, v) + (None,) * 8 + (o, lse)
-        dq, dk, dv, _ = _ops.backward_formula(_ops.bwd_impl, saved, scalars + (backend,), grad_o, False)
-        if ctx.bshd:
-            dq, dk, dv = dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)
-        return dq, dk, dv, None, None, None, None
+        plan = ctx.plan
+        bkey = (plan[-1][0], grad_o.stride())
+        tctx = _context()
+        try:
+            bp = tctx.fast_plans[bkey]
+        except (AttributeError, KeyError):
+            bp = _new_backward_plan(tctx, bkey, plan, grad_o)
+        mv, code, aq, ak, av, ao, ado, al, adq, adk, adv, aopt, sq, sk, sv, dtype, device, dev, _ = bp
+        dq = _empty_strided(sq[0], sq[1], dtype=dtype, device=device)
+        dk = _empty_strided(sk[0], sk[1], dtype=dtype, device=device)
+        dv = _empty_strided(sv[0], sv[1], dtype=dtype, device=device)
+        mv[0] = q.data_ptr()
+        mv[_W] = k.data_ptr()
+        mv[2 * _W] = v.data_ptr()
+        mv[3 * _W] = o.data_ptr()
+        mv[4 * _W] = grad_o.data_ptr()
+        mv[5 * _W] = lse.data_ptr()
+        mv[6 * _W] = dq.data_ptr()
+        mv[7 * _W] = dk.data_ptr()
+        mv[8 * _W] = dv.data_ptr()
+        if dev >= 0:
+            stream = _stream_of(dev)
+            if stream != tctx.stream:
+                tctx.configure(0, 0, stream)
+            if dev != _current_device():
+                with torch.cuda.device(dev):
+                    st = _fa_backward(tctx.ptr, code, aq, ak, av, ao, ado, al, aopt, adq, adk, adv, None)
+            else:
+                st = _fa_backward(tctx.ptr, code, aq, ak, av, ao, ado, al, aopt, adq, adk, adv, None)
+        else:
+            threads = _num_threads()
+            if threads != tctx.threads or tctx.isa != 0:
+                tctx.configure(threads, 0, tctx.stream)
+            st = _fa_backward(tctx.ptr, code, aq, ak, av, ao, ado, al, aopt, adq, adk, adv, None)
+        if st:
+            raise _capi.error(st, tctx.last_error())
+        return dq, dk, dv, None, None
+
+
+# Function.apply's C part: torch <= 2.11 wraps it in Python (a pytree walk
+# over the arguments to unwrap dead functorch wrappers, done here on q, k, v
+# by _unwrap; a functorch transform never reaches this: plain_eager)
+_apply = torch._C._FunctionBase.__dict__["apply"].__get__(None, Attention)

@@ -62,12 +62,12 @@ def _ptr(t):
     return None if t is None else t.data_ptr()
 
 
-def alloc_like(t, last):
-    """An empty tensor of t's shape (last dim = last) laid out in t's physical
-    dim order (largest stride first)."""
-    shape = list(t.shape)
+def like_strides(shape, strides, last):
+    """(shape, strides) of a dense tensor of shape (last dim = last) laid out
+    in the physical dim order of strides (largest first, ties in dim order);
+    alloc_like's layout, also what the hot path (_fast.py) allocates."""
+    shape = list(shape)
     shape[-1] = last
-    strides = t.stride()
     n = len(shape)
     order = sorted(range(n - 1), key=lambda d: -strides[d])
     out = [0] * n
@@ -75,7 +75,14 @@ def alloc_like(t, last):
     for d in reversed(order):
         out[d] = step
         step *= shape[d]
-    return torch.empty_strided(shape, out, dtype=t.dtype, device=t.device)
+    return shape, out
+
+
+def alloc_like(t, last):
+    """An empty tensor of t's shape (last dim = last) laid out in t's physical
+    dim order (largest stride first)."""
+    shape, strides = like_strides(t.shape, t.stride(), last)
+    return torch.empty_strided(shape, strides, dtype=t.dtype, device=t.device)
 
 
 def _lse_dtype(q):
