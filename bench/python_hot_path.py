@@ -48,12 +48,13 @@ def main(argv=None):
     ap.add_argument("--D", type=int, default=64)
     ap.add_argument("--dtype", default=None, help="default float32 on cpu, bfloat16 on cuda")
     ap.add_argument("--rounds", type=int, default=20)
-    ap.add_argument("--iters", type=int, default=2000, help="calls per path per round")
+    ap.add_argument("--iters", type=int, default=0, help="calls per path per round (default 2000 cpu, 200 cuda)")
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (the cpu backend follows it)")
     ap.add_argument("--only", default="", help="comma-separated substrings: time only the paths that match")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     cuda = a.device == "cuda"
+    a.iters = a.iters or (200 if cuda else 2000)  # cuda: within the launch queue, so the host never waits on the GPU
     dtype = getattr(torch, a.dtype) if a.dtype else (torch.bfloat16 if cuda else torch.float32)
     code = {torch.float32: _capi.F32, torch.float16: _capi.F16, torch.bfloat16: _capi.BF16}[dtype]
     mem = _capi.MEMORY_CUDA if cuda else _capi.MEMORY_HOST
@@ -122,6 +123,7 @@ def main(argv=None):
         keep = [s for s in a.only.split(",") if s]
         paths = [x for x in paths if "floor" in x[0] or any(s in x[0] for s in keep)]
     times = {name: [] for name, _, _ in paths}
+    host = {name: [] for name, _, _ in paths}  # cuda: the clock read before the final synchronize
     clock = time.perf_counter_ns
     for name, fn, _ in paths:  # warm up
         for _ in range(200):
@@ -134,15 +136,20 @@ def main(argv=None):
             t0 = clock()
             for _ in range(n):
                 fn()
+            t1 = clock()
             sync()
             times[name].append((clock() - t0) / n / 1e3)
+            host[name].append((t1 - t0) / n / 1e3)
+    if cuda:  # the host's own time per call (the GPU's time hides it in the synchronized loop)
+        times = host
     med = {name: statistics.median(v) for name, v in times.items()}
     print(f"# bench/python_hot_path.py {' '.join(sys.argv[1:])}")
     print(
         f"# Python {platform.python_version()}, torch {torch.__version__}, {platform.machine()} "
         f"{os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}; flashattn from {flashattn.library_path()}"
     )
-    print(f"# {a.device} B={B} H={H} L={L} D={D} {str(dtype)[6:]}; {a.rounds} rounds x {a.iters} calls (fwd+bwd: half)")
+    print(f"# {a.device} B={B} H={H} L={L} D={D} {str(dtype)[6:]}; {a.rounds} rounds x {a.iters} calls (fwd+bwd: half)"
+          + ("; host time per call (clock read before the synchronize)" if cuda else ""))  # fmt: skip
     print("| path | median µs/call | min | max | added over C |")
     print("|---|---:|---:|---:|---:|")
     for name, _, floor in paths:

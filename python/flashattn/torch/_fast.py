@@ -42,7 +42,7 @@ _T = _capi._TENSOR.size
 _W = _T // 8  # 8-byte words per fa_tensor: slot i's data pointer is word i * _W
 assert _T % 8 == 0 and _capi.Tensor.data.offset == 0, "fa_tensor layout"
 _BACKEND = {name: i for i, name in enumerate(_capi.BACKENDS)}
-_DTYPES = _ops._DTYPES
+_DTYPES = {torch.float32: _capi.F32, torch.float64: _capi.F64, torch.float16: _capi.F16, torch.bfloat16: _capi.BF16}
 _HOST, _CUDA, _F64 = _capi.MEMORY_HOST, _capi.MEMORY_CUDA, _capi.F64
 _MAX_PLANS = 128  # per thread; a model has a few signatures, a growing decode length one per step
 _fa_forward = _capi.lib.fa_forward
@@ -53,7 +53,7 @@ _num_threads = torch.get_num_threads
 _empty_strided = torch.empty_strided
 _stream_of = _ops._raw_stream or _ops.stream_of
 _current_device = _ops.current_device
-_unwrap = getattr(getattr(torch._C, "_functorch", None), "unwrap_if_dead", None) or (lambda t: t)
+_local = _capi._local  # the thread-local that holds this thread's context (_capi.context)
 
 # what makes a call other than plain eager (torch.compile tracing, a torch
 # function or dispatch mode, a functorch transform); absent ones count as "yes"
@@ -73,34 +73,67 @@ def plain_eager(tensors):
     return all(type(t) is _Tensor for t in tensors if t is not None)
 
 
-def attention(q, k, v, bshd, scale, softcap, causal, bottom_right, window, deterministic, backend, want_lse):
+def attention(q, k, v, bshd, scale, softcap, causal, bottom_right, window, deterministic, backend, want_lse, gqa=True):
     """(o, lse or None) through the hot path, with autograd when q, k or v
     needs it; None when the call does not qualify (see the module's
     docstring: the caller then takes the general path, which also raises the
     errors). o is in q's layout (bshd: [B, L, H, Dv]) and physical dim
-    order; lse [B, H, Lq] only if want_lse."""
+    order; lse [B, H, Lq] only if want_lse. gqa=False: only calls with as
+    many k / v heads as q heads qualify (SDPA's enable_gqa)."""
     if _compiling() or _function_mode() or _dispatch_modes() or _peek() is not None:
         return None
     if type(q) is not _Tensor or type(k) is not _Tensor or type(v) is not _Tensor:
         return None
     key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype, q.device,
-           k.device, v.device, bshd, scale, softcap, causal, bottom_right, window, deterministic, backend)  # fmt: skip
-    ctx = _context()
+           k.device, v.device, bshd, scale, softcap, causal, bottom_right, window, deterministic, backend, gqa)  # fmt: skip
     try:
+        ctx = _local.ctx
         plan = ctx.fast_plans[key]
-    except (AttributeError, KeyError, TypeError):  # no plans yet, a new signature, an unhashable option
+    except (AttributeError, KeyError, TypeError):  # no context or plans yet, a new signature, an unhashable option
+        ctx = _context()
         plan = _new_plan(ctx, key, q, k, v)
         if plan is None:
             return None
     if _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        if _UNWRAP:
+            q, k, v = _unwrap(q), _unwrap(k), _unwrap(v)
         if want_lse:
-            return _apply(_unwrap(q), _unwrap(k), _unwrap(v), plan, True)
-        return _apply(_unwrap(q), _unwrap(k), _unwrap(v), plan, False), None
-    return _run(ctx, q, k, v, plan, want_lse)
+            return _apply(q, k, v, plan, True)
+        return _apply(q, k, v, plan, False), None
+    # _run, inlined: one Python frame less on the call a model makes most
+    mv, code, aq, ak, av, aopt, ao, al, oshape, ostrides, dtype, device, lshape, lstrides, ldtype, dev, _ = plan
+    o = _empty_strided(oshape, ostrides, dtype=dtype, device=device)
+    mv[0] = q.data_ptr()
+    mv[_W] = k.data_ptr()
+    mv[2 * _W] = v.data_ptr()
+    mv[3 * _W] = o.data_ptr()
+    if want_lse:
+        lse = _empty_strided(lshape, lstrides, dtype=ldtype, device=device)
+        mv[4 * _W] = lse.data_ptr()
+    else:
+        lse = al = None
+    if dev >= 0:
+        stream = _stream_of(dev)
+        if stream != ctx.stream:
+            ctx.configure(0, 0, stream)
+        if dev != _current_device():
+            with torch.cuda.device(dev):
+                st = _fa_forward(ctx.ptr, code, aq, ak, av, aopt, ao, al)
+        else:
+            st = _fa_forward(ctx.ptr, code, aq, ak, av, aopt, ao, al)
+    else:
+        threads = _num_threads()
+        if threads != ctx.threads or ctx.isa != 0:
+            ctx.configure(threads, 0, ctx.stream)
+        st = _fa_forward(ctx.ptr, code, aq, ak, av, aopt, ao, al)
+    if st:
+        raise _capi.error(st, ctx.last_error())
+    return o, lse
 
 
 def _run(ctx, q, k, v, plan, want_lse):
-    """fa_forward for a planned call: (o, lse or None)."""
+    """fa_forward for a planned call: (o, lse or None); attention() has it
+    inlined (keep the two the same)."""
     mv, code, aq, ak, av, aopt, ao, al, oshape, ostrides, dtype, device, lshape, lstrides, ldtype, dev, _ = plan
     o = _empty_strided(oshape, ostrides, dtype=dtype, device=device)
     mv[0] = q.data_ptr()
@@ -152,7 +185,7 @@ def _remember(ctx, key, plan):
 def _new_plan(ctx, key, q, k, v):
     """The plan of a call (see the module's docstring), kept in ctx; None
     when the call does not qualify. key is attention()'s."""
-    bshd, scale, softcap, causal, bottom_right, window, deterministic, backend = key[12:]
+    bshd, scale, softcap, causal, bottom_right, window, deterministic, backend, gqa = key[12:]
     if type(backend) is not str or backend not in _BACKEND:
         return None
     dt = _DTYPES.get(q.dtype)
@@ -162,6 +195,8 @@ def _new_plan(ctx, key, q, k, v):
     if device.type not in ("cpu", "cuda") or k.device != device or v.device != device:
         return None
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        return None
+    if not gqa and q.shape[2 if bshd else 1] != k.shape[2 if bshd else 1]:
         return None
     if window is None:
         wl = wr = -1
@@ -235,7 +270,7 @@ def _backward_general(ctx, grad_o):
     for double backward (create_graph) and unusual gradients."""
     q, k, v, o, lse = ctx.saved_tensors
     key = ctx.plan[-1][0]
-    bshd, scale, softcap, causal, bottom_right, window, det, backend = key[12:]
+    bshd, scale, softcap, causal, bottom_right, window, det, backend, _ = key[12:]
     wl, wr = (-1, -1) if window is None else window
     if bshd:
         q, k, v, o, grad_o = (t.transpose(1, 2) for t in (q, k, v, o, grad_o))
@@ -315,5 +350,8 @@ class Attention(torch.autograd.Function):
 
 # Function.apply's C part: torch <= 2.11 wraps it in Python (a pytree walk
 # over the arguments to unwrap dead functorch wrappers, done here on q, k, v
-# by _unwrap; a functorch transform never reaches this: plain_eager)
+# by _unwrap; a functorch transform never reaches this: plain_eager); newer
+# torch calls the C part directly
 _apply = torch._C._FunctionBase.__dict__["apply"].__get__(None, Attention)
+_UNWRAP = torch.autograd.Function.__dict__.get("apply") is not torch._C._FunctionBase.__dict__["apply"]
+_unwrap = getattr(getattr(torch._C, "_functorch", None), "unwrap_if_dead", None) or (lambda t: t)

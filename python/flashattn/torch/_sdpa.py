@@ -19,9 +19,10 @@ def scaled_dot_product_attention(
     query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, *, backend="auto"
 ):
     """query [B, Hq, Lq, D] (or [B, Lq, D]), key/value [B, Hkv, Lk, D|Dv] -> [B, Hq, Lq, Dv]."""
-    if attn_mask is None and not dropout_p and (enable_gqa or query.shape[1] == key.shape[1]):
-        r = _fast.attention(query, key, value, False, scale, 0.0, is_causal, False, None, False, backend, False)
-        if r is not None:  # the hot path of a model's layer (_fast.py)
+    if attn_mask is None and not dropout_p:  # the hot path of a model's layer (_fast.py)
+        r = _fast.attention(query, key, value, False, scale, 0.0, is_causal, False, None, False, backend, False,
+                            enable_gqa)  # fmt: skip
+        if r is not None:
             return r[0]
     if attn_mask is not None and is_causal:
         raise _capi.invalid("attn_mask and is_causal: give one of them (as torch's SDPA requires)")
