@@ -67,7 +67,10 @@ typedef enum fa_dtype {
   FA_F64,
   FA_F16,
   FA_BF16,
-  FA_BOOL /* one byte per element, non-zero = true; masks only */
+  FA_BOOL,   /* one byte per element, non-zero = true; masks only */
+  FA_F8_E4M3 /* one byte per element, OCP E4M3FN (torch.float8_e4m3fn): bias 7, no
+              * infinities, NaN = S.1111.111, largest finite 448. q, k, v of the
+              * FP8 forward only (docs/semantics.md, "FP8 (e4m3)") */
 } fa_dtype;
 
 FA_API const char *fa_dtype_name(fa_dtype t);
@@ -140,6 +143,15 @@ typedef struct fa_options {
    * and tuning: results do not depend on them beyond rounding. */
   int block_q;
   int block_k;
+
+  /* FP8 forward (q, k, v FA_F8_E4M3) only: f32 descale factors, shape
+   * [B, Hkv] in shape[0..1] (shape[2..3] and stride[2..3] are not read; B =
+   * num_seqs when packed), any strides, stride 0 or size 1 broadcasts; data
+   * NULL = 1. The query head h reads entry [b, h / group] of q_descale too
+   * (FlashAttention 3's convention). Scores are (q8 . k8) * q_descale *
+   * k_descale * scale; o = (P8 V8) * v_descale / l. Same memory as q.
+   * Appended last so that the offsets of the fields above stay. */
+  fa_tensor q_descale, k_descale, v_descale;
 } fa_options;
 
 FA_API void fa_options_init(fa_options *opt);

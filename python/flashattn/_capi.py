@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 
 # ---- enums (flashattn.h order) ---------------------------------------------
-F32, F64, F16, BF16, BOOL = range(5)
+F32, F64, F16, BF16, BOOL, F8_E4M3 = range(6)
 MEMORY_AUTO, MEMORY_HOST, MEMORY_CUDA = range(3)
 BACKENDS = ("auto", "ref", "cpu", "cuda")
 ISAS = ("auto", "generic", "avx2", "avx512", "avx512bf16")
@@ -77,6 +77,10 @@ class Options(C.Structure):
         ("deterministic", C.c_int),
         ("block_q", C.c_int),
         ("block_k", C.c_int),
+        # the FP8 forward's descales (appended last in flashattn.h)
+        ("q_descale", Tensor),
+        ("k_descale", Tensor),
+        ("v_descale", Tensor),
     ]
 
 
@@ -235,6 +239,9 @@ _KVCACHE = struct.Struct("@" + _TENSOR.format[1:] * 2 + "PPqq" + _TENSOR.format[
 assert _KVCACHE.size == C.sizeof(KvCache) and KvCache.k_new.offset == 2 * _TENSOR.size + 32, "fa_kvcache layout"
 assert KvCache.num_splits.offset == _KVCACHE.size - 4, "fa_kvcache layout"
 _NO_TENSOR = (0,) * 11  # data NULL = none
+# fa_options: the FP8 descales were appended after block_k; the fields before keep their offsets
+assert Options.q_descale.offset == (Options.block_k.offset + 4 + 7) // 8 * 8, "fa_options layout"
+assert C.sizeof(Options) == Options.v_descale.offset + C.sizeof(Tensor), "fa_options layout"
 
 
 # ---- contexts: one per thread (the header's rule), created on first use ----
@@ -384,9 +391,12 @@ def options(
     deterministic=False,
     block_q=0,
     block_k=0,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
 ):
     """fa_options from the C option names. Pointers (seqlens, slopes) are
-    ints; mask and bias are Tensor structs. Values go to C unchanged (C
+    ints; mask, bias and the FP8 descales are Tensor structs. Values go to C unchanged (C
     validates them); only the Python-side shapes of the values are checked
     here (window is a pair, align a name)."""
     o = Options()
@@ -417,6 +427,9 @@ def options(
     o.dropout_seed, o.dropout_offset = int(dropout_seed), int(dropout_offset)
     o.deterministic = int(bool(deterministic))
     o.block_q, o.block_k = int(block_q), int(block_k)
+    for name, t in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
+        if t is not None:
+            setattr(o, name, t)
     return o
 
 

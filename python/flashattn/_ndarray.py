@@ -33,8 +33,11 @@ def _dtype_code(a, arg):
         return _capi.BOOL
     if dt.name == "bfloat16":  # ml_dtypes.bfloat16 (as JAX and TensorFlow use it)
         return _capi.BF16
+    if dt.name == "float8_e4m3fn":  # ml_dtypes.float8_e4m3fn: the FP8 forward's q, k, v
+        return _capi.F8_E4M3
     raise _capi.invalid(
-        f"{arg}.dtype = {dt}: flashattn takes float64, float32, float16, ml_dtypes.bfloat16 (and bool masks)",
+        f"{arg}.dtype = {dt}: flashattn takes float64, float32, float16, ml_dtypes.bfloat16, "
+        "ml_dtypes.float8_e4m3fn (and bool masks)",
         "FA_ERR_DTYPE",
     )
 
@@ -127,6 +130,9 @@ class _Call:
             if o.get(name) is not None:
                 self.keep.append(o[name])
                 o[name] = _broadcast_tensor(o[name], name)
+        for name in ("q_descale", "k_descale", "v_descale"):
+            if o.get(name) is not None:
+                o[name] = self._descale(o[name], name)
         if o.get("alibi_slopes") is not None:
             slopes = np.ascontiguousarray(o["alibi_slopes"], dtype=np.float32)
             if slopes.shape != (Hq,):
@@ -161,6 +167,32 @@ class _Call:
         self.ctx = _capi.context()
         self.ctx.configure(threads, isa, None)
 
+    def _descale(self, x, arg):
+        """An FP8 descale: a number, or float32 [B, Hkv] (fewer dims broadcast)."""
+        a = np.asarray(x, dtype=np.float32)
+        if a.ndim > 2:
+            raise _capi.invalid(f"{arg} has shape {a.shape}, expected [B, Hkv] or fewer dims", "FA_ERR_SHAPE")
+        self.keep.append(a)
+        shape = (1,) * (2 - a.ndim) + a.shape + (1, 1)
+        strides = (0,) * (2 - a.ndim) + tuple(s // 4 for s in a.strides) + (0, 0)
+        return _capi.tensor(a.ctypes.data, _capi.F32, shape, strides, _capi.MEMORY_HOST)
+
+
+def _out_dtype(q, options):
+    """o's dtype: q's, or for e4m3 inputs out_dtype (bfloat16, the default, or float16)."""
+    name = options.pop("out_dtype", None)
+    if q.dtype.name != "float8_e4m3fn":
+        if name is not None:
+            raise _capi.invalid("out_dtype is for float8_e4m3fn inputs only (o has q's dtype otherwise)")
+        return q.dtype
+    import ml_dtypes
+
+    if name is None or np.dtype(name) == np.dtype(ml_dtypes.bfloat16):
+        return np.dtype(ml_dtypes.bfloat16)
+    if np.dtype(name) == np.float16:
+        return np.dtype(np.float16)
+    raise _capi.invalid(f"out_dtype = {name!r}: the FP8 forward writes bfloat16 or float16", "FA_ERR_DTYPE")
+
 
 # options with scalar values only: such a call packs its tensors into the
 # context's buffer and reuses a cached fa_options (_hot_forward)
@@ -177,6 +209,8 @@ def _hot_forward(q, k, v, layout, options):
     except TypeError:  # e.g. window as a list
         return None
     if not (_SCALAR_OPTIONS | _SETTINGS).issuperset(options) or layout not in _LAYOUTS:
+        return None
+    if q.dtype.name == "float8_e4m3fn":  # o is not q's dtype
         return None
     specs = [_spec(x, n, layout) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
     B, Hq, Lq, _ = specs[0][2]
@@ -211,14 +245,22 @@ def attention(q, k, v, *, layout="bhsd", **options):
     block_k, backend ("auto" | "ref" | "cpu" | "cuda"), threads (cpu; 0 =
     OpenMP's default), isa ("auto" | "generic" | "avx2" | "avx512" |
     "avx512bf16").
+
+    FP8: q, k, v ml_dtypes.float8_e4m3fn, with q_descale, k_descale,
+    v_descale (numbers, or float32 [B, Hkv]; default 1) and out_dtype
+    (ml_dtypes.bfloat16, the default, or np.float16); forward only, on ref
+    (host memory; the cpu backend has no FP8). docs/semantics.md, "FP8
+    (e4m3)", has the rule.
     """
     hot = _hot_forward(q, k, v, layout, options)
     if hot is not None:
         return hot
+    options = dict(options)
+    odt = _out_dtype(q, options)
     c = _Call(q, k, v, layout, options)
     B, Hq, Lq, _ = c.q.shape
     Dv = c.v.shape[3]
-    o = _empty((B, Hq, Lq, Dv), q.dtype, layout, c.packed)
+    o = _empty((B, Hq, Lq, Dv), odt, layout, c.packed)
     lse = np.empty((B, Hq, Lq), np.float64 if q.dtype == np.float64 else np.float32)
     if c.packed:
         lse.fill(-np.inf)

@@ -17,7 +17,7 @@ int fa__is_float_dtype(fa_dtype t) {
 fa_status fa__need_tensor(const fa_tensor *t, const char *name, fa__err *err) {
   if (!t) FAIL(FA_ERR_NULL_POINTER, "%s is NULL", name);
   if (!t->data) FAIL(FA_ERR_NULL_POINTER, "%s->data is NULL", name);
-  if ((int)t->dtype < FA_F32 || (int)t->dtype > FA_BOOL) FAIL(FA_ERR_DTYPE, "%s->dtype is not an fa_dtype", name);
+  if ((int)t->dtype < FA_F32 || (int)t->dtype > FA_F8_E4M3) FAIL(FA_ERR_DTYPE, "%s->dtype is not an fa_dtype", name);
   if ((int)t->memory < FA_MEMORY_AUTO || (int)t->memory > FA_MEMORY_CUDA)
     FAIL(FA_ERR_OPTION, "%s->memory is not an fa_memory", name);
   return FA_OK;

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../rules/fp8.h"
 #include "../rules/half.h"
 #include "flashattn.h"
 
@@ -36,6 +37,7 @@ static inline double fa__elem_get(const void *data, fa_dtype t, int64_t off) {
       return t == FA_F16 ? fa__f16_to_f32(h) : fa__bf16_to_f32(h);
     }
     case FA_BOOL: return *p ? 1.0 : 0.0;
+    case FA_F8_E4M3: return fa__e4m3_to_double(*p);
   }
   return 0.0;
 }
@@ -57,6 +59,7 @@ static inline void fa__elem_set(void *data, fa_dtype t, int64_t off, double v) {
       break;
     }
     case FA_BOOL: *p = v != 0; break;
+    case FA_F8_E4M3: *p = fa__double_to_e4m3(v); break;
   }
 }
 

@@ -36,6 +36,7 @@ const char *fa_dtype_name(fa_dtype t) {
     case FA_F16: return "f16";
     case FA_BF16: return "bf16";
     case FA_BOOL: return "bool";
+    case FA_F8_E4M3: return "e4m3";
   }
   return "unknown";
 }
@@ -46,7 +47,8 @@ size_t fa_dtype_size(fa_dtype t) {
     case FA_F64: return 8;
     case FA_F16:
     case FA_BF16: return 2;
-    case FA_BOOL: return 1;
+    case FA_BOOL:
+    case FA_F8_E4M3: return 1;
   }
   return 0;
 }

@@ -42,7 +42,7 @@ typedef struct fa__problem {
   int64_t group;  /* Hq / Hkv */
   int64_t Lq, Lk; /* padded lengths, or the longest sequence when packed */
   int64_t D, Dv;
-  fa_dtype dtype; /* of q, k, v, o, dout, dq, dk, dv */
+  fa_dtype dtype; /* of q, k, v, o, dout, dq, dk, dv (FP8: of q, k, v; o is bf16 or f16) */
   int varlen;     /* cu_seqlens given: packed layout */
 
   /* tensors (data NULL when absent). Broadcast dims of mask/bias have stride 0.
@@ -72,6 +72,10 @@ typedef struct fa__problem {
   double dropout_scale;       /* 1 / (1 - p) */
   uint64_t dropout_seed;
   uint32_t dropout_offset;
+
+  /* FP8 forward (dtype FA_F8_E4M3): f32 [B, Hkv] descales, stride 0 on
+   * broadcast dims; data NULL = 1 */
+  fa_tensor q_descale, k_descale, v_descale;
 
   int deterministic;
   int block_q, block_k; /* 0 = default */

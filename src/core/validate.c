@@ -11,6 +11,7 @@
 
 #include "../rules/dropout.h"
 #include "checks.h"
+#include "validate_fp8.h"
 
 fa_status fa__problem_build(fa__problem *p, const fa__call *c, fa__err *err) {
   if (c->kvcache) return fa__kv_problem_build(p, c, err);
@@ -47,8 +48,11 @@ fa_status fa__problem_build(fa__problem *p, const fa__call *c, fa__err *err) {
 
   /* dtypes */
   const fa_dtype dt = c->q->dtype;
-  if (!fa__is_float_dtype(dt)) FAIL(FA_ERR_DTYPE, "q->dtype = %s, expected f32, f64, f16 or bf16", fa_dtype_name(dt));
-  {
+  const int fp8 = dt == FA_F8_E4M3;
+  CHECK(fa__fp8_check_call(c, o, err));
+  if (!fp8 && !fa__is_float_dtype(dt))
+    FAIL(FA_ERR_DTYPE, "q->dtype = %s, expected f32, f64, f16, bf16 or e4m3", fa_dtype_name(dt));
+  if (!fp8) {
     const fa_tensor *same[] = {
         c->k, c->v, c->o, bwd ? c->dout : NULL, bwd ? c->dq : NULL, bwd ? c->dk : NULL, bwd ? c->dv : NULL};
     const char *names[] = {"k", "v", "o", "dout", "dq", "dk", "dv"};
@@ -104,6 +108,7 @@ fa_status fa__problem_build(fa__problem *p, const fa__call *c, fa__err *err) {
 
   /* memory space */
   fa_tensor q = *c->q, k = *c->k, v = *c->v, out = *c->o, lse, dout, dq, dk, dv, mask = o->mask, bias = o->bias, dbias;
+  fa_tensor qd = o->q_descale, kd = o->k_descale, vd = o->v_descale; /* FP8 only (checked above) */
   memset(&lse, 0, sizeof lse);
   memset(&dout, 0, sizeof dout);
   memset(&dq, 0, sizeof dq);
@@ -127,13 +132,27 @@ fa_status fa__problem_build(fa__problem *p, const fa__call *c, fa__err *err) {
   if (has_mask) CHECK(fa__need_tensor(&mask, "opt->mask", err));
   if (has_bias) CHECK(fa__need_tensor(&bias, "opt->bias", err));
   {
-    fa_tensor *ts[] = {&q, &k, &v, &out, &lse, &dout, &dq, &dk, &dv, &mask, &bias, &dbias};
-    const char *names[] = {"q", "k", "v", "o", "lse", "dout", "dq", "dk", "dv", "opt->mask", "opt->bias", "dbias"};
-    CHECK(fa__resolve_memory(ts, names, 12, &p->memory, err));
+    fa_tensor *ts[] = {&q, &k, &v, &out, &lse, &dout, &dq, &dk, &dv, &mask, &bias, &dbias, &qd, &kd, &vd};
+    const char *names[] = {"q",
+                           "k",
+                           "v",
+                           "o",
+                           "lse",
+                           "dout",
+                           "dq",
+                           "dk",
+                           "dv",
+                           "opt->mask",
+                           "opt->bias",
+                           "dbias",
+                           "opt->q_descale",
+                           "opt->k_descale",
+                           "opt->v_descale"};
+    CHECK(fa__resolve_memory(ts, names, 15, &p->memory, err));
   }
 
   /* byte extents, before anything below (or a backend) steps along a stride */
-  fa__extent outs[5], ins[13];
+  fa__extent outs[5], ins[16];
   int no = 0, ni = 0;
   CHECK(fa__extent_of(&q, "q", 4, &ins[ni++], err));
   CHECK(fa__extent_of(&k, "k", 4, &ins[ni++], err));
@@ -160,6 +179,11 @@ fa_status fa__problem_build(fa__problem *p, const fa__call *c, fa__err *err) {
     if (o->seqlens_q) CHECK(fa__check_seqlens(o->seqlens_q, B, Lq, "opt->seqlens_q", p->memory, err));
     if (o->seqlens_k) CHECK(fa__check_seqlens(o->seqlens_k, B, Lk, "opt->seqlens_k", p->memory, err));
   }
+
+  /* FP8 descales: [B, Hkv] with broadcasting */
+  p->B = B;
+  p->Hkv = Hkv;
+  if (fp8) CHECK(fa__fp8_descales(p, &qd, &kd, &vd, ins, &ni, err));
 
   /* mask, bias, dbias: [B, Hq, Lq, Lk] with broadcasting */
   const int64_t logical[4] = {B, Hq, maxq, maxk};

@@ -23,6 +23,11 @@ static fa_status kv_options(const fa_options *o, fa__err *err) {
                            : "cu_seqlens_k");
   if ((uintptr_t)o->alibi_slopes % 4 != 0)
     FAIL(FA_ERR_OPTION, "opt->alibi_slopes = %p is not aligned to its 4-byte elements", (const void *)o->alibi_slopes);
+  if (o->q_descale.data || o->k_descale.data || o->v_descale.data)
+    FAIL(FA_ERR_OPTION, "opt->%s_descale is given: fa_forward_kvcache has no FP8 (descales go with fa_forward's e4m3)",
+         o->q_descale.data   ? "q"
+         : o->k_descale.data ? "k"
+                             : "v");
   return FA_OK;
 }
 

@@ -19,6 +19,10 @@ static fa_status cpu_supports(const fa__problem *p, fa__err *err) {
     fa__err_set(err, "the cpu backend reads host memory; these tensors are in CUDA device memory");
     return FA_ERR_MEMORY_SPACE;
   }
+  if (p->dtype == FA_F8_E4M3) {
+    fa__err_set(err, "dtype e4m3: the cpu backend has no FP8; use ref or cuda");
+    return FA_ERR_DTYPE;
+  }
   if (p->dtype != FA_F32 && p->dtype != FA_F16 && p->dtype != FA_BF16) {
     fa__err_set(err,
                 "dtype %s: the cpu backend computes in f32 and takes f32, f16 or bf16 tensors; "

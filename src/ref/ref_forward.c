@@ -13,6 +13,7 @@ static void write_empty_row(const fa__problem *p, const fa__seq *sq, int64_t h, 
 }
 
 fa_status fa__ref_forward(const fa__problem *p, fa__err *err) {
+  if (p->dtype == FA_F8_E4M3) return fa__ref_forward_fp8(p, err);
   fa__ref_head hd;
   if (fa__ref_head_alloc(&hd, p->Lq, p->Lk) != FA_OK) {
     fa__err_set(err, "ref: cannot allocate the %lld x %lld score matrices", (long long)p->Lq, (long long)p->Lk);

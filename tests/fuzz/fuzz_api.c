@@ -101,7 +101,8 @@ static size_t esize(fa_dtype dt) {
     case FA_F64: return 8;
     case FA_F16:
     case FA_BF16: return 2;
-    case FA_BOOL: return 1;
+    case FA_BOOL:
+    case FA_F8_E4M3: return 1;
   }
   return 1; /* invalid dtypes are refused before any access */
 }

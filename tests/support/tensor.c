@@ -87,6 +87,7 @@ double tb_round(fa_dtype dt, double v) {
     case FA_BF16: return fa__bf16_to_f32(fa__f32_to_bf16((float)v));
     case FA_BOOL: return v != 0;
     case FA_F64: return v;
+    case FA_F8_E4M3: return fa__e4m3_round(v);
   }
   return v;
 }

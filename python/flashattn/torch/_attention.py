@@ -10,7 +10,7 @@ import torch
 
 from .. import _capi
 
-from . import _fast, _ops
+from . import _fast, _fp8, _ops
 
 
 def _padded4(t, arg):
@@ -130,6 +130,10 @@ def attention(
     backend="auto",
     layout="bhsd",
     return_lse=False,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
+    out_dtype=None,
 ):
     """flashattn's attention on torch tensors, every option of the C library.
 
@@ -138,8 +142,15 @@ def attention(
     return_lse. Differentiable in q, k, v and bias. Options as in
     flashattn.attention (numpy); dropout_seed=None draws the seed from
     torch's generator.
+
+    FP8: torch.float8_e4m3fn q, k, v take q_descale, k_descale, v_descale
+    (numbers or float32 [B, Hkv]) and out_dtype (torch.bfloat16, the
+    default, or torch.float16); forward only (_fp8.py).
     """
-    plain = mask is None and bias is None and alibi_slopes is None and not dropout_p
+    fp8 = _fp8.is_fp8(q)
+    if not fp8 and (q_descale is not None or k_descale is not None or v_descale is not None or out_dtype is not None):
+        raise _capi.invalid("q_descale, k_descale, v_descale and out_dtype are for float8_e4m3fn q, k, v only")
+    plain = mask is None and bias is None and alibi_slopes is None and not dropout_p and not fp8
     if plain and seqlens_q is None and seqlens_k is None and cu_seqlens_q is None and cu_seqlens_k is None:
         if layout in ("bhsd", "bshd") and align in ("top_left", "bottom_right"):
             r = _fast.attention(q, k, v, layout == "bshd", scale, softcap, causal, align == "bottom_right", window,
@@ -166,6 +177,20 @@ def attention(
     alibi_slopes = alibi_tensor(alibi_slopes, Hq, dev)
     if cu_seqlens_q is not None and cu_seqlens_k is not None and len(cu_seqlens_q) != len(cu_seqlens_k):
         raise _capi.invalid(f"cu_seqlens_q has {len(cu_seqlens_q)} entries but cu_seqlens_k has {len(cu_seqlens_k)}")
+    if fp8:  # forward only: no autograd, no custom op
+        if mask is not None or bias is not None or dropout_p:
+            what = "mask" if mask is not None else "bias" if bias is not None else "dropout_p"
+            raise _capi.invalid(f"{what}: the FP8 forward takes no mask, bias or dropout", "FA_ERR_OPTION")
+        o, lse = _fp8.forward(
+            q, k, v, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype,
+            backend=backend, scale=scale, softcap=float(softcap or 0.0), causal=bool(causal), align=align,
+            window=(wl, wr) if (wl >= 0 or wr >= 0) else None, alibi_slopes=alibi_slopes,
+            seqlens_q=_int32(seqlens_q, "seqlens_q", dev, B), seqlens_k=_int32(seqlens_k, "seqlens_k", dev, B),
+            cu_seqlens_q=_int32(cu_seqlens_q, "cu_seqlens_q", dev), cu_seqlens_k=_int32(cu_seqlens_k, "cu_seqlens_k", dev),
+        )  # fmt: skip
+        if layout == "bshd":
+            o = o.transpose(1, 2)
+        return (o, lse) if return_lse else o
     args = (q, k, v, _padded4(mask, "mask"), _padded4(bias, "bias"), alibi_slopes,
             _int32(seqlens_q, "seqlens_q", dev, B), _int32(seqlens_k, "seqlens_k", dev, B),
             _int32(cu_seqlens_q, "cu_seqlens_q", dev), _int32(cu_seqlens_k, "cu_seqlens_k", dev),

@@ -9,6 +9,8 @@ yet; the dropout mask comes from flashattn's Philox rule (seeded from
 torch's generator), not FlashAttention's.
 """
 
+import torch
+
 from .. import _capi
 from . import _fast
 from ._attention import attention
@@ -63,9 +65,23 @@ def flash_attn_func(
     return_attn_probs=False,
     *,
     backend="auto",
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
+    out_dtype=None,
 ):
     """q [B, Lq, Hq, D], k [B, Lk, Hkv, D], v [B, Lk, Hkv, Dv] -> out [B, Lq, Hq, Dv]
-    (and softmax_lse [B, Hq, Lq] if return_attn_probs)."""
+    (and softmax_lse [B, Hq, Lq] if return_attn_probs).
+
+    FP8 (FlashAttention 3's): torch.float8_e4m3fn q, k, v with q_descale,
+    k_descale, v_descale ([B, Hkv] float32 or numbers; q_descale indexed by
+    the query head's kv head) -> out in out_dtype (torch.bfloat16, the
+    default, or torch.float16); forward only."""
+    if q.dtype == torch.float8_e4m3fn:
+        out, lse = _fa_call(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                            deterministic, return_attn_probs, backend, q_descale=q_descale, k_descale=k_descale,
+                            v_descale=v_descale, out_dtype=out_dtype)  # fmt: skip
+        return (out, lse, None) if return_attn_probs else out
     if alibi_slopes is None and not dropout_p:  # the hot path of a model's layer (_fast.py)
         r = _fast.attention(q, k, v, True, softmax_scale, softcap, causal, True, window_size, deterministic, backend,
                            return_attn_probs)  # fmt: skip
