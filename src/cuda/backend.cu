@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../rules/fp8.h"
 #include "decode.cuh"
 #include "host_call.cuh"
 #include "launch.cuh"
@@ -94,16 +95,59 @@ fa_status check_last_dim(const fa_tensor &t, const char *name, fa__err *err) {
   return FA_OK;
 }
 
+// The FP8 forward: the sm_90a kernel only (fwd_fp8_kernel.cuh), so a
+// compute capability 9.0 device, head dims that are multiples of 16 up to
+// 256, rows of q, k, v, o 16-byte aligned, the rule's key block.
+fa_status fp8_supports(const fa__problem *p, fa__err *err) {
+#if defined(FA_HAVE_SM90A)
+  int dev = 0, major = 0, minor = 0;
+  if (!current_cc(&dev, &major, &minor) || major != 9 || minor != 0) {
+    fa__err_set(err, "dtype e4m3: the cuda FP8 forward runs on compute capability 9.0 (Hopper, sm_90a) only");
+    return FA_ERR_UNSUPPORTED;
+  }
+#else
+  fa__err_set(err, "dtype e4m3: this build has no sm_90a kernels (nvcc >= 12.0 and FA_CUDA_SM90A=ON build them)");
+  return FA_ERR_UNSUPPORTED;
+#endif
+  const int64_t dims[2] = {p->D, p->Dv};
+  const char *dn[2] = {"head dim D", "value head dim Dv"};
+  for (int x = 0; x < 2; ++x)
+    if (dims[x] % 16 != 0 || dims[x] > 256) {
+      fa__err_set(err, "%s = %lld: the cuda FP8 forward takes multiples of 16 up to 256", dn[x], (long long)dims[x]);
+      return FA_ERR_UNSUPPORTED;
+    }
+  const fa_tensor *ts[] = {&p->q, &p->k, &p->v, &p->o};
+  const char *names[] = {"q", "k", "v", "o"};
+  for (int x = 0; x < 4; ++x) {
+    const fa_tensor &t = *ts[x];
+    bool ok = reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
+    for (int d = 0; d < 3; ++d) ok = ok && (t.stride[d] * static_cast<int64_t>(fa_dtype_size(t.dtype))) % 16 == 0;
+    if (!ok) {
+      fa__err_set(err, "%s: the cuda FP8 forward needs every row 16-byte aligned (data and strides)", names[x]);
+      return FA_ERR_UNSUPPORTED;
+    }
+  }
+  if (p->block_k != 0 && p->block_k != FA__FP8_BLOCK_K) {
+    fa__err_set(err, "opt->block_k = %d: the cuda FP8 forward rounds P over blocks of %d keys (0 = that)", p->block_k,
+                FA__FP8_BLOCK_K);
+    return FA_ERR_UNSUPPORTED;
+  }
+  return FA_OK;
+}
+
 fa_status cuda_supports(const fa__problem *p, fa__err *err) {
   if (p->memory != FA_MEMORY_CUDA) {
     fa__err_set(err, "the cuda backend needs CUDA device memory; the tensors are in host memory");
     return FA_ERR_MEMORY_SPACE;
   }
-  if (p->dtype == FA_F64) {
+  if (p->dtype == FA_F8_E4M3) {
+    const fa_status st = fp8_supports(p, err);
+    if (st != FA_OK) return st;
+  } else if (p->dtype == FA_F64) {
     fa__err_set(err, "dtype f64 is not supported by the cuda backend (f16, bf16 fast; f32 on a slower SIMT path)");
     return FA_ERR_DTYPE;
   }
-  if (!(p->dtype == FA_F32 || is_half(p->dtype))) {
+  if (!(p->dtype == FA_F32 || is_half(p->dtype) || p->dtype == FA_F8_E4M3)) {
     fa__err_set(err, "dtype %s is not supported by the cuda backend", fa_dtype_name(p->dtype));
     return FA_ERR_DTYPE;
   }
@@ -160,6 +204,14 @@ void params_init(fa__cuda_params *pp, const fa__problem *p) {
     pp->bias_s[d] = p->bias.stride[d];
   }
   pp->alibi = p->alibi_slopes;
+  const fa_tensor *ds[3] = {&p->q_descale, &p->k_descale, &p->v_descale};
+  const float **dp[3] = {&pp->q_descale, &pp->k_descale, &pp->v_descale};
+  int64_t(*dst[3])[2] = {&pp->qds, &pp->kds, &pp->vds};
+  for (int x = 0; x < 3; ++x) {
+    *dp[x] = static_cast<const float *>(ds[x]->data);
+    (*dst[x])[0] = ds[x]->stride[0];
+    (*dst[x])[1] = ds[x]->stride[1];
+  }
   pp->seqlens_q = p->seqlens_q;
   pp->seqlens_k = p->seqlens_k;
   pp->cu_q = p->cu_seqlens_q;
@@ -221,10 +273,26 @@ bool wgmma_bwd_ok(int kd) {
 }
 #endif
 
+// The FP8 forward (cuda_supports let it through: an sm_90a build, a 9.0
+// device), any row count: no decode route.
+fa_status fp8_forward(const fa__problem *p, fa__err *err) {
+#if defined(FA_HAVE_SM90A)
+  fa__cuda_params pp;
+  params_init(&pp, p);
+  const int kd = p->D > 128 || p->Dv > 128 ? 256 : 128;
+  cudaStream_t s = static_cast<cudaStream_t>(p->stream);
+  return p->o.dtype == FA_BF16 ? fa__cuda_fp8_fwd_bf16(pp, kd, s, err) : fa__cuda_fp8_fwd_f16(pp, kd, s, err);
+#else
+  fa__err_set(err, "cuda: no FP8 forward in this build");
+  return FA_ERR_INTERNAL;
+#endif
+}
+
 fa_status cuda_forward(const fa__problem *p, fa__err *err) {
   device_guard dg;
   fa_status st = dg.enter(p->q.data, err);
   if (st != FA_OK) return st;
+  if (p->dtype == FA_F8_E4M3) return fp8_forward(p, err);
   if (fa__cuda_decode_fits(p)) return fa__cuda_decode_forward(p, err);  // few rows, many keys
   fa__cuda_params pp;
   params_init(&pp, p);

@@ -92,8 +92,10 @@ __device__ __forceinline__ void fwd_scores(const fa__cuda_params &p, const seq_c
 // P = 2^(S - m) in place, running sums (per lane; the quad sums them in the
 // epilogue), then the dropout mask applied to P (after the sums: the softmax
 // is that of the undropped P). alpha: the factor O must be rescaled by
-// (fwd_rescale) before P V is added to it.
-template <bool kFull, int kMT, int kNB>
+// (fwd_rescale) before P V is added to it. kPShift: P = 2^(S - m + kPShift),
+// the FP8 forward's headroom (P up to 2^8, so that small P stay normal in
+// e4m3; the row sum carries the same factor, which o = acc / l cancels).
+template <bool kFull, int kPShift = 0, int kMT, int kNB>
 __device__ __forceinline__ void fwd_softmax(const fa__cuda_params &p, const seq_ctx &c, float (&s)[kMT][kNB][4],
                                             float (&alpha)[kMT][2], float (&row_m)[kMT][2], float (&row_l)[kMT][2],
                                             int64_t r0, int64_t n0, int g, int t) {
@@ -110,11 +112,12 @@ __device__ __forceinline__ void fwd_softmax(const fa__cuda_params &p, const seq_
       const float muse = mnew == -INFINITY ? 0.f : mnew;  // nothing seen yet: no -inf - -inf
       alpha[mt][r] = fast_exp2(row_m[mt][r] - muse);
       row_m[mt][r] = mnew;
+      const float mp = kPShift ? muse - static_cast<float>(kPShift) : muse;
       float sum = 0.f;
 #pragma unroll
       for (int nb = 0; nb < kNB; ++nb) {
-        s[mt][nb][2 * r] = fast_exp2(s[mt][nb][2 * r] - muse);
-        s[mt][nb][2 * r + 1] = fast_exp2(s[mt][nb][2 * r + 1] - muse);
+        s[mt][nb][2 * r] = fast_exp2(s[mt][nb][2 * r] - mp);
+        s[mt][nb][2 * r + 1] = fast_exp2(s[mt][nb][2 * r + 1] - mp);
         sum += s[mt][nb][2 * r] + s[mt][nb][2 * r + 1];
       }
       row_l[mt][r] = row_l[mt][r] * alpha[mt][r] + sum;

@@ -75,6 +75,11 @@ fa_status fa__cuda_fast_fwd_f16(const fa__cuda_params &p, int kd, cudaStream_t s
 // capability 9.0 device, and only when FA_HAVE_SM90A); kd 64 or 128.
 fa_status fa__cuda_wgmma_fwd_bf16(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err);
 fa_status fa__cuda_wgmma_fwd_f16(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err);
+// The FP8 forward (e4m3 q, k, v; o in bf16 or f16 by the function's name):
+// sm_90a code (FA_HAVE_SM90A, a 9.0 device); kd 128 or 256 (bucket of
+// max(D, Dv); D = 64 runs zero-padded in 128).
+fa_status fa__cuda_fp8_fwd_bf16(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err);
+fa_status fa__cuda_fp8_fwd_f16(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err);
 // The backward's dK/dV (and fused dQ) kernel on wgmma, same contract as
 // fa__cuda_fast_bwd_*; sm_90a code (FA_HAVE_SM90A, a 9.0 device); kd 64 or 128.
 fa_status fa__cuda_wgmma_bwd_bf16(const fa__cuda_params &p, int kd, int deterministic, cudaStream_t s, fa__err *err);

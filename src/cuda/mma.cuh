@@ -52,6 +52,23 @@ struct f16_t {
   }
 };
 
+// The 8-bit tag of the FP8 forward (fwd_fp8_kernel.cuh): OCP E4M3FN bytes.
+struct e4m3_t {
+  using storage = uint8_t;
+  // Four floats as four e4m3 bytes of one register, x0 in the lowest byte,
+  // rounded to nearest even (saturating at +-448, NaN kept).
+  static __device__ __forceinline__ uint32_t pack4(float x0, float x1, float x2, float x3) {
+    uint32_t r;
+    asm("{\n.reg .b16 lo, hi;\n"
+        "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"
+        "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+        "mov.b32 %0, {lo, hi};\n}\n"
+        : "=r"(r)
+        : "f"(x0), "f"(x1), "f"(x2), "f"(x3));
+    return r;
+  }
+};
+
 // 2^x on the special-function unit (ex2.approx.ftz: 2 ulp, -inf -> 0, NaN ->
 // NaN); exp2f() adds a denormal-range fix-up the softmax does not need.
 __device__ __forceinline__ float fast_exp2(float x) {

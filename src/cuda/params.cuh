@@ -35,6 +35,10 @@ struct fa__cuda_params {
   int64_t bias_s[4];
   const float *alibi;  // [Hq] or NULL
 
+  // FP8 forward: f32 descales [B, Hkv] (element strides, 0 = broadcast) or NULL = 1
+  const float *q_descale, *k_descale, *v_descale;
+  int64_t qds[2], kds[2], vds[2];
+
   // lengths (device memory) or NULL
   const int32_t *seqlens_q, *seqlens_k, *cu_q, *cu_k;
 
