@@ -178,13 +178,17 @@ class _Call:
         return _capi.tensor(a.ctypes.data, _capi.F32, shape, strides, _capi.MEMORY_HOST)
 
 
+def _is_fp8(x):
+    return getattr(getattr(x, "dtype", None), "name", None) == "float8_e4m3fn"
+
+
 def _out_dtype(q, options):
     """o's dtype: q's, or for e4m3 inputs out_dtype (bfloat16, the default, or float16)."""
     name = options.pop("out_dtype", None)
-    if q.dtype.name != "float8_e4m3fn":
+    if not _is_fp8(q):
         if name is not None:
             raise _capi.invalid("out_dtype is for float8_e4m3fn inputs only (o has q's dtype otherwise)")
-        return q.dtype
+        return getattr(q, "dtype", None)
     import ml_dtypes
 
     if name is None or np.dtype(name) == np.dtype(ml_dtypes.bfloat16):
@@ -210,7 +214,7 @@ def _hot_forward(q, k, v, layout, options):
         return None
     if not (_SCALAR_OPTIONS | _SETTINGS).issuperset(options) or layout not in _LAYOUTS:
         return None
-    if q.dtype.name == "float8_e4m3fn":  # o is not q's dtype
+    if _is_fp8(q):  # o is not q's dtype
         return None
     specs = [_spec(x, n, layout) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
     B, Hq, Lq, _ = specs[0][2]

@@ -18,6 +18,11 @@
 #   scripts/gpu/run.sh decode  build + the kv-cache and merge tests (test_kvcache,
 #                              test_online_softmax), test_backend_cuda, memcheck of
 #                              test_kvcache, bench/gpu/decode.py ($DECODE_ARGS)
+#   scripts/gpu/run.sh fp8     build + the FP8 forward: test_fp8_cuda (cuda against
+#                              ref, every option), test_fp8_ref, memcheck and
+#                              racecheck of test_fp8_cuda, ptxas report of the
+#                              fp8 kernels, bench/gpu/fp8.py ($FP8_ARGS), then
+#                              test_backend_cuda (the shared forward tile code)
 #   scripts/gpu/run.sh ncu     build + Nsight Compute on the kernels matching
 #                              $NCU_KERNEL (default bwd), variant $NCU_VARIANT
 #                              (default 0), shapes $NCU_SHAPES ("D:L ...")
@@ -135,6 +140,38 @@ if [ "$MODE" = decode ]; then
     timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/test_kvcache" >"$BUILD/san.log" 2>&1
     say "memcheck test_kvcache exit $?"
     grep -E "ERROR SUMMARY|Invalid" "$BUILD/san.log" | sort | uniq -c | head -10 | tee -a "$SUMMARY"
+  fi
+  stage "done"
+  exit 0
+fi
+
+if [ "$MODE" = fp8 ]; then
+  # most important first (the device tool may cut the command short; $OUT
+  # keeps what was written)
+  stage "FP8 tests"
+  for t in test_fp8_cuda test_fp8_ref; do
+    timeout "${FP8_TEST_S:-120}" "$BUILD/tests/$t" >"$OUT/$t.log" 2>&1
+    say "$t exit $?: $(suite_counts "$OUT/$t.log")"
+  done
+  grep -E "FAILED|ERROR|o\[|lse\[|near an e4m3" "$OUT/test_fp8_cuda.log" | head -30 | tee -a "$SUMMARY"
+  stage "FP8 benchmark"
+  export PYTHONUNBUFFERED=1
+  # shellcheck disable=SC2086
+  timeout "${FP8_BENCH_S:-300}" python3 bench/gpu/fp8.py --lib "$BUILD/libflashattn.so" ${FP8_ARGS:-} 2>&1 |
+    tee "$OUT/fp8_bench.txt" >>"$SUMMARY"
+  stage "compute-sanitizer on test_fp8_cuda"
+  for tool in memcheck racecheck; do
+    timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/tests/test_fp8_cuda" >"$BUILD/san_$tool.log" 2>&1
+    say "$tool test_fp8_cuda exit $?"
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|hazard" "$BUILD/san_$tool.log" | sort | uniq -c | head -10 |
+      tee -a "$SUMMARY"
+  done
+  grep -h -A2 "fwd_fp8_kernel" "$BUILD"/src/cuda/CMakeFiles/fa_cuda_sm90a.dir/launch_fwd_fp8_*.ptxas.log 2>/dev/null |
+    grep -E "Compiling|spill|registers" | sed 's/ptxas info *: //' >"$OUT/fp8_ptxas.txt"
+  if [ "${FP8_SUITE:-1}" = 1 ]; then
+    stage "test_backend_cuda"
+    timeout 300 "$BUILD/tests/test_backend_cuda" >"$OUT/suite_cuda.log" 2>&1
+    say "test_backend_cuda exit $?: $(suite_counts "$OUT/suite_cuda.log")"
   fi
   stage "done"
   exit 0

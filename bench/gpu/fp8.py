@@ -1,0 +1,157 @@
+"""The FP8 (e4m3) forward next to our bf16 forward, in one process (issue 16):
+TFLOP/s at D = 64 / 128 / 256, L = 4096 / 8192 / 16384 (16k tokens per
+batch, hidden 2048: H = 2048 / D), causal and not, and the ratio; PyTorch's
+SDPA on float8_e4m3fn inputs (cuDNN) if this PyTorch takes them (it says
+why not otherwise); then the accuracy: RMSE of o against a float64
+reference computed from the unquantized N(0, 1) inputs, for fp8 (inputs
+rounded to e4m3, descale 1) and bf16.
+
+Timing: CUDA events around each call after warm-up, the median of --reps.
+FLOP count: 4 B H L^2 D, halved when causal. The library is called through
+ctypes (bench/gpu/fa_ctypes.py), as bench/gpu/anchors.py does.
+
+usage: python3 bench/gpu/fp8.py --lib build/libflashattn.so [--d 64,128,256]
+       [--l 4096,8192,16384] [--causal 0,1] [--reps 20] [--acc-l 2048]
+"""
+import argparse
+import datetime
+import os
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fa_ctypes as fa  # noqa: E402
+
+FA_F8_E4M3 = 5  # flashattn.h's fa_dtype
+
+
+def median_ms(fn, reps, warmup=3):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+class Lib:
+    def __init__(self, path):
+        self.lib = fa.load(path)
+        why = fa.C.create_string_buffer(256)
+        if self.lib.fa_backend_available(fa.FA_BACKEND_CUDA, why, 256) != 0:
+            raise SystemExit("cuda backend not available: " + why.value.decode())
+        self.ctx = fa.C.c_void_p()
+        assert self.lib.fa_context_create(fa.C.byref(self.ctx)) == 0
+        self.lib.fa_context_set_stream(self.ctx, fa.C.c_void_p(torch.cuda.current_stream().cuda_stream))
+
+    def forward(self, q, k, v, o, lse, causal, code, descales=()):
+        """A closure calling fa_forward on [B, H, L, D] tensors (codes: q, k, v's dtype)."""
+        opt = fa.Options()
+        self.lib.fa_options_init(fa.C.byref(opt))
+        opt.causal = int(causal)
+        keep = []
+        for name, t in descales:
+            keep.append(t)
+            x = fa.tensor_of(t, fa.FA_F32)
+            setattr(opt, name, x)
+        oc = fa.FA_BF16 if o.dtype == torch.bfloat16 else fa.FA_F16
+        ts = [fa.tensor_of(q, code), fa.tensor_of(k, code), fa.tensor_of(v, code), fa.tensor_of(o, oc),
+              fa.tensor_of(lse, fa.FA_F32)]
+        B = fa.C.byref
+
+        def run():
+            st = self.lib.fa_forward(self.ctx, fa.FA_BACKEND_CUDA, B(ts[0]), B(ts[1]), B(ts[2]), B(opt), B(ts[3]),
+                                     B(ts[4]))
+            if st != 0:
+                raise RuntimeError(self.lib.fa_context_last_error(self.ctx).decode())
+
+        run.keep = (keep, ts, opt)
+        return run
+
+
+def sdpa_fp8(q8, k8, v8, causal):
+    """PyTorch's SDPA on float8_e4m3fn tensors, or the reason it refuses."""
+    try:
+        F.scaled_dot_product_attention(q8, k8, v8, is_causal=causal)
+        torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001 - reported, whatever it is
+        return None, f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+    return (lambda: F.scaled_dot_product_attention(q8, k8, v8, is_causal=causal)), None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", default="build/libflashattn.so")
+    ap.add_argument("--d", default="64,128,256")
+    ap.add_argument("--l", default="4096,8192,16384")
+    ap.add_argument("--causal", default="0,1")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--acc-l", type=int, default=2048, help="sequence length of the accuracy rows")
+    args = ap.parse_args()
+    lib = Lib(args.lib)
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, {datetime.date.today()}; "
+          f"median of {args.reps} after 3 warm-ups; TFLOP/s (4 B H L^2 D, /2 causal)")
+    print(f"{'D':>4} {'H':>3} {'B':>3} {'L':>6} {'causal':>6} | {'bf16':>7} {'fp8':>7} {'fp8/bf16':>8} | "
+          f"{'sdpa-fp8':>8} | check fp8 vs bf16 (max |diff|)")
+    sdpa_why = None
+    for D in (int(x) for x in args.d.split(",")):
+        H = 2048 // D
+        for L in (int(x) for x in args.l.split(",")):
+            B = max(1, 16384 // L)
+            for causal in (bool(int(x)) for x in args.causal.split(",")):
+                torch.manual_seed(0)
+                q, k, v = (torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+                q8, k8, v8 = (x.to(torch.float8_e4m3fn) for x in (q, k, v))
+                o = torch.empty_like(q)
+                o8 = torch.empty_like(q)
+                lse = torch.empty(B, H, L, device="cuda", dtype=torch.float32)
+                flops = 4.0 * B * H * L * L * D / (2 if causal else 1)
+                f16 = lib.forward(q, k, v, o, lse, causal, fa.FA_BF16)
+                f8 = lib.forward(q8, k8, v8, o8, lse, causal, FA_F8_E4M3)
+                t16 = median_ms(f16, args.reps)
+                t8 = median_ms(f8, args.reps)
+                diff = (o.float() - o8.float()).abs().max().item()
+                sd, why = sdpa_fp8(q8, k8, v8, causal)
+                if sd is None:
+                    sdpa_why = sdpa_why or why
+                    ts = "n/a"
+                else:
+                    ts = f"{flops / median_ms(sd, args.reps) / 1e9:8.1f}"
+                print(f"{D:>4} {H:>3} {B:>3} {L:>6} {int(causal):>6} | {flops / t16 / 1e9:7.1f} {flops / t8 / 1e9:7.1f} "
+                      f"{t16 / t8:8.2f} | {ts:>8} | {diff:.3g}", flush=True)
+                del q, k, v, q8, k8, v8, o, o8
+    if sdpa_why:
+        print(f"# PyTorch SDPA on float8_e4m3fn: {sdpa_why}")
+
+    print(f"\n# accuracy: RMSE of o against float64 softmax(q k^T / sqrt(D)) v of the unquantized inputs, "
+          f"N(0, 1), B=1 H=8 L={args.acc_l}")
+    print(f"{'D':>4} {'causal':>6} | {'bf16 RMSE':>10} {'fp8 RMSE':>10} {'fp8 (P unrounded in ref)':>24}")
+    for D in (int(x) for x in args.d.split(",")):
+        for causal in (bool(int(x)) for x in args.causal.split(",")):
+            torch.manual_seed(1)
+            L, H = args.acc_l, 8
+            x64 = [torch.randn(1, H, L, D, device="cuda", dtype=torch.float64) for _ in range(3)]
+            ref = F.scaled_dot_product_attention(*x64, is_causal=causal)
+            qb, kb, vb = (x.to(torch.bfloat16) for x in x64)
+            q8, k8, v8 = (x.to(torch.float8_e4m3fn) for x in x64)
+            ob, o8 = torch.empty_like(qb), torch.empty_like(qb)
+            lse = torch.empty(1, H, L, device="cuda", dtype=torch.float32)
+            lib.forward(qb, kb, vb, ob, lse, causal, fa.FA_BF16)()
+            lib.forward(q8, k8, v8, o8, lse, causal, FA_F8_E4M3)()
+            # what is left with the inputs rounded to e4m3 but P exact: the share of P's rounding
+            ref8 = F.scaled_dot_product_attention(*(x.to(torch.float64) for x in (q8, k8, v8)), is_causal=causal)
+            rmse = lambda a: ((a.double() - ref) ** 2).mean().sqrt().item()  # noqa: E731
+            print(f"{D:>4} {int(causal):>6} | {rmse(ob):10.3e} {rmse(o8):10.3e} {rmse(ref8):24.3e}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
