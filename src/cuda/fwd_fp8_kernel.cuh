@@ -29,13 +29,13 @@
 
 namespace fa_cuda {
 
-template <int kD, int kWG, int kBN, int kSlots>
+template <int kD, int kWG, int kBN, int kSlots, bool kPipe>
 struct fwd_fp8_cfg {
   static constexpr int kBM = 64 * kWG;
   static constexpr int kThreads = 128 * kWG;
-  // Q, kSlots tiles each of K and V (as loaded), V^T, and 1 KiB to align
-  // them to 1024 bytes; one byte an element
-  static constexpr size_t smem_bytes = (size_t)(kBM * kD + 2 * kSlots * kBN * kD + kD * kBN) + 1024;
+  // Q, kSlots tiles each of K and V (as loaded), V^T (two with kPipe), and
+  // 1 KiB to align them to 1024 bytes; one byte an element
+  static constexpr size_t smem_bytes = (size_t)(kBM * kD + 2 * kSlots * kBN * kD + (kPipe ? 2 : 1) * kD * kBN) + 1024;
 };
 
 // descale[b, kvh] (1 when absent).
@@ -90,17 +90,19 @@ __device__ __forceinline__ void fp8_p_frag(uint32_t (&a)[4], const float (&s)[kN
 }
 
 // E: the element type of o (bf16_t or f16_t). kFull: per-element scoring
-// (softcap, ALiBi); kSkip: warpgroups skip the key tiles outside their rows'
-// band (as in fwd_wgmma_kernel.cuh).
-template <typename E, int kD, int kWG, int kBN, int kSlots, bool kFull, bool kSkip>
+// (softcap, ALiBi); kPipe: the software pipeline (else one tile at a time);
+// kSkip: warpgroups skip the key tiles outside their rows' band (one tile at
+// a time only, as in fwd_wgmma_kernel.cuh).
+template <typename E, int kD, int kWG, int kBN, int kSlots, bool kFull, bool kPipe, bool kSkip>
 __global__ void __launch_bounds__(128 * kWG, 1) fwd_fp8_kernel(const fa__cuda_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using cfg = fwd_fp8_cfg<kD, kWG, kBN, kSlots>;
+  using cfg = fwd_fp8_cfg<kD, kWG, kBN, kSlots, kPipe>;
   constexpr int kBM = cfg::kBM, kThreads = cfg::kThreads;
   constexpr int kNB = kBN / 8, kDB = kD / 8, kC = kD / 2;  // kC: a row in 16-bit units (load_tile's)
   static_assert(kD % 128 == 0, "Q and K rows are whole 128-byte swizzle atoms");
   static_assert(kBN == FA__FP8_BLOCK_K, "the key tile is the block of the FP8 rule (src/rules/fp8.h)");
   static_assert(kSlots == 2, "K and V load one tile ahead");
+  static_assert(!(kPipe && kSkip), "the pipeline visits every tile of the block");
 
   extern __shared__ unsigned char smem_raw[];
   unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -152,41 +154,24 @@ __global__ void __launch_bounds__(128 * kWG, 1) fwd_fp8_kernel(const fa__cuda_pa
   const uint32_t k_base = smem_addr(sK), vt_base = smem_addr(sVt);
   constexpr uint32_t kSlot = kBN * kD;  // bytes of one K slot
 
-  int it_lo = 0, it_hi = fb.n_tiles;  // this warpgroup's tiles: [it_lo, it_hi)
-  if (kSkip) {
-    int64_t wj0, wj1;
-    fa__band_cols(&c.bd, m0 + wg * 64, m0 + wg * 64 + 64, &wj0, &wj1);
-    it_lo = it_hi = 0;
-    if (wj1 > wj0) {
-      it_lo = static_cast<int>(wj0 / kBN) - fb.nb_lo;
-      it_hi = static_cast<int>((wj1 + kBN - 1) / kBN) - fb.nb_lo;
-    }
-  }
-
-  if (fb.n_tiles > 0) load_kv(0, 0);
-  cp_async_commit();
-  for (int it = 0; it < fb.n_tiles; ++it) {
-    const int slot = it & 1;
-    cp_async_wait<0>();  // K and V of tile it landed (this thread's copies)
-    __syncthreads();     // ... everyone's; and all are done with tile it - 1 (its slot, sVt)
-    if (it + 1 < fb.n_tiles) load_kv(it + 1, slot ^ 1);
-    cp_async_commit();
-    fp8_transpose_v<kD, kBN, kThreads>(sVt, sV + slot * kBN * kC, tid);
-    fence_proxy_async();  // K (cp.async) and V^T (st.shared) -> the async proxy wgmma reads through
-    __syncthreads();
-    if (kSkip && (it < it_lo || it >= it_hi)) continue;  // uniform over the warpgroup
-
-    float s[1][kNB][4];
-    wgmma_fence();
+  // V^T buffers: one for the one-tile-at-a-time loop, two for the pipeline
+  constexpr int kVtBytes = kD * kBN;
+  auto transpose = [&](int it) {
+    fp8_transpose_v<kD, kBN, kThreads>(sVt + (kPipe ? (it & 1) * kVtBytes : 0), sV + (it & 1) * kBN * kC, tid);
+  };
+  float s[1][kNB][4];           // S of a tile, then its P in f32
+  uint32_t pa[kBN / 32][4];     // P of the current tile as e4m3 A fragments
+  auto s_issue = [&](int it) {  // S = Q K^T of tile it (K in slot it & 1): k32 steps of 32 bytes, 4 to an atom
 #pragma unroll
-    for (int kk = 0; kk < kD / 32; ++kk) {  // k32 steps of 32 bytes; 4 to an atom
+    for (int kk = 0; kk < kD / 32; ++kk) {
       const uint32_t in_atom = (kk & 3) * 32;
       const uint32_t da = sw128_desc_lo(q_base + (kk >> 2) * (kBM * 128) + in_atom, 0);
-      const uint32_t dk = sw128_desc_lo(k_base + slot * kSlot + (kk >> 2) * (kBN * 128) + in_atom, 0);
+      const uint32_t dk = sw128_desc_lo(k_base + (it & 1) * kSlot + (kk >> 2) * (kBN * 128) + in_atom, 0);
       wgmma<e4m3_t, kBN>::ss(s[0], da, dk, kk > 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
+  };
+  auto s_softmax = [&](int it) {  // once S of tile it is in: descales, scores, softmax, P in s
     fence_regs(s[0]);
     if (qk_descale != 1.f) {
 #pragma unroll
@@ -197,18 +182,103 @@ __global__ void __launch_bounds__(128 * kWG, 1) fwd_fp8_kernel(const fa__cuda_pa
     const int64_t n0 = static_cast<int64_t>(fb.nb_lo + it) * kBN;
     fwd_scores<kFull>(p, c, s, m0 + wrow, n0, g, t);
     fwd_softmax<kFull, FA__FP8_P_SHIFT>(p, c, s, alpha, row_m, row_l, m0 + wrow, n0, g, t);
-    fwd_rescale(o, alpha);
-    uint32_t pa[kBN / 32][4];
+  };
+  auto p_to_frags = [&]() {
 #pragma unroll
     for (int kk = 0; kk < kBN / 32; ++kk) fp8_p_frag(pa[kk], s[0], kk);
-    fence_regs(o[0]);
-    wgmma_fence();
+  };
+  auto pv_issue = [&](int it) {  // O += P V^T of tile it: 32 keys = 32 bytes of every V^T row
+    const uint32_t vt = vt_base + (kPipe ? (it & 1) * kVtBytes : 0);
 #pragma unroll
-    for (int kk = 0; kk < kBN / 32; ++kk)  // 32 keys = 32 bytes of every V^T row
-      wgmma<e4m3_t, kD>::rs(o[0], pa[kk], sw128_desc_lo(vt_base + kk * 32, 0), 1);
+    for (int kk = 0; kk < kBN / 32; ++kk) wgmma<e4m3_t, kD>::rs(o[0], pa[kk], sw128_desc_lo(vt + kk * 32, 0), 1);
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(o[0]);
+  };
+  // cp.async copies (K, V) and st.shared (V^T) of every thread, fenced
+  // to the async proxy wgmma reads through, then published to all
+  auto publish = [&]() {
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+  };
+
+  if constexpr (kPipe) {
+    // FlashAttention 3's intra-warpgroup overlap, as fwd_wgmma_kernel.cuh's
+    // pipeline: S of tile it + 1 and P V of tile it are issued together; the
+    // transpose of V of tile it + 1 (into the other V^T buffer) runs on the
+    // CUDA cores while both are on the tensor cores, then the softmax of it
+    // + 1 while P V still runs. K / V load a whole iteration ahead.
+    if (fb.n_tiles > 0) load_kv(0, 0);
+    cp_async_commit();
+    if (fb.n_tiles > 1) load_kv(1, 1);
+    cp_async_commit();
+    if (fb.n_tiles > 0) {
+      cp_async_wait<1>();  // tile 0 landed
+      fence_proxy_async();
+      __syncthreads();
+      wgmma_fence();
+      s_issue(0);
+      transpose(0);
+      wgmma_wait<0>();
+      s_softmax(0);
+      fwd_rescale(o, alpha);
+      p_to_frags();
+    }
+    for (int it = 0; it + 1 < fb.n_tiles; ++it) {
+      publish();  // K, V of it + 1 and V^T of it; all are done with K of it and V^T of it - 1
+      if (it + 2 < fb.n_tiles) load_kv(it + 2, it & 1);
+      cp_async_commit();
+      wgmma_fence();
+      s_issue(it + 1);
+      pv_issue(it);
+      transpose(it + 1);
+      wgmma_wait<1>();  // S of it + 1 (the older group) is in; P V may still run
+      s_softmax(it + 1);
+      wgmma_wait<0>();
+      fence_regs(o[0]);
+      fwd_rescale(o, alpha);
+      p_to_frags();
+    }
+    if (fb.n_tiles > 0) {
+      publish();  // V^T of the last tile
+      wgmma_fence();
+      pv_issue(fb.n_tiles - 1);
+      wgmma_wait<0>();
+      fence_regs(o[0]);
+    }
+  } else {
+    int it_lo = 0, it_hi = fb.n_tiles;  // this warpgroup's tiles: [it_lo, it_hi)
+    if (kSkip) {
+      int64_t wj0, wj1;
+      fa__band_cols(&c.bd, m0 + wg * 64, m0 + wg * 64 + 64, &wj0, &wj1);
+      it_lo = it_hi = 0;
+      if (wj1 > wj0) {
+        it_lo = static_cast<int>(wj0 / kBN) - fb.nb_lo;
+        it_hi = static_cast<int>((wj1 + kBN - 1) / kBN) - fb.nb_lo;
+      }
+    }
+    if (fb.n_tiles > 0) load_kv(0, 0);
+    cp_async_commit();
+    for (int it = 0; it < fb.n_tiles; ++it) {
+      cp_async_wait<0>();  // K and V of tile it landed (this thread's copies)
+      __syncthreads();     // ... everyone's; and all are done with tile it - 1 (its slot, sVt)
+      if (it + 1 < fb.n_tiles) load_kv(it + 1, (it + 1) & 1);
+      cp_async_commit();
+      transpose(it);
+      fence_proxy_async();  // K (cp.async) and V^T (st.shared) -> the async proxy
+      __syncthreads();
+      if (kSkip && (it < it_lo || it >= it_hi)) continue;  // uniform over the warpgroup
+      wgmma_fence();
+      s_issue(it);
+      wgmma_wait<0>();
+      s_softmax(it);
+      fwd_rescale(o, alpha);
+      p_to_frags();
+      fence_regs(o[0]);
+      wgmma_fence();
+      pv_issue(it);
+      wgmma_wait<0>();
+      fence_regs(o[0]);
+    }
   }
   cp_async_wait<0>();
   // o = acc * v_descale / l; the P shift leaves l (and acc) 2^shift too

@@ -10,12 +10,12 @@
 
 namespace fa_cuda {
 
-template <typename E, int kD, bool kFull, bool kSkip>
+template <typename E, int kD, bool kFull, bool kPipe, bool kSkip>
 fa_status launch_fwd_fp8_cfg(const fa__cuda_params &p, cudaStream_t s, fa__err *err) {
   // 2 warpgroups x 64 rows, 128 keys a tile (the rule's block), K and V one
-  // tile ahead: D = 128 97 KiB of shared memory, D = 256 193 KiB.
-  using cfg = fwd_fp8_cfg<kD, 2, FA__FP8_BLOCK_K, 2>;
-  auto kernel = fwd_fp8_kernel<E, kD, 2, FA__FP8_BLOCK_K, 2, kFull, kSkip>;
+  // tile ahead: D = 128 97 KiB of shared memory (113 pipelined), D = 256 193 KiB.
+  using cfg = fwd_fp8_cfg<kD, 2, FA__FP8_BLOCK_K, 2, kPipe>;
+  auto kernel = fwd_fp8_kernel<E, kD, 2, FA__FP8_BLOCK_K, 2, kFull, kPipe, kSkip>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "forward (fp8): shared memory limit");
   FA_CUDA_ROWS_GRID(grid, p.B * p.Hq, p.Lq, cfg::kBM, "forward (fp8)");
   kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p);
@@ -25,23 +25,26 @@ fa_status launch_fwd_fp8_cfg(const fa__cuda_params &p, cudaStream_t s, fa__err *
 
 // kd: the head-dim bucket of max(D, Dv), 128 (D <= 128: Q and K rows are
 // whole 128-byte swizzle atoms, so D = 64 is zero-padded) or 256. Variants:
-// the band only (tiles outside a warpgroup's band skipped when there is a
-// band), and per-element scoring (softcap, ALiBi).
+//   128, the band only: the pipeline (S of the next tile beside P V of
+//       this one; needs S and P live at once: 64 + 16 + O's 64 registers);
+//       FLASHATTN_CUDA_VARIANT=1: one tile at a time (A/B timing)
+//   256, the band only: one tile at a time (O alone is 128 registers),
+//       warpgroups skipping the tiles outside their band
+//   per-element scoring (softcap, ALiBi): one tile at a time, both buckets
+// Not yet timed on a GPU.
 template <typename E>
 fa_status launch_fwd_fp8(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err) {
   if (kd != 128 && kd != 256) {
     fa__err_set(err, "cuda: no fp8 forward kernel for head-dim bucket %d", kd);
     return FA_ERR_INTERNAL;
   }
-  const bool band = p.wl >= 0 || p.wr >= 0;
   if (p.has_extras)
-    return kd == 128 ? launch_fwd_fp8_cfg<E, 128, true, true>(p, s, err)
-                     : launch_fwd_fp8_cfg<E, 256, true, true>(p, s, err);
+    return kd == 128 ? launch_fwd_fp8_cfg<E, 128, true, false, true>(p, s, err)
+                     : launch_fwd_fp8_cfg<E, 256, true, false, true>(p, s, err);
   if (kd == 128)
-    return band ? launch_fwd_fp8_cfg<E, 128, false, true>(p, s, err)
-                : launch_fwd_fp8_cfg<E, 128, false, false>(p, s, err);
-  return band ? launch_fwd_fp8_cfg<E, 256, false, true>(p, s, err)
-              : launch_fwd_fp8_cfg<E, 256, false, false>(p, s, err);
+    return p.variant == 1 ? launch_fwd_fp8_cfg<E, 128, false, false, true>(p, s, err)
+                          : launch_fwd_fp8_cfg<E, 128, false, true, false>(p, s, err);
+  return launch_fwd_fp8_cfg<E, 256, false, false, true>(p, s, err);
 }
 
 }  // namespace fa_cuda
