@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (the device tool's `run`, in the repository root):
 # the Python package on cuda tensors — the pytest suite (tests/python), the
-# Python-overhead bench and the GPT training example next to SDPA. Results
+# Python-overhead benches (python_overhead.py, python_call_parts.py,
+# python_hot_path.py) and the GPT training example next to SDPA. Results
 # go to $OUT.
 #
 # Carry .gpu-py: libflashattn.so built here for sm_90 by
@@ -30,6 +31,10 @@ if [ "$MODE" = all ] || [ "$MODE" = bench ]; then
   python3 bench/python_overhead.py --device cuda ${BENCH_ARGS:-} 2>&1 | tee "$OUT/overhead.txt" || rc=1
   echo "== bench/python_call_parts.py, OMP_NUM_THREADS=1 ($(date +%T))"
   OMP_NUM_THREADS=1 python3 bench/python_call_parts.py --device cuda 2>&1 | tee "$OUT/call-parts.txt" || rc=1
+  for L in 16 128; do # interleaved rounds: forward, forward with grad, forward + backward against the C floors
+    echo "== bench/python_hot_path.py --device cuda --L $L ($(date +%T))"
+    python3 bench/python_hot_path.py --device cuda --L "$L" 2>&1 | tee "$OUT/hot-path-L$L.txt" || rc=1
+  done
 fi
 if [ "$MODE" = all ] || [ "$MODE" = train ]; then
   echo "== examples/python/train_gpt.py ($(date +%T))"
