@@ -16,7 +16,6 @@
 
 #include "backend_run.h"
 #include "support/cm.h"
-#include "support/device.h"
 
 #ifndef FA_TEST_BACKEND_NAME
 #error "build with -DFA_TEST_BACKEND_NAME=\"ref\" (or another name of support/backends.c)"
@@ -446,11 +445,7 @@ int main(void) {
     fprintf(stderr, "backend \"%s\" is not in support/backends.c\n", FA_TEST_BACKEND_NAME);
     return 1;
   }
-  g_usable = fa_backend_available(g_be->id, g_why, sizeof g_why) == FA_OK;
-  if (g_usable && g_be->memory == FA_MEMORY_CUDA && !tdev_available()) {
-    g_usable = 0;
-    snprintf(g_why, sizeof g_why, "no CUDA device for the test's own allocations: %s", tdev_last_error());
-  }
+  g_usable = tb_backend_usable(g_be, g_why, sizeof g_why);
   g_nvar = g_be->variants(g_var, MAX_VARIANTS);
   if (g_usable && g_nvar == 0) {
     g_usable = 0;

@@ -103,8 +103,7 @@ static void fp8_rule(const fp8_io *io, int bk, int round_p, double *o, double *l
   const tcase *c = in->c;
   const tc_geom *g = &in->g;
   const double scale = c->scale != 0 ? c->scale : 1.0 / sqrt((double)g->D), eps = ldexp(1.0, -14);
-  const int64_t so[4] = {g->Bt, g->Hq, g->rows_q, g->Dv}, sq[4] = {g->Bt, g->Hq, g->rows_q, g->D};
-  const int64_t sk[4] = {g->Bt, g->Hkv, g->rows_k, g->D}, sv[4] = {g->Bt, g->Hkv, g->rows_k, g->Dv};
+  const int64_t so[4] = {g->Bt, g->Hq, g->rows_q, g->Dv}, sv[4] = {g->Bt, g->Hkv, g->rows_k, g->Dv};
   for (int64_t e = 0; e < g->Bt * g->Hq * g->rows_q; ++e) lse[e] = -INFINITY;
   for (int64_t e = 0; e < g->Bt * g->Hq * g->rows_q * g->Dv; ++e) o[e] = 0.0;
   if (slack)
@@ -119,19 +118,7 @@ static void fp8_rule(const fp8_io *io, int bk, int round_p, double *o, double *l
       for (int64_t i = 0; i < tc_lq(c, b); ++i) {
         int64_t qb, qr;
         tc_qpos(c, b, i, &qb, &qr);
-        const int64_t diag = c->align == FA_ALIGN_BOTTOM_RIGHT ? i + lk - tc_lq(c, b) : i;
-        for (int64_t j = 0; j < lk; ++j) {
-          s[j] = -INFINITY;
-          if (!tc_visible(in, b, h, i, j)) continue;
-          int64_t kb, kr;
-          tc_kpos(c, b, j, &kb, &kr);
-          double dot = 0;
-          for (int64_t d = 0; d < g->D; ++d) dot += in->q[idx4(sq, qb, h, qr, d)] * in->k[idx4(sk, kb, kvh, kr, d)];
-          double x = sc * dot;
-          if (c->softcap > 0) x = c->softcap * tanh(x / c->softcap);
-          if (in->alibi) x -= (double)in->alibi[h] * fabs((double)(diag - j));
-          s[j] = x;
-        }
+        for (int64_t j = 0; j < lk; ++j) s[j] = tc_score(in, b, h, i, j, sc);
         double m = -INFINITY, l = 0;
         for (int64_t d = 0; d < g->Dv; ++d) acc[d] = sl[d] = 0;
         for (int64_t j0 = 0; j0 < lk; j0 += bk) {
@@ -528,11 +515,7 @@ int main(void) {
     fprintf(stderr, "backend \"%s\" is not in support/backends.c\n", FA_TEST_BACKEND_NAME);
     return 1;
   }
-  g_usable = fa_backend_available(g_be->id, g_why, sizeof g_why) == FA_OK;
-  if (g_usable && g_be->memory == FA_MEMORY_CUDA && !tdev_available()) {
-    g_usable = 0;
-    snprintf(g_why, sizeof g_why, "no CUDA device for the test's own allocations: %s", tdev_last_error());
-  }
+  g_usable = tb_backend_usable(g_be, g_why, sizeof g_why);
   struct CMUnitTest tests[NCASES + 4];
   int n = 0;
   for (int i = 0; i < NCASES; ++i)

@@ -16,7 +16,6 @@ usage: python3 bench/gpu/fp8.py --lib build/libflashattn.so [--d 64,128,256]
 import argparse
 import datetime
 import os
-import statistics
 import sys
 
 import torch
@@ -24,57 +23,28 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fa_ctypes as fa  # noqa: E402
+from anchors import FlashAttn, median_ms  # noqa: E402
 
 FA_F8_E4M3 = 5  # flashattn.h's fa_dtype
 
 
-def median_ms(fn, reps, warmup=3):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
-
-
-class Lib:
-    def __init__(self, path):
-        self.lib = fa.load(path)
-        why = fa.C.create_string_buffer(256)
-        if self.lib.fa_backend_available(fa.FA_BACKEND_CUDA, why, 256) != 0:
-            raise SystemExit("cuda backend not available: " + why.value.decode())
-        self.ctx = fa.C.c_void_p()
-        assert self.lib.fa_context_create(fa.C.byref(self.ctx)) == 0
-        self.lib.fa_context_set_stream(self.ctx, fa.C.c_void_p(torch.cuda.current_stream().cuda_stream))
-
-    def forward(self, q, k, v, o, lse, causal, code, descales=()):
-        """A closure calling fa_forward on [B, H, L, D] tensors (codes: q, k, v's dtype)."""
-        opt = fa.Options()
-        self.lib.fa_options_init(fa.C.byref(opt))
-        opt.causal = int(causal)
-        keep = []
+class Lib(FlashAttn):
+    def forward8(self, q, k, v, o, lse, causal, code, descales=()):
+        """A closure calling fa_forward on [B, H, L, D] tensors (code: q, k, v's
+        dtype; o bf16 or f16; descales: (name, f32 tensor) pairs)."""
+        opt = self.options(causal)
         for name, t in descales:
-            keep.append(t)
-            x = fa.tensor_of(t, fa.FA_F32)
-            setattr(opt, name, x)
+            setattr(opt, name, fa.tensor_of(t, fa.FA_F32))
         oc = fa.FA_BF16 if o.dtype == torch.bfloat16 else fa.FA_F16
         ts = [fa.tensor_of(q, code), fa.tensor_of(k, code), fa.tensor_of(v, code), fa.tensor_of(o, oc),
               fa.tensor_of(lse, fa.FA_F32)]
         B = fa.C.byref
 
         def run():
-            st = self.lib.fa_forward(self.ctx, fa.FA_BACKEND_CUDA, B(ts[0]), B(ts[1]), B(ts[2]), B(opt), B(ts[3]),
-                                     B(ts[4]))
-            if st != 0:
-                raise RuntimeError(self.lib.fa_context_last_error(self.ctx).decode())
+            self._check(self.lib.fa_forward(self.ctx, fa.FA_BACKEND_CUDA, B(ts[0]), B(ts[1]), B(ts[2]), B(opt),
+                                            B(ts[3]), B(ts[4])))
 
-        run.keep = (keep, ts, opt)
+        run.keep = (descales, ts, opt)
         return run
 
 
@@ -115,8 +85,8 @@ def main():
                 o8 = torch.empty_like(q)
                 lse = torch.empty(B, H, L, device="cuda", dtype=torch.float32)
                 flops = 4.0 * B * H * L * L * D / (2 if causal else 1)
-                f16 = lib.forward(q, k, v, o, lse, causal, fa.FA_BF16)
-                f8 = lib.forward(q8, k8, v8, o8, lse, causal, FA_F8_E4M3)
+                f16 = lib.forward8(q, k, v, o, lse, causal, fa.FA_BF16)
+                f8 = lib.forward8(q8, k8, v8, o8, lse, causal, FA_F8_E4M3)
                 t16 = median_ms(f16, args.reps)
                 t8 = median_ms(f8, args.reps)
                 diff = (o.float() - o8.float()).abs().max().item()
@@ -145,8 +115,8 @@ def main():
             q8, k8, v8 = (x.to(torch.float8_e4m3fn) for x in x64)
             ob, o8 = torch.empty_like(qb), torch.empty_like(qb)
             lse = torch.empty(1, H, L, device="cuda", dtype=torch.float32)
-            lib.forward(qb, kb, vb, ob, lse, causal, fa.FA_BF16)()
-            lib.forward(q8, k8, v8, o8, lse, causal, FA_F8_E4M3)()
+            lib.forward8(qb, kb, vb, ob, lse, causal, fa.FA_BF16)()
+            lib.forward8(q8, k8, v8, o8, lse, causal, FA_F8_E4M3)()
             # what is left with the inputs rounded to e4m3 but P exact: the share of P's rounding
             ref8 = F.scaled_dot_product_attention(*(x.to(torch.float64) for x in (q8, k8, v8)), is_causal=causal)
             rmse = lambda a: ((a.double() - ref) ** 2).mean().sqrt().item()  # noqa: E731

@@ -25,6 +25,7 @@
 
 #include "../rules/fp8.h"
 #include "fwd_tile.cuh"
+#include "fwd_wgmma_step.cuh"
 #include "wgmma.cuh"
 
 namespace fa_cuda {
@@ -246,16 +247,8 @@ __global__ void __launch_bounds__(128 * kWG, 1) fwd_fp8_kernel(const fa__cuda_pa
       fence_regs(o[0]);
     }
   } else {
-    int it_lo = 0, it_hi = fb.n_tiles;  // this warpgroup's tiles: [it_lo, it_hi)
-    if (kSkip) {
-      int64_t wj0, wj1;
-      fa__band_cols(&c.bd, m0 + wg * 64, m0 + wg * 64 + 64, &wj0, &wj1);
-      it_lo = it_hi = 0;
-      if (wj1 > wj0) {
-        it_lo = static_cast<int>(wj0 / kBN) - fb.nb_lo;
-        it_hi = static_cast<int>((wj1 + kBN - 1) / kBN) - fb.nb_lo;
-      }
-    }
+    int it_lo = 0, it_hi = 0;  // this warpgroup's tiles: [it_lo, it_hi)
+    if (kSkip) fwd_wg_tiles<kBN>(fb, m0 + wg * 64, &it_lo, &it_hi);
     if (fb.n_tiles > 0) load_kv(0, 0);
     cp_async_commit();
     for (int it = 0; it < fb.n_tiles; ++it) {
@@ -267,17 +260,7 @@ __global__ void __launch_bounds__(128 * kWG, 1) fwd_fp8_kernel(const fa__cuda_pa
       fence_proxy_async();  // K (cp.async) and V^T (st.shared) -> the async proxy
       __syncthreads();
       if (kSkip && (it < it_lo || it >= it_hi)) continue;  // uniform over the warpgroup
-      wgmma_fence();
-      s_issue(it);
-      wgmma_wait<0>();
-      s_softmax(it);
-      fwd_rescale(o, alpha);
-      p_to_frags();
-      fence_regs(o[0]);
-      wgmma_fence();
-      pv_issue(it);
-      wgmma_wait<0>();
-      fence_regs(o[0]);
+      wgmma_fwd_step(it, s_issue, s_softmax, p_to_frags, pv_issue, o, alpha);
     }
   }
   cp_async_wait<0>();

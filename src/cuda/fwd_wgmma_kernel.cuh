@@ -17,6 +17,7 @@
 #define FA_CUDA_FWD_WGMMA_KERNEL_CUH
 
 #include "fwd_tile.cuh"
+#include "fwd_wgmma_step.cuh"
 #include "wgmma.cuh"
 
 namespace fa_cuda {
@@ -181,15 +182,8 @@ __global__ void __launch_bounds__(128 * kWG, 1) fwd_wgmma_kernel(const fa__cuda_
     // a window, rows past the end): the block's tiles cover the union of its
     // warpgroups' bands, and a skipped tile would add exactly P = 0.
     int it_lo = 0, it_hi = 0;  // this warpgroup's tiles: [it_lo, it_hi)
-    if (kSkip) {
-      int64_t wj0, wj1;
-      fa__band_cols(&c.bd, m0 + wg * 64, m0 + wg * 64 + 64, &wj0, &wj1);
-      if (wj1 > wj0) {
-        it_lo = static_cast<int>(wj0 / kBN) - fb.nb_lo;
-        it_hi = static_cast<int>((wj1 + kBN - 1) / kBN) - fb.nb_lo;
-      }
-    }
-    // With kSlots = 3 the loads run two tiles ahead of the math.
+    if (kSkip) fwd_wg_tiles<kBN>(fb, m0 + wg * 64, &it_lo, &it_hi);
+      // With kSlots = 3 the loads run two tiles ahead of the math.
 #pragma unroll
     for (int i = 0; i < kSlots - 1; ++i) {
       if (i < fb.n_tiles) {
@@ -209,17 +203,7 @@ __global__ void __launch_bounds__(128 * kWG, 1) fwd_wgmma_kernel(const fa__cuda_
       }
       cp_async_commit();
       if (kSkip && (it < it_lo || it >= it_hi)) continue;  // uniform over the warpgroup
-      wgmma_fence();
-      s_issue(it);
-      wgmma_wait<0>();
-      s_softmax(it);
-      fwd_rescale(o, alpha);
-      p_to_frags();
-      fence_regs(o[0]);
-      wgmma_fence();
-      pv_issue(it);
-      wgmma_wait<0>();
-      fence_regs(o[0]);
+      wgmma_fwd_step(it, s_issue, s_softmax, p_to_frags, pv_issue, o, alpha);
     }
   }
   cp_async_wait<0>();

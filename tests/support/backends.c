@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cm.h"
+#include "device.h"
 
 static fa_status refuses_ref(const tcase *c, fa_dtype dt, int backward) {
   (void)c, (void)dt, (void)backward;
@@ -64,6 +65,15 @@ const tb_backend *tb_backend_find(const char *name) {
   for (int i = 0; i < tb_nbackends; ++i)
     if (strcmp(tb_backends[i].name, name) == 0) return &tb_backends[i];
   return NULL;
+}
+
+int tb_backend_usable(const tb_backend *be, char *why, size_t why_size) {
+  if (fa_backend_available(be->id, why, why_size) != FA_OK) return 0;
+  if (be->memory == FA_MEMORY_CUDA && !tdev_available()) {
+    snprintf(why, why_size, "no CUDA device for the test's own allocations: %s", tdev_last_error());
+    return 0;
+  }
+  return 1;
 }
 
 void tb_variant_apply(fa_context *ctx, const tb_variant *v) {

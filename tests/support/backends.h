@@ -31,6 +31,9 @@ extern const int tb_nbackends;
 
 /* NULL if there is no such backend in the list. */
 const tb_backend *tb_backend_find(const char *name);
+/* 1 if be can run here (compiled in, a device for it and for the tests'
+ * own device allocations); else 0 with the reason in why. */
+int tb_backend_usable(const tb_backend *be, char *why, size_t why_size);
 /* Sets the variant's ISA and threads on ctx (cmocka-asserts success). */
 void tb_variant_apply(fa_context *ctx, const tb_variant *v);
 

@@ -255,12 +255,27 @@ void tc_tensors_free(tc_tensors *T) {
 
 /* ---- the textbook forward ------------------------------------------- */
 
+double tc_score(const tc_inputs *in, int64_t b, int64_t h, int64_t i, int64_t j, double scale) {
+  const tcase *c = in->c;
+  const tc_geom *g = &in->g;
+  if (!tc_visible(in, b, h, i, j)) return -INFINITY;
+  const int64_t sq[4] = {g->Bt, g->Hq, g->rows_q, g->D}, sk[4] = {g->Bt, g->Hkv, g->rows_k, g->D};
+  int64_t qb, qr, kb, kr;
+  tc_qpos(c, b, i, &qb, &qr);
+  tc_kpos(c, b, j, &kb, &kr);
+  double dot = 0;
+  for (int64_t d = 0; d < g->D; ++d) dot += in->q[idx4(sq, qb, h, qr, d)] * in->k[idx4(sk, kb, h / g->group, kr, d)];
+  double x = scale * dot;
+  if (c->softcap > 0) x = c->softcap * tanh(x / c->softcap);
+  if (in->alibi) x -= (double)in->alibi[h] * fabs((double)(diag_of(c, b, i) - j));
+  return x + tc_bias_at(in, b, h, i, j);
+}
+
 void tc_naive_forward(const tc_inputs *in, double *o, double *lse) {
   const tcase *c = in->c;
   const tc_geom *g = &in->g;
   const double scale = c->scale != 0 ? c->scale : 1.0 / sqrt((double)g->D);
-  const int64_t so[4] = {g->Bt, g->Hq, g->rows_q, g->Dv}, sq[4] = {g->Bt, g->Hq, g->rows_q, g->D};
-  const int64_t sk[4] = {g->Bt, g->Hkv, g->rows_k, g->D}, sv[4] = {g->Bt, g->Hkv, g->rows_k, g->Dv};
+  const int64_t so[4] = {g->Bt, g->Hq, g->rows_q, g->Dv}, sv[4] = {g->Bt, g->Hkv, g->rows_k, g->Dv};
   /* rows no sequence covers (padding) keep O = 0, LSE = -inf */
   for (int64_t e = 0; e < g->Bt * g->Hq * g->rows_q; ++e) lse[e] = -INFINITY;
   for (int64_t e = 0; e < g->Bt * g->Hq * g->rows_q * g->Dv; ++e) o[e] = 0.0;
@@ -273,18 +288,8 @@ void tc_naive_forward(const tc_inputs *in, double *o, double *lse) {
         tc_qpos(c, b, i, &qb, &qr);
         double mx = -INFINITY;
         for (int64_t j = 0; j < tc_lk(c, b); ++j) {
-          s[j] = -INFINITY;
-          if (!tc_visible(in, b, h, i, j)) continue;
-          int64_t kb, kr;
-          tc_kpos(c, b, j, &kb, &kr);
-          double dot = 0;
-          for (int64_t d = 0; d < g->D; ++d) dot += in->q[idx4(sq, qb, h, qr, d)] * in->k[idx4(sk, kb, kvh, kr, d)];
-          double x = scale * dot;
-          if (c->softcap > 0) x = c->softcap * tanh(x / c->softcap);
-          if (in->alibi) x -= (double)in->alibi[h] * fabs((double)(diag_of(c, b, i) - j));
-          x += tc_bias_at(in, b, h, i, j);
-          s[j] = x;
-          if (x > mx) mx = x;
+          s[j] = tc_score(in, b, h, i, j, scale);
+          if (s[j] > mx) mx = s[j];
         }
         if (mx == -INFINITY) continue; /* nothing visible: O = 0, LSE = -inf */
         double sum = 0;

@@ -68,6 +68,10 @@ static inline fa_tensor *tc_dbias_arg(tc_tensors *T) {
   return tb_present(&T->dbias) ? &T->dbias.t : NULL;
 }
 
+/* DESIGN.md's score of element (b, h, i, j) with this scale (softcap,
+ * ALiBi, bias), -inf where not visible. */
+double tc_score(const tc_inputs *in, int64_t b, int64_t h, int64_t i, int64_t j, double scale);
+
 /* The textbook forward, written for the tests alone: O and LSE in the
  * natural order of o [Bt, Hq, rows_q, Dv] and lse [Bt, Hq, rows_q]. */
 void tc_naive_forward(const tc_inputs *in, double *o, double *lse);
