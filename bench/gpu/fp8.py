@@ -3,8 +3,10 @@ TFLOP/s at D = 64 / 128 / 256, L = 4096 / 8192 / 16384 (16k tokens per
 batch, hidden 2048: H = 2048 / D), causal and not, and the ratio; PyTorch's
 SDPA on float8_e4m3fn inputs (cuDNN) if this PyTorch takes them (it says
 why not otherwise); then the accuracy: RMSE of o against a float64
-reference computed from the unquantized N(0, 1) inputs, for fp8 (inputs
-rounded to e4m3, descale 1) and bf16.
+reference computed from the unquantized inputs, for bf16 and fp8 (inputs
+rounded to e4m3 as they are; or scaled per head by fp8_quantize, with and
+without the Hadamard rotation of q and k), on N(0, 1) inputs and on
+inputs with outlier channels.
 
 Timing: CUDA events around each call after warm-up, the median of --reps.
 FLOP count: 4 B H L^2 D, halved when causal. The library is called through
@@ -13,6 +15,7 @@ ctypes (bench/gpu/fa_ctypes.py), as bench/gpu/anchors.py does.
 usage: python3 bench/gpu/fp8.py --lib build/libflashattn.so [--d 64,128,256]
        [--l 4096,8192,16384] [--causal 0,1] [--reps 20] [--acc-l 2048]
 """
+
 import argparse
 import datetime
 import os
@@ -36,13 +39,21 @@ class Lib(FlashAttn):
         for name, t in descales:
             setattr(opt, name, fa.tensor_of(t, fa.FA_F32))
         oc = fa.FA_BF16 if o.dtype == torch.bfloat16 else fa.FA_F16
-        ts = [fa.tensor_of(q, code), fa.tensor_of(k, code), fa.tensor_of(v, code), fa.tensor_of(o, oc),
-              fa.tensor_of(lse, fa.FA_F32)]
+        ts = [
+            fa.tensor_of(q, code),
+            fa.tensor_of(k, code),
+            fa.tensor_of(v, code),
+            fa.tensor_of(o, oc),
+            fa.tensor_of(lse, fa.FA_F32),
+        ]
         B = fa.C.byref
 
         def run():
-            self._check(self.lib.fa_forward(self.ctx, fa.FA_BACKEND_CUDA, B(ts[0]), B(ts[1]), B(ts[2]), B(opt),
-                                            B(ts[3]), B(ts[4])))
+            self._check(
+                self.lib.fa_forward(
+                    self.ctx, fa.FA_BACKEND_CUDA, B(ts[0]), B(ts[1]), B(ts[2]), B(opt), B(ts[3]), B(ts[4])
+                )
+            )
 
         run.keep = (descales, ts, opt)
         return run
@@ -68,10 +79,14 @@ def main():
     ap.add_argument("--acc-l", type=int, default=2048, help="sequence length of the accuracy rows")
     args = ap.parse_args()
     lib = Lib(args.lib)
-    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, {datetime.date.today()}; "
-          f"median of {args.reps} after 3 warm-ups; TFLOP/s (4 B H L^2 D, /2 causal)")
-    print(f"{'D':>4} {'H':>3} {'B':>3} {'L':>6} {'causal':>6} | {'bf16':>7} {'fp8':>7} {'fp8/bf16':>8} | "
-          f"{'sdpa-fp8':>8} | check fp8 vs bf16 (max |diff|)")
+    print(
+        f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, {datetime.date.today()}; "
+        f"median of {args.reps} after 3 warm-ups; TFLOP/s (4 B H L^2 D, /2 causal)"
+    )
+    print(
+        f"{'D':>4} {'H':>3} {'B':>3} {'L':>6} {'causal':>6} | {'bf16':>7} {'fp8':>7} {'fp8/bf16':>8} | "
+        f"{'sdpa-fp8':>8} | check fp8 vs bf16 (max |diff|)"
+    )
     sdpa_why = None
     for D in (int(x) for x in args.d.split(",")):
         H = 2048 // D
@@ -96,31 +111,60 @@ def main():
                     ts = "n/a"
                 else:
                     ts = f"{flops / median_ms(sd, args.reps) / 1e9:8.1f}"
-                print(f"{D:>4} {H:>3} {B:>3} {L:>6} {int(causal):>6} | {flops / t16 / 1e9:7.1f} {flops / t8 / 1e9:7.1f} "
-                      f"{t16 / t8:8.2f} | {ts:>8} | {diff:.3g}", flush=True)
+                print(
+                    f"{D:>4} {H:>3} {B:>3} {L:>6} {int(causal):>6} | {flops / t16 / 1e9:7.1f} "
+                    f"{flops / t8 / 1e9:7.1f} {t16 / t8:8.2f} | {ts:>8} | {diff:.3g}",
+                    flush=True,
+                )
                 del q, k, v, q8, k8, v8, o, o8
     if sdpa_why:
         print(f"# PyTorch SDPA on float8_e4m3fn: {sdpa_why}")
 
-    print(f"\n# accuracy: RMSE of o against float64 softmax(q k^T / sqrt(D)) v of the unquantized inputs, "
-          f"N(0, 1), B=1 H=8 L={args.acc_l}")
-    print(f"{'D':>4} {'causal':>6} | {'bf16 RMSE':>10} {'fp8 RMSE':>10} {'fp8 (P unrounded in ref)':>24}")
+    print(
+        f"\n# accuracy: RMSE of o against float64 softmax(q k^T / sqrt(D)) v of the unquantized inputs, "
+        f"B=1 H=8 L={args.acc_l}; fp8: e4m3 as is (descale 1); scaled: fp8_quantize's per-head scales; "
+        f"+H: and Hadamard-rotated q, k; inputs N(0, 1), and N(0, 1) with 4 channels of q and k x 20 (outliers)"
+    )
+    print(
+        f"{'D':>4} {'causal':>6} {'inputs':>8} | {'bf16':>10} {'fp8':>10} {'scaled':>10} {'scaled+H':>10} | "
+        f"{'P exact':>10}"
+    )
+    from flashattn.torch import fp8_quantize
+
     for D in (int(x) for x in args.d.split(",")):
         for causal in (bool(int(x)) for x in args.causal.split(",")):
-            torch.manual_seed(1)
-            L, H = args.acc_l, 8
-            x64 = [torch.randn(1, H, L, D, device="cuda", dtype=torch.float64) for _ in range(3)]
-            ref = F.scaled_dot_product_attention(*x64, is_causal=causal)
-            qb, kb, vb = (x.to(torch.bfloat16) for x in x64)
-            q8, k8, v8 = (x.to(torch.float8_e4m3fn) for x in x64)
-            ob, o8 = torch.empty_like(qb), torch.empty_like(qb)
-            lse = torch.empty(1, H, L, device="cuda", dtype=torch.float32)
-            lib.forward8(qb, kb, vb, ob, lse, causal, fa.FA_BF16)()
-            lib.forward8(q8, k8, v8, o8, lse, causal, FA_F8_E4M3)()
-            # what is left with the inputs rounded to e4m3 but P exact: the share of P's rounding
-            ref8 = F.scaled_dot_product_attention(*(x.to(torch.float64) for x in (q8, k8, v8)), is_causal=causal)
-            rmse = lambda a: ((a.double() - ref) ** 2).mean().sqrt().item()  # noqa: E731
-            print(f"{D:>4} {int(causal):>6} | {rmse(ob):10.3e} {rmse(o8):10.3e} {rmse(ref8):24.3e}", flush=True)
+            for outliers in (False, True):
+                torch.manual_seed(1)
+                L, H = args.acc_l, 8
+                x64 = [torch.randn(1, H, L, D, device="cuda", dtype=torch.float64) for _ in range(3)]
+                if outliers:
+                    x64[0][..., :4] *= 20
+                    x64[1][..., :4] *= 20
+                ref = F.scaled_dot_product_attention(*x64, is_causal=causal)
+                rmse = lambda a: ((a.double() - ref) ** 2).mean().sqrt().item()  # noqa: E731
+                lse = torch.empty(1, H, L, device="cuda", dtype=torch.float32)
+
+                def ours(q, k, v, code, descales=()):
+                    o = torch.empty(q.shape, device="cuda", dtype=torch.bfloat16)
+                    lib.forward8(q, k, v, o, lse, causal, code, descales)()
+                    return o
+
+                ob = ours(*(x.to(torch.bfloat16) for x in x64), fa.FA_BF16)
+                e4 = [x.to(torch.float8_e4m3fn) for x in x64]
+                o8 = ours(*e4, FA_F8_E4M3)
+                row = []
+                for had in (False, True):
+                    q8, k8, v8, qd, kd, vd = fp8_quantize(*x64, layout="bhsd", hadamard=had)
+                    ds = (("q_descale", qd), ("k_descale", kd), ("v_descale", vd))
+                    row.append(rmse(ours(q8, k8, v8, FA_F8_E4M3, ds)))
+                # the inputs rounded to e4m3, P exact: what P's rounding adds to fp8's
+                ref8 = F.scaled_dot_product_attention(*(x.to(torch.float64) for x in e4), is_causal=causal)
+                name = "outlier" if outliers else "N(0,1)"
+                print(
+                    f"{D:>4} {int(causal):>6} {name:>8} | {rmse(ob):10.3e} {rmse(o8):10.3e} {row[0]:10.3e} "
+                    f"{row[1]:10.3e} | {rmse(ref8):10.3e}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

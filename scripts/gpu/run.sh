@@ -156,8 +156,10 @@ if [ "$MODE" = fp8 ]; then
   grep -E "FAILED|ERROR|o\[|lse\[|near an e4m3" "$OUT/test_fp8_cuda.log" | head -30 | tee -a "$SUMMARY"
   stage "FP8 benchmark"
   export PYTHONUNBUFFERED=1
+  # the accuracy rows use flashattn.torch.fp8_quantize (the package on this build's library)
   # shellcheck disable=SC2086
-  timeout "${FP8_BENCH_S:-300}" python3 bench/gpu/fp8.py --lib "$BUILD/libflashattn.so" ${FP8_ARGS:-} 2>&1 |
+  FLASHATTN_LIBRARY=$BUILD/libflashattn.so PYTHONPATH=$ROOT/python \
+    timeout "${FP8_BENCH_S:-300}" python3 bench/gpu/fp8.py --lib "$BUILD/libflashattn.so" ${FP8_ARGS:-} 2>&1 |
     tee "$OUT/fp8_bench.txt" >>"$SUMMARY"
   stage "compute-sanitizer on test_fp8_cuda"
   for tool in memcheck racecheck; do

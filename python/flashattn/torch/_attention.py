@@ -186,7 +186,8 @@ def attention(
             backend=backend, scale=scale, softcap=float(softcap or 0.0), causal=bool(causal), align=align,
             window=(wl, wr) if (wl >= 0 or wr >= 0) else None, alibi_slopes=alibi_slopes,
             seqlens_q=_int32(seqlens_q, "seqlens_q", dev, B), seqlens_k=_int32(seqlens_k, "seqlens_k", dev, B),
-            cu_seqlens_q=_int32(cu_seqlens_q, "cu_seqlens_q", dev), cu_seqlens_k=_int32(cu_seqlens_k, "cu_seqlens_k", dev),
+            cu_seqlens_q=_int32(cu_seqlens_q, "cu_seqlens_q", dev),
+            cu_seqlens_k=_int32(cu_seqlens_k, "cu_seqlens_k", dev),
         )  # fmt: skip
         if layout == "bshd":
             o = o.transpose(1, 2)

@@ -79,3 +79,52 @@ def forward(q, k, v, *, q_descale=None, k_descale=None, v_descale=None, out_dtyp
     tl = _capi.tensor(lse.data_ptr(), _capi.F32, tuple(lse.shape), lse.stride(), ts[3].memory)
     _launch(q, _capi.forward, ctx, code, ts[0], ts[1], ts[2], opt, ts[3], tl)
     return o, lse
+
+
+def _hadamard(n, device):
+    """The orthonormal Hadamard matrix of order n (a power of 2), Sylvester's."""
+    if n < 1 or n & (n - 1):
+        raise _capi.invalid(f"hadamard: the head dim {n} is not a power of 2", "FA_ERR_UNSUPPORTED")
+    h = torch.ones(1, 1, dtype=torch.float32, device=device)
+    while h.shape[0] < n:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    return h / n**0.5
+
+
+def quantize(q, k, v, *, layout="bshd", hadamard=False):
+    """q, k, v (any float dtype) -> (q8, k8, v8, q_descale, k_descale, v_descale)
+    for the FP8 forward: each tensor scaled so that its largest magnitude per
+    (sequence, kv head) is e4m3's 448, rounded to float8_e4m3fn; descales
+    float32 [B, Hkv] (q's over the query heads of each kv head's group, as
+    FlashAttention 3 indexes q_descale).
+
+    hadamard=True first rotates the head dim of q and k by the same
+    orthonormal Hadamard matrix (D a power of 2): scores are unchanged
+    (q H . k H = q . k), while a few large channels (outliers) are spread
+    over all of them, so the per-head scale wastes less of e4m3's 3 bits
+    (the "incoherent processing" of QuIP / FlashAttention 3's paper). v is
+    not rotated (o would come out rotated)."""
+    if layout not in ("bshd", "bhsd"):
+        raise _capi.invalid(f"layout = {layout!r}, expected 'bshd' or 'bhsd'")
+    if layout == "bhsd":
+        q, k, v = (x.transpose(1, 2) for x in (q, k, v))
+    B, Hq, Hkv = q.shape[0], q.shape[2], k.shape[2]
+    if Hq % Hkv:
+        raise _capi.invalid(f"q has {Hq} heads, not a multiple of the {Hkv} heads of k and v", "FA_ERR_HEADS")
+    q, k, v = (x.float() for x in (q, k, v))
+    if hadamard:
+        q = q @ _hadamard(q.shape[-1], q.device)
+        k = k @ _hadamard(k.shape[-1], k.device)
+
+    def scaled(x, groups):
+        # amax over (L, heads of a group, D) per (b, kv head)
+        xs = x.unflatten(2, (Hkv, groups))
+        amax = xs.abs().amax(dim=(1, 3, 4)).clamp_min(1e-12)  # [B, Hkv]
+        x8 = (xs * (448.0 / amax)[:, None, :, None, None]).to(torch.float8_e4m3fn).flatten(2, 3)
+        return x8, (amax / 448.0).float()
+
+    (q8, qd), (k8, kd), (v8, vd) = scaled(q, Hq // Hkv), scaled(k, 1), scaled(v, 1)
+    if layout == "bhsd":
+        q8, k8, v8 = (x.transpose(1, 2) for x in (q8, k8, v8))
+    assert qd.shape == (B, Hkv)
+    return q8, k8, v8, qd, kd, vd
