@@ -60,13 +60,36 @@ class Lib(FlashAttn):
 
 
 def sdpa_fp8(q8, k8, v8, causal):
-    """PyTorch's SDPA on float8_e4m3fn tensors, or the reason it refuses."""
+    """PyTorch's FP8 attention, or the reasons it is not there: newer PyTorch
+    has torch.nn.attention.experimental._scaled_dot_product_attention_quantized
+    (FlashAttention 3 underneath, activated as the "FA3" flash impl: needs
+    FA3's package), else plain SDPA on float8_e4m3fn (cuDNN)."""
+    why = []
+    try:
+        from torch.nn.attention import activate_flash_attention_impl
+        from torch.nn.attention.experimental._scaled_dot_product_attention_quantized import (
+            _scaled_dot_product_attention_quantized as sdpa_q,
+        )
+
+        activate_flash_attention_impl("FA3")
+        B, Hkv = k8.shape[0], k8.shape[1]
+        one = torch.ones(B, Hkv, device="cuda", dtype=torch.float32)
+
+        def fa3():
+            return sdpa_q(q8, k8, v8, is_causal=causal, q_descale=one, k_descale=one, v_descale=one)
+
+        fa3()
+        torch.cuda.synchronize()
+        return fa3, None
+    except Exception as e:  # noqa: BLE001 - reported, whatever it is
+        why.append(f"quantized SDPA (FA3): {type(e).__name__}: {str(e).splitlines()[0][:100]}")
     try:
         F.scaled_dot_product_attention(q8, k8, v8, is_causal=causal)
         torch.cuda.synchronize()
-    except Exception as e:  # noqa: BLE001 - reported, whatever it is
-        return None, f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
-    return (lambda: F.scaled_dot_product_attention(q8, k8, v8, is_causal=causal)), None
+        return (lambda: F.scaled_dot_product_attention(q8, k8, v8, is_causal=causal)), None
+    except Exception as e:  # noqa: BLE001
+        why.append(f"SDPA on float8: {type(e).__name__}: {str(e).splitlines()[0][:100]}")
+    return None, "; ".join(why)
 
 
 def main():
