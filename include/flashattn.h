@@ -244,7 +244,8 @@ FA_API const char *fa_context_dispatch_report(const fa_context *ctx);
 /* O = softmax(score(Q Kᵀ)) V with every option in opt; LSE per row (natural
  * log; -inf for rows with nothing visible, where O = 0).
  * q [B,Hq,Lq,D], k [B,Hkv,Lk,D], v [B,Hkv,Lk,Dv] -> o [B,Hq,Lq,Dv], lse [B,Hq,Lq].
- * q, k, v, o share one dtype; lse is f32 (f32 or f64 on ref). lse may be
+ * q, k, v, o share one dtype (FP8: e4m3 q, k, v with o bf16 or f16, forward
+ * only, opt's descales; docs/semantics.md); lse is f32 (f32 or f64 on ref). lse may be
  * NULL if the caller does not need it. opt may be NULL (defaults). */
 FA_API fa_status fa_forward(fa_context *ctx, fa_backend backend, const fa_tensor *q, const fa_tensor *k,
                             const fa_tensor *v, const fa_options *opt, fa_tensor *o, fa_tensor *lse);
