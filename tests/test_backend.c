@@ -440,12 +440,8 @@ static char *dupf(const char *fmt, const char *a, const char *b, const char *c) 
 }
 
 int main(void) {
-  g_be = tb_backend_find(FA_TEST_BACKEND_NAME);
-  if (!g_be) {
-    fprintf(stderr, "backend \"%s\" is not in support/backends.c\n", FA_TEST_BACKEND_NAME);
-    return 1;
-  }
-  g_usable = tb_backend_usable(g_be, g_why, sizeof g_why);
+  g_be = tb_program_backend(FA_TEST_BACKEND_NAME, &g_usable, g_why, sizeof g_why);
+  if (!g_be) return 1;
   g_nvar = g_be->variants(g_var, MAX_VARIANTS);
   if (g_usable && g_nvar == 0) {
     g_usable = 0;

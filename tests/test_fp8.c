@@ -525,12 +525,8 @@ static void test_backward_refused(void **state) {
 }
 
 int main(void) {
-  g_be = tb_backend_find(FA_TEST_BACKEND_NAME);
-  if (!g_be) {
-    fprintf(stderr, "backend \"%s\" is not in support/backends.c\n", FA_TEST_BACKEND_NAME);
-    return 1;
-  }
-  g_usable = tb_backend_usable(g_be, g_why, sizeof g_why);
+  g_be = tb_program_backend(FA_TEST_BACKEND_NAME, &g_usable, g_why, sizeof g_why);
+  if (!g_be) return 1;
   struct CMUnitTest tests[NCASES + 4];
   int n = 0;
   for (int i = 0; i < NCASES; ++i)

@@ -228,16 +228,8 @@ __global__ void __launch_bounds__(128 * kWG, 1) fwd_fp8_kernel(const fa__cuda_pa
       publish();  // K, V of it + 1 and V^T of it; all are done with K of it and V^T of it - 1
       if (it + 2 < fb.n_tiles) load_kv(it + 2, it & 1);
       cp_async_commit();
-      wgmma_fence();
-      s_issue(it + 1);
-      pv_issue(it);
-      transpose(it + 1);
-      wgmma_wait<1>();  // S of it + 1 (the older group) is in; P V may still run
-      s_softmax(it + 1);
-      wgmma_wait<0>();
-      fence_regs(o[0]);
-      fwd_rescale(o, alpha);
-      p_to_frags();
+      wgmma_fwd_pipe_step(
+          it, s_issue, pv_issue, [&] { transpose(it + 1); }, s_softmax, p_to_frags, o, alpha);
     }
     if (fb.n_tiles > 0) {
       publish();  // V^T of the last tile

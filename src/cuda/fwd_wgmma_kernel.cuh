@@ -158,15 +158,8 @@ __global__ void __launch_bounds__(128 * kWG, 1) fwd_wgmma_kernel(const fa__cuda_
       if (it + 2 < fb.n_tiles) load_k(it + 2, it & 1);
       load_v(it + 1, (it + 1) & 1);
       cp_async_commit();
-      wgmma_fence();
-      s_issue(it + 1);
-      pv_issue(it);
-      wgmma_wait<1>();  // S of it + 1 (the older group) is in; P V may still run
-      s_softmax(it + 1);
-      wgmma_wait<0>();
-      fence_regs(o[0]);
-      fwd_rescale(o, alpha);
-      p_to_frags();
+      wgmma_fwd_pipe_step(
+          it, s_issue, pv_issue, [] {}, s_softmax, p_to_frags, o, alpha);
     }
     if (fb.n_tiles > 0) {
       tile_ready();

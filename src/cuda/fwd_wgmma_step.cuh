@@ -1,5 +1,5 @@
-// One key tile of the wgmma forwards (fwd_wgmma_kernel.cuh, fwd_fp8_kernel.cuh)
-// in their one-tile-at-a-time loops: S = Q K^T, its softmax and P's
+// The steps of the wgmma forwards' loops (fwd_wgmma_kernel.cuh,
+// fwd_fp8_kernel.cuh). One tile at a time: S = Q K^T, its softmax and P's
 // fragments, O rescaled, then O += P V, each product waited for before the
 // next step reads its result. The kernels pass their own steps (bf16 or
 // e4m3 operands, their shared-memory layouts) as callables of the tile.
@@ -25,6 +25,28 @@ __device__ __forceinline__ void wgmma_fwd_step(int it, SIssue &s_issue, SSoftmax
   pv_issue(it);
   wgmma_wait<0>();
   fence_regs(o[0]);
+}
+
+// One iteration of the pipelined loops (FlashAttention 3's intra-warpgroup
+// overlap): S of tile it + 1 issued together with P V of tile it, `between`
+// run while both are on the tensor cores (the FP8 kernel transposes the
+// next V tile there), the softmax of it + 1 once S is in while P V still
+// runs, then O rescaled and P of it + 1 made into fragments. Every wait is
+// unconditional, so that ptxas can keep the wgmma asynchronous.
+template <typename SIssue, typename PVIssue, typename Between, typename SSoftmax, typename PFrags, int kDB>
+__device__ __forceinline__ void wgmma_fwd_pipe_step(int it, SIssue &s_issue, PVIssue &pv_issue, Between &&between,
+                                                    SSoftmax &s_softmax, PFrags &p_to_frags, float (&o)[1][kDB][4],
+                                                    const float (&alpha)[1][2]) {
+  wgmma_fence();
+  s_issue(it + 1);
+  pv_issue(it);
+  between();
+  wgmma_wait<1>();  // S of it + 1 (the older group) is in; P V may still run
+  s_softmax(it + 1);
+  wgmma_wait<0>();
+  fence_regs(o[0]);
+  fwd_rescale(o, alpha);
+  p_to_frags();
 }
 
 }  // namespace fa_cuda

@@ -76,6 +76,16 @@ int tb_backend_usable(const tb_backend *be, char *why, size_t why_size) {
   return 1;
 }
 
+const tb_backend *tb_program_backend(const char *name, int *usable, char *why, size_t why_size) {
+  const tb_backend *be = tb_backend_find(name);
+  if (!be) {
+    fprintf(stderr, "backend \"%s\" is not in support/backends.c\n", name);
+    return NULL;
+  }
+  *usable = tb_backend_usable(be, why, why_size);
+  return be;
+}
+
 void tb_variant_apply(fa_context *ctx, const tb_variant *v) {
   assert_int_equal(fa_context_set_cpu_isa(ctx, v->isa), FA_OK);
   assert_int_equal(fa_context_set_threads(ctx, v->threads), FA_OK);

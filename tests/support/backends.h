@@ -31,6 +31,10 @@ extern const int tb_nbackends;
 
 /* NULL if there is no such backend in the list. */
 const tb_backend *tb_backend_find(const char *name);
+/* The backend a test program is built for (FA_TEST_BACKEND_NAME), with
+ * *usable and why as tb_backend_usable says; NULL (and a message on
+ * stderr) if the list has no such backend. */
+const tb_backend *tb_program_backend(const char *name, int *usable, char *why, size_t why_size);
 /* 1 if be can run here (compiled in, a device for it and for the tests'
  * own device allocations); else 0 with the reason in why. */
 int tb_backend_usable(const tb_backend *be, char *why, size_t why_size);
