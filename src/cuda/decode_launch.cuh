@@ -22,13 +22,13 @@ struct kernel_of {
     if constexpr (kMma)
       return decode_mma_kernel<T, KD>;
     else
-      return decode_kernel<T, KD, RB == 16 ? 8 : RB>;
+      return decode_kernel < T, KD, RB == 16 ? 8 : RB > ;
   }
   static constexpr size_t smem() {
     if constexpr (kMma)
       return mma_cfg<T, KD>::smem;
     else
-      return cfg<T, KD, RB == 16 ? 8 : RB>::smem;
+      return cfg < T, KD, RB == 16 ? 8 : RB > ::smem;
   }
 };
 

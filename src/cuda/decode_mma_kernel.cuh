@@ -42,7 +42,7 @@ struct mma_tag<__half> {
 template <typename T, int KD>
 struct mma_cfg {
   static constexpr int kWarps = kThreads / 32;
-  static constexpr int RB = 16;          // rows per block: one m16 tile
+  static constexpr int RB = 16;           // rows per block: one m16 tile
   static constexpr int BK = 16 * kWarps;  // keys per tile: 16 per warp
   static constexpr int STAGES = KD <= 64 ? 6 : 3;
   using stream = kv_stream<T, KD, BK, STAGES, true>;

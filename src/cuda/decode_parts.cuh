@@ -103,8 +103,8 @@ __device__ __forceinline__ block_work block_work_of(const fa__dec_params &p, int
 template <typename T, int KD, int BK, int STAGES, bool kSwizzle>
 struct kv_stream {
   static constexpr int EPU = 16 / static_cast<int>(sizeof(T));  // elements per unit
-  static constexpr int UPR = KD / EPU;                           // units per row
-  static constexpr int UPT = BK * UPR / kThreads;                // rows (units) per thread per K (or V) tile
+  static constexpr int UPR = KD / EPU;                          // units per row
+  static constexpr int UPT = BK * UPR / kThreads;               // rows (units) per thread per K (or V) tile
   static constexpr size_t tile_bytes = static_cast<size_t>(BK) * KD * sizeof(T);
   static constexpr size_t stage_bytes = 2 * tile_bytes;
   static constexpr size_t bytes = STAGES * stage_bytes;
@@ -113,10 +113,10 @@ struct kv_stream {
 
   const T *kbase, *vbase;
   int64_t ks0, ks2, vs0, vs2, pages;
-  const int32_t *bt_row;  // NULL: contiguous
+  const int32_t *bt_row;         // NULL: contiguous
   uint32_t psz, pshift, pipe_s;  // pshift: log2 of the page size when a power of two, else 0
-  int64_t seq, j0, j1;  // sequence b, the split's keys
-  int ntiles, cu, r0;   // r0: the thread's first row in a tile
+  int64_t seq, j0, j1;           // sequence b, the split's keys
+  int ntiles, cu, r0;            // r0: the thread's first row in a tile
   bool kcol, vcol;
   bool same;  // K and V caches share their page and row strides
   // where the thread's rows of the next tile are: a run from element offsets
