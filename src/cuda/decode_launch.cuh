@@ -18,17 +18,18 @@ namespace fa_dec {
 template <typename T, int KD, int RB>
 struct kernel_of {
   static constexpr bool kMma = RB == 16 && sizeof(T) == 2 && KD <= 128;
+  static constexpr int kCoreRB = RB == 16 ? 8 : RB;  // the CUDA-core kernel's rows when it stands in
   static auto get() {
     if constexpr (kMma)
       return decode_mma_kernel<T, KD>;
     else
-      return decode_kernel < T, KD, RB == 16 ? 8 : RB > ;
+      return decode_kernel<T, KD, kCoreRB>;
   }
   static constexpr size_t smem() {
     if constexpr (kMma)
       return mma_cfg<T, KD>::smem;
     else
-      return cfg < T, KD, RB == 16 ? 8 : RB > ::smem;
+      return cfg<T, KD, kCoreRB>::smem;
   }
 };
 
