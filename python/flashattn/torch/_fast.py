@@ -100,40 +100,11 @@ def attention(q, k, v, bshd, scale, softcap, causal, bottom_right, window, deter
         if want_lse:
             return _apply(q, k, v, plan, True)
         return _apply(q, k, v, plan, False), None
-    # _run, inlined: one Python frame less on the call a model makes most
-    mv, code, aq, ak, av, aopt, ao, al, oshape, ostrides, dtype, device, lshape, lstrides, ldtype, dev, _ = plan
-    o = _empty_strided(oshape, ostrides, dtype=dtype, device=device)
-    mv[0] = q.data_ptr()
-    mv[_W] = k.data_ptr()
-    mv[2 * _W] = v.data_ptr()
-    mv[3 * _W] = o.data_ptr()
-    if want_lse:
-        lse = _empty_strided(lshape, lstrides, dtype=ldtype, device=device)
-        mv[4 * _W] = lse.data_ptr()
-    else:
-        lse = al = None
-    if dev >= 0:
-        stream = _stream_of(dev)
-        if stream != ctx.stream:
-            ctx.configure(0, 0, stream)
-        if dev != _current_device():
-            with torch.cuda.device(dev):
-                st = _fa_forward(ctx.ptr, code, aq, ak, av, aopt, ao, al)
-        else:
-            st = _fa_forward(ctx.ptr, code, aq, ak, av, aopt, ao, al)
-    else:
-        threads = _num_threads()
-        if threads != ctx.threads or ctx.isa != 0:
-            ctx.configure(threads, 0, ctx.stream)
-        st = _fa_forward(ctx.ptr, code, aq, ak, av, aopt, ao, al)
-    if st:
-        raise _capi.error(st, ctx.last_error())
-    return o, lse
+    return _run(ctx, q, k, v, plan, want_lse)
 
 
 def _run(ctx, q, k, v, plan, want_lse):
-    """fa_forward for a planned call: (o, lse or None); attention() has it
-    inlined (keep the two the same)."""
+    """fa_forward for a planned call: (o, lse or None)."""
     mv, code, aq, ak, av, aopt, ao, al, oshape, ostrides, dtype, device, lshape, lstrides, ldtype, dev, _ = plan
     o = _empty_strided(oshape, ostrides, dtype=dtype, device=device)
     mv[0] = q.data_ptr()
