@@ -6,7 +6,17 @@
 //   scores         S * q_descale * k_descale, then fwd_tile.cuh's scoring and
 //                  online softmax with P = 2^(S - m + FA__FP8_P_SHIFT)
 //   P -> e4m3      in registers, straight from the S accumulators
-//   O += P V       wgmma rs, V^T K-major in shared memory
+//   T  = P V       wgmma rs, V^T K-major in shared memory, into a temporary
+//   O  = O alpha + T   on the CUDA cores, in f32
+// Two-level accumulation (as DeepGEMM, CUTLASS's GmmaFP8Accumulation and
+// SageAttention2 do): Hopper's FP8 tensor cores do not accumulate in f32.
+// Per k32 step they align the 32 products to the largest exponent, keep
+// the top ~14 bits, and carry the accumulator with 13 mantissa bits (the
+// low bits truncated, "FP22"). O kept in the wgmma accumulator across all
+// key tiles (scale-d = 1) would be truncated L / 32 times; here each tile's
+// P V (4 k32 steps) starts from zero (scale-d = 0) and is added to O in
+// full f32. S = Q K^T (D / 32 steps) stays one chain; tests/test_fp8.c
+// bounds what its truncation does to P (docs/semantics.md, "FP8 (e4m3)").
 // FP8 wgmma reads both shared operands K-major only, and for P V the
 // contraction runs over keys: V ([keys][Dv] in global memory) is loaded as
 // is (cp.async, the same swizzled tiles as K) and transposed in shared
@@ -25,12 +35,11 @@
 
 #include "../rules/fp8.h"
 #include "fwd_tile.cuh"
-#include "fwd_wgmma_step.cuh"
 #include "wgmma.cuh"
 
 namespace fa_cuda {
 
-template <int kD, int kWG, int kBN, int kSlots, bool kPipe>
+template <int kD, int kWG, int kBN, int kSlots, int kPipe>
 struct fwd_fp8_cfg {
   static constexpr int kBM = 64 * kWG;
   static constexpr int kThreads = 128 * kWG;
@@ -91,15 +100,21 @@ __device__ __forceinline__ void fp8_p_frag(uint32_t (&a)[4], const float (&s)[kN
 }
 
 // E: the element type of o (bf16_t or f16_t). kFull: per-element scoring
-// (softcap, ALiBi); kPipe: the software pipeline (else one tile at a time);
+// (softcap, ALiBi); kPipe: the software pipeline, 0 none (one tile at a
+// time), 1 or 2 (both issue S of tile it + 1 with P V of tile it):
+//   1  P V's add into O under S, the softmax of it + 1 after both
+//   2  the softmax of it + 1 under P V (FlashAttention 3's order), the add
+//      after: O, the temporary, S and P all live at once (spills more)
+// kPipe 1 is the default, 2 FLASHATTN_CUDA_VARIANT=2 (launch_fwd_fp8.cuh);
 // kSkip: warpgroups skip the key tiles outside their rows' band (one tile at
 // a time only, as in fwd_wgmma_kernel.cuh).
-template <typename E, int kD, int kWG, int kBN, int kSlots, bool kFull, bool kPipe, bool kSkip>
+template <typename E, int kD, int kWG, int kBN, int kSlots, bool kFull, int kPipe, bool kSkip>
 __global__ void __launch_bounds__(128 * kWG, 1) fwd_fp8_kernel(const fa__cuda_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using cfg = fwd_fp8_cfg<kD, kWG, kBN, kSlots, kPipe>;
   constexpr int kBM = cfg::kBM, kThreads = cfg::kThreads;
   constexpr int kNB = kBN / 8, kDB = kD / 8, kC = kD / 2;  // kC: a row in 16-bit units (load_tile's)
+  constexpr int kDT = kD < 128 ? kD : 128;                 // output dims of one P V temporary
   static_assert(kD % 128 == 0, "Q and K rows are whole 128-byte swizzle atoms");
   static_assert(kBN == FA__FP8_BLOCK_K, "the key tile is the block of the FP8 rule (src/rules/fp8.h)");
   static_assert(kSlots == 2, "K and V load one tile ahead");
@@ -188,11 +203,30 @@ __global__ void __launch_bounds__(128 * kWG, 1) fwd_fp8_kernel(const fa__cuda_pa
 #pragma unroll
     for (int kk = 0; kk < kBN / 32; ++kk) fp8_p_frag(pa[kk], s[0], kk);
   };
-  auto pv_issue = [&](int it) {  // O += P V^T of tile it: 32 keys = 32 bytes of every V^T row
-    const uint32_t vt = vt_base + (kPipe ? (it & 1) * kVtBytes : 0);
+  // P V of tile it into tmp, output dims [half * kDT, (half + 1) * kDT):
+  // 32 keys = 32 bytes of every V^T row a step, the first step overwriting
+  // tmp (scale-d = 0)
+  float tmp[1][kDT / 8][4];
 #pragma unroll
-    for (int kk = 0; kk < kBN / 32; ++kk) wgmma<e4m3_t, kD>::rs(o[0], pa[kk], sw128_desc_lo(vt + kk * 32, 0), 1);
+  for (int db = 0; db < kDT / 8; ++db) tmp[0][db][0] = tmp[0][db][1] = tmp[0][db][2] = tmp[0][db][3] = 0.f;
+  auto pv_issue = [&](int it, int half) {
+    const uint32_t vt = vt_base + (kPipe ? (it & 1) * kVtBytes : 0) + half * (kDT * kBN);
+#pragma unroll
+    for (int kk = 0; kk < kBN / 32; ++kk)
+      wgmma<e4m3_t, kDT>::rs(tmp[0], pa[kk], sw128_desc_lo(vt + kk * 32, 0), kk > 0);
     wgmma_commit();
+  };
+  // once P V is waited for: o = o * a + tmp on those dims (a: the tile's alpha)
+  auto pv_add = [&](int half, const float(&a)[2]) {
+    fence_regs(tmp[0]);
+#pragma unroll
+    for (int db = 0; db < kDT / 8; ++db) {
+      float(&od)[4] = o[0][half * (kDT / 8) + db];
+      od[0] = fmaf(od[0], a[0], tmp[0][db][0]);
+      od[1] = fmaf(od[1], a[0], tmp[0][db][1]);
+      od[2] = fmaf(od[2], a[1], tmp[0][db][2]);
+      od[3] = fmaf(od[3], a[1], tmp[0][db][3]);
+    }
   };
   // cp.async copies (K, V) and st.shared (V^T) of every thread, fenced
   // to the async proxy wgmma reads through, then published to all
@@ -221,22 +255,42 @@ __global__ void __launch_bounds__(128 * kWG, 1) fwd_fp8_kernel(const fa__cuda_pa
       transpose(0);
       wgmma_wait<0>();
       s_softmax(0);
-      fwd_rescale(o, alpha);
       p_to_frags();
     }
     for (int it = 0; it + 1 < fb.n_tiles; ++it) {
       publish();  // K, V of it + 1 and V^T of it; all are done with K of it and V^T of it - 1
       if (it + 2 < fb.n_tiles) load_kv(it + 2, it & 1);
       cp_async_commit();
-      wgmma_fwd_pipe_step(
-          it, s_issue, pv_issue, [&] { transpose(it + 1); }, s_softmax, p_to_frags, o, alpha);
+      // S of it + 1 and P V of it on the tensor cores, the next V^T on the
+      // CUDA cores meanwhile, then (kPipe above) the add or the softmax;
+      // every wait unconditional, so that ptxas can keep wgmma asynchronous
+      wgmma_fence();
+      if constexpr (kPipe == 1) {
+        pv_issue(it, 0);
+        s_issue(it + 1);
+        transpose(it + 1);
+        wgmma_wait<1>();  // P V of it (the older group) is in; S may still run
+        pv_add(0, alpha[0]);
+        wgmma_wait<0>();
+        s_softmax(it + 1);
+      } else {
+        s_issue(it + 1);
+        pv_issue(it, 0);
+        transpose(it + 1);
+        wgmma_wait<1>();                                   // S of it + 1 is in; P V may still run
+        const float a_pv[2] = {alpha[0][0], alpha[0][1]};  // tile it's, before the softmax of it + 1 moves it
+        s_softmax(it + 1);
+        wgmma_wait<0>();
+        pv_add(0, a_pv);
+      }
+      p_to_frags();
     }
     if (fb.n_tiles > 0) {
       publish();  // V^T of the last tile
       wgmma_fence();
-      pv_issue(fb.n_tiles - 1);
+      pv_issue(fb.n_tiles - 1, 0);
       wgmma_wait<0>();
-      fence_regs(o[0]);
+      pv_add(0, alpha[0]);
     }
   } else {
     int it_lo = 0, it_hi = 0;  // this warpgroup's tiles: [it_lo, it_hi)
@@ -252,7 +306,18 @@ __global__ void __launch_bounds__(128 * kWG, 1) fwd_fp8_kernel(const fa__cuda_pa
       fence_proxy_async();  // K (cp.async) and V^T (st.shared) -> the async proxy
       __syncthreads();
       if (kSkip && (it < it_lo || it >= it_hi)) continue;  // uniform over the warpgroup
-      wgmma_fwd_step(it, s_issue, s_softmax, p_to_frags, pv_issue, o, alpha);
+      wgmma_fence();
+      s_issue(it);
+      wgmma_wait<0>();
+      s_softmax(it);
+      p_to_frags();
+#pragma unroll
+      for (int half = 0; half < kD / kDT; ++half) {  // D = 256: two halves of 128 dims through one temporary
+        wgmma_fence();                               // P's fragments, and tmp read by pv_add
+        pv_issue(it, half);
+        wgmma_wait<0>();
+        pv_add(half, alpha[0]);
+      }
     }
   }
   cp_async_wait<0>();

@@ -1,8 +1,8 @@
-// The steps of the wgmma forwards' loops (fwd_wgmma_kernel.cuh,
-// fwd_fp8_kernel.cuh). One tile at a time: S = Q K^T, its softmax and P's
-// fragments, O rescaled, then O += P V, each product waited for before the
-// next step reads its result. The kernels pass their own steps (bf16 or
-// e4m3 operands, their shared-memory layouts) as callables of the tile.
+// The steps of the bf16/f16 wgmma forward's loops (fwd_wgmma_kernel.cuh;
+// fwd_fp8_kernel.cuh has its own, adding each tile's P V into O on the CUDA
+// cores). One tile at a time: S = Q K^T, its softmax and P's fragments, O
+// rescaled, then O += P V, each product waited for before the next step
+// reads its result. The kernel passes its steps as callables of the tile.
 #ifndef FA_CUDA_FWD_WGMMA_STEP_CUH
 #define FA_CUDA_FWD_WGMMA_STEP_CUH
 
@@ -29,8 +29,7 @@ __device__ __forceinline__ void wgmma_fwd_step(int it, SIssue &s_issue, SSoftmax
 
 // One iteration of the pipelined loops (FlashAttention 3's intra-warpgroup
 // overlap): S of tile it + 1 issued together with P V of tile it, `between`
-// run while both are on the tensor cores (the FP8 kernel transposes the
-// next V tile there), the softmax of it + 1 once S is in while P V still
+// run while both are on the tensor cores, the softmax of it + 1 once S is in while P V still
 // runs, then O rescaled and P of it + 1 made into fragments. Every wait is
 // unconditional, so that ptxas can keep the wgmma asynchronous.
 template <typename SIssue, typename PVIssue, typename Between, typename SSoftmax, typename PFrags, int kDB>

@@ -10,7 +10,7 @@
 
 namespace fa_cuda {
 
-template <typename E, int kD, bool kFull, bool kPipe, bool kSkip>
+template <typename E, int kD, bool kFull, int kPipe, bool kSkip>
 fa_status launch_fwd_fp8_cfg(const fa__cuda_params &p, cudaStream_t s, fa__err *err) {
   // 2 warpgroups x 64 rows, 128 keys a tile (the rule's block), K and V one
   // tile ahead: D = 128 97 KiB of shared memory (113 pipelined), D = 256 193 KiB.
@@ -26,12 +26,15 @@ fa_status launch_fwd_fp8_cfg(const fa__cuda_params &p, cudaStream_t s, fa__err *
 // kd: the head-dim bucket of max(D, Dv), 128 (D <= 128: Q and K rows are
 // whole 128-byte swizzle atoms, so D = 64 is zero-padded) or 256. Variants:
 //   128, the band only: the pipeline (S of the next tile beside P V of
-//       this one; needs S and P live at once: 64 + 16 + O's 64 registers);
-//       FLASHATTN_CUDA_VARIANT=1: one tile at a time (A/B timing)
-//   256, the band only: one tile at a time (O alone is 128 registers),
+//       this one into a temporary; S, P, the temporary and O: 64 + 16 +
+//       64 + 64 registers), P V's add under S (kPipe 1);
+//       FLASHATTN_CUDA_VARIANT=1: one tile at a time, =2: the softmax
+//       under P V instead (kPipe 2; A/B timing)
+//   256, the band only: one tile at a time (O alone is 128 registers;
+//       P V in two halves of 128 dims through one temporary),
 //       warpgroups skipping the tiles outside their band
 //   per-element scoring (softcap, ALiBi): one tile at a time, both buckets
-// Not yet timed on a GPU.
+// The two-level P V (fwd_fp8_kernel.cuh) is not yet timed on a GPU.
 template <typename E>
 fa_status launch_fwd_fp8(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err) {
   if (kd != 128 && kd != 256) {
@@ -39,12 +42,14 @@ fa_status launch_fwd_fp8(const fa__cuda_params &p, int kd, cudaStream_t s, fa__e
     return FA_ERR_INTERNAL;
   }
   if (p.has_extras)
-    return kd == 128 ? launch_fwd_fp8_cfg<E, 128, true, false, true>(p, s, err)
-                     : launch_fwd_fp8_cfg<E, 256, true, false, true>(p, s, err);
-  if (kd == 128)
-    return p.variant == 1 ? launch_fwd_fp8_cfg<E, 128, false, false, true>(p, s, err)
-                          : launch_fwd_fp8_cfg<E, 128, false, true, false>(p, s, err);
-  return launch_fwd_fp8_cfg<E, 256, false, false, true>(p, s, err);
+    return kd == 128 ? launch_fwd_fp8_cfg<E, 128, true, 0, true>(p, s, err)
+                     : launch_fwd_fp8_cfg<E, 256, true, 0, true>(p, s, err);
+  if (kd == 128) {
+    if (p.variant == 1) return launch_fwd_fp8_cfg<E, 128, false, 0, true>(p, s, err);
+    if (p.variant == 2) return launch_fwd_fp8_cfg<E, 128, false, 2, false>(p, s, err);
+    return launch_fwd_fp8_cfg<E, 128, false, 1, false>(p, s, err);
+  }
+  return launch_fwd_fp8_cfg<E, 256, false, 0, true>(p, s, err);
 }
 
 }  // namespace fa_cuda
