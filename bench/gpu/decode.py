@@ -85,7 +85,9 @@ def events_ms(fn, reps, inner, warmup=3):
 
 
 def kernel_ms(fn, calls=10):
-    """Device time of the kernels fn launches (all of them), per call."""
+    """Device time of the kernels fn launches (all of them), per call, their
+    names, and the GPU's idle time between them per call (the span from the
+    first kernel's start to the last one's end, minus the kernels' time)."""
     from torch.profiler import ProfilerActivity, profile
 
     fn()
@@ -94,6 +96,14 @@ def kernel_ms(fn, calls=10):
         for _ in range(calls):
             fn()
         torch.cuda.synchronize()
+    spans = [
+        (e.time_range.start, e.time_range.end)
+        for e in prof.events()
+        if str(getattr(e, "device_type", "")).endswith("CUDA") and ("fa_dec" in e.name or "kernel" in e.name)
+    ]
+    spans.sort()
+    busy = sum(b - a for a, b in spans)
+    idle = ((spans[-1][1] - spans[0][0]) - busy) / 1000.0 / calls if spans else float("nan")
     total = 0.0
     names = []
     for ev in prof.key_averages():
@@ -103,7 +113,7 @@ def kernel_ms(fn, calls=10):
         if t and ("fa_dec" in ev.key or "kernel" in ev.key):
             total += t
             names.append("%s %.4f" % (ev.key.split("(")[0].split("<")[0][-28:], t / 1000.0 / calls))
-    return total / 1000.0 / calls, names
+    return total / 1000.0 / calls, names + ["GPU idle between them %.4f" % idle]
 
 
 def copy_gbps(reps):
@@ -167,7 +177,8 @@ def main():
         "--kernels",
         default="auto",
         help="auto (the library's choice: tensor cores for grouped f16/bf16 queries), cores "
-        "(FLASHATTN_CUDA_DECODE_MMA=0: the CUDA-core kernel for every shape), or auto,cores",
+        "(FLASHATTN_CUDA_DECODE_MMA=0: the CUDA-core kernel for every shape), nopdl (FLASHATTN_CUDA_PDL=0: "
+        "plain launches, no programmatic dependent launch), or a list: auto,cores,nopdl",
     )
     ap.add_argument("--breakdown", action="store_true", help="print each of our kernels' time per call")
     a = ap.parse_args()
@@ -321,10 +332,12 @@ def main():
             kv.num_splits = ns
             ours.lib.fa_context_set_device_checks(ours.ctx, 1 if chk == "on" else 0)
             os.environ["FLASHATTN_CUDA_DECODE_MMA"] = "0" if kn == "cores" else "1"  # read at each call
+            os.environ["FLASHATTN_CUDA_PDL"] = "0" if kn == "nopdl" else "1"
             tags = (" page %d" % page if page > 0 else " bshd" if page < 0 else "") + (" splits %d" % ns if ns else "")
-            tags += (" unchecked" if chk == "off" else "") + (" cores" if kn == "cores" else "")
+            tags += (" unchecked" if chk == "off" else "") + (" " + kn if kn != "auto" else "")
             row("B=%d H=%d/%d Lk=%d%s" % (B, Hq, Hkv, Lk, tags), lambda: ours.call(tq, kv, opt, to, tl))
         os.environ.pop("FLASHATTN_CUDA_DECODE_MMA", None)
+        os.environ.pop("FLASHATTN_CUDA_PDL", None)
         if a.plain and page == 0:  # the same step through fa_forward: the library routes it to the decode kernels
             popt = fa.Options()
             ours.lib.fa_options_init(C.byref(popt))

@@ -82,12 +82,13 @@ struct fa__dec_params {
 
 // One decode launch: dtype (FA_F16 / FA_BF16 / FA_F32), kd head-dim bucket
 // (64 / 128 / 256), rb rows per block (1 / 4 / 8: CUDA cores; 16: tensor
-// cores, f16 / bf16 and kd <= 128 only). grid blocks, 128 threads.
-fa_status fa__cuda_decode_launch_bf16(const fa__dec_params &p, int kd, int rb, int64_t blocks, cudaStream_t s,
+// cores, f16 / bf16 and kd <= 128 only). grid blocks, 128 threads. pdl:
+// launched as a programmatic dependent of the kernel before it (pdl.cuh).
+fa_status fa__cuda_decode_launch_bf16(const fa__dec_params &p, int kd, int rb, bool pdl, int64_t blocks, cudaStream_t s,
                                       fa__err *err);
-fa_status fa__cuda_decode_launch_f16(const fa__dec_params &p, int kd, int rb, int64_t blocks, cudaStream_t s,
+fa_status fa__cuda_decode_launch_f16(const fa__dec_params &p, int kd, int rb, bool pdl, int64_t blocks, cudaStream_t s,
                                      fa__err *err);
-fa_status fa__cuda_decode_launch_f32(const fa__dec_params &p, int kd, int rb, int64_t blocks, cudaStream_t s,
+fa_status fa__cuda_decode_launch_f32(const fa__dec_params &p, int kd, int rb, bool pdl, int64_t blocks, cudaStream_t s,
                                      fa__err *err);
 // Resident blocks per multiprocessor of that decode kernel (0 on error).
 int fa__cuda_decode_occupancy_bf16(int kd, int rb);

@@ -102,6 +102,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const fa__dec_params p
   float *red = qs + RB * KD;  // [NG][NV]: each key group's reduced scores of the tile
 
   const int tid = threadIdx.x;
+  fa_cuda::pdl_wait();     // as decode_mma_kernel: the cache is written
+  fa_cuda::pdl_trigger();  // the split combine may launch
   const block_work w = block_work_of(p, BK);
   const int64_t j1 = w.j1;
   const int ntiles = w.ntiles;

@@ -8,6 +8,7 @@
 #include "decode_kernel.cuh"
 #include "decode_mma_kernel.cuh"
 #include "launch.cuh"
+#include "pdl.cuh"
 
 namespace fa_dec {
 
@@ -33,13 +34,14 @@ struct kernel_of {
   }
 };
 
+// pdl: launched as a programmatic dependent of the append kernel (pdl.cuh).
 template <typename T, int KD, int RB>
-fa_status launch_one(const fa__dec_params &p, int64_t blocks, cudaStream_t s, fa__err *err) {
+fa_status launch_one(const fa__dec_params &p, bool pdl, int64_t blocks, cudaStream_t s, fa__err *err) {
   using K = kernel_of<T, KD, RB>;
   auto kern = K::get();
   FA_CUDA_TRY(fa__cuda_smem_optin(kern, K::smem()), "raising the decode kernel's shared-memory limit");
-  kern<<<static_cast<unsigned>(blocks), kThreads, K::smem(), s>>>(p);
-  FA_CUDA_CHECK_LAUNCH("launching the decode kernel");
+  FA_CUDA_TRY(fa_cuda::launch_pdl(pdl, kern, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), K::smem(), s, p),
+              "launching the decode kernel");
   return FA_OK;
 }
 
@@ -57,21 +59,21 @@ int occupancy_one() {
 }
 
 template <typename T, int KD>
-fa_status launch_kd(const fa__dec_params &p, int rb, int64_t blocks, cudaStream_t s, fa__err *err) {
+fa_status launch_kd(const fa__dec_params &p, int rb, bool pdl, int64_t blocks, cudaStream_t s, fa__err *err) {
   switch (rb) {
-    case 1: return launch_one<T, KD, 1>(p, blocks, s, err);
-    case 4: return launch_one<T, KD, 4>(p, blocks, s, err);
-    case 16: return launch_one<T, KD, 16>(p, blocks, s, err);
-    default: return launch_one<T, KD, 8>(p, blocks, s, err);
+    case 1: return launch_one<T, KD, 1>(p, pdl, blocks, s, err);
+    case 4: return launch_one<T, KD, 4>(p, pdl, blocks, s, err);
+    case 16: return launch_one<T, KD, 16>(p, pdl, blocks, s, err);
+    default: return launch_one<T, KD, 8>(p, pdl, blocks, s, err);
   }
 }
 
 template <typename T>
-fa_status launch(const fa__dec_params &p, int kd, int rb, int64_t blocks, cudaStream_t s, fa__err *err) {
+fa_status launch(const fa__dec_params &p, int kd, int rb, bool pdl, int64_t blocks, cudaStream_t s, fa__err *err) {
   switch (kd) {
-    case 64: return launch_kd<T, 64>(p, rb, blocks, s, err);
-    case 128: return launch_kd<T, 128>(p, rb, blocks, s, err);
-    default: return launch_kd<T, 256>(p, rb, blocks, s, err);
+    case 64: return launch_kd<T, 64>(p, rb, pdl, blocks, s, err);
+    case 128: return launch_kd<T, 128>(p, rb, pdl, blocks, s, err);
+    default: return launch_kd<T, 256>(p, rb, pdl, blocks, s, err);
   }
 }
 
@@ -92,13 +94,13 @@ int occupancy(int kd, int rb) {
 
 }  // namespace fa_dec
 
-#define FA_DECODE_INSTANTIATE(NAME, T)                                                                             \
-  fa_status fa__cuda_decode_launch_##NAME(const fa__dec_params &p, int kd, int rb, int64_t blocks, cudaStream_t s, \
-                                          fa__err *err) {                                                          \
-    return fa_dec::launch<T>(p, kd, rb, blocks, s, err);                                                           \
-  }                                                                                                                \
-  int fa__cuda_decode_occupancy_##NAME(int kd, int rb) {                                                           \
-    return fa_dec::occupancy<T>(kd, rb);                                                                           \
+#define FA_DECODE_INSTANTIATE(NAME, T)                                                                       \
+  fa_status fa__cuda_decode_launch_##NAME(const fa__dec_params &p, int kd, int rb, bool pdl, int64_t blocks, \
+                                          cudaStream_t s, fa__err *err) {                                    \
+    return fa_dec::launch<T>(p, kd, rb, pdl, blocks, s, err);                                                \
+  }                                                                                                          \
+  int fa__cuda_decode_occupancy_##NAME(int kd, int rb) {                                                     \
+    return fa_dec::occupancy<T>(kd, rb);                                                                     \
   }
 
 #endif

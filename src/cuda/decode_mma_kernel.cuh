@@ -63,6 +63,8 @@ __global__ void __launch_bounds__(kThreads, 2) decode_mma_kernel(const fa__dec_p
   T *qs = reinterpret_cast<T *>(smem + C::big);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  fa_cuda::pdl_wait();     // the kernel before (append, or the caller's) is done: the cache is written
+  fa_cuda::pdl_trigger();  // the split combine may launch (it waits for this grid's end itself)
   const block_work w = block_work_of(p, BK);
   typename C::stream kv;
   kv.init(p, w, pipe, tid);

@@ -14,6 +14,7 @@
 #include "../rules/visibility.h"
 #include "decode.cuh"
 #include "mma.cuh"
+#include "pdl.cuh"
 
 namespace fa_dec {
 
