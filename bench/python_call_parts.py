@@ -55,6 +55,12 @@ def main():
                 q.device, q.device, True, None, 0.0, False, True, (-1, -1), False, "auto", True)  # fmt: skip
 
     assert key() in plans
+
+    def key_ints():  # the same key with get_device() ints in place of torch.device objects
+        return (q.shape, q.stride(), q.shape, q.stride(), q.shape, q.stride(), q.dtype, q.dtype, q.dtype, q.get_device(),
+                q.get_device(), q.get_device(), True, None, 0.0, False, True, (-1, -1), False, "auto", True)  # fmt: skip
+
+    ints = {key_ints(): 1}
     plan_arg = (0,) * 9 + ((0,) * 10,) * 3 + (0,) * 6  # an argument tuple as big as the old hot path's
     out = o.detach()
     c_apply = torch._C._FunctionBase.__dict__["apply"].__get__(None, _Trivial)
@@ -74,6 +80,12 @@ def main():
         ("_plain_eager check", lambda: _attention._plain_eager((qt, qt, qt, None, None))),
         ("hot path: plan key (q, k, v shapes, strides, dtypes, devices, options)", key),
         ("hot path: plan key + lookup", lambda: plans[key()]),
+        ("plan key with get_device() ints", key_ints),
+        ("plan key with get_device() ints + lookup", lambda: ints[key_ints()]),
+        ("q.device", lambda: q.device),
+        ("q.get_device()", lambda: q.get_device()),
+        ("torch.empty_like(q)", lambda: torch.empty_like(q)),
+        ("q.new_empty(q.shape)", lambda: q.new_empty((1, 16, 1, 64))),
         ("torch.empty_strided (o)", lambda: torch.empty_strided((1, 16, 1, 64), (1024, 64, 1024, 1), dtype=dt,
                                                                device=q.device)),  # fmt: skip
         (
