@@ -99,7 +99,7 @@ def main():
     ap.add_argument("--l", default="4096,8192,16384")
     ap.add_argument("--causal", default="0,1")
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--acc-l", type=int, default=2048, help="sequence length of the accuracy rows")
+    ap.add_argument("--acc-l", type=int, default=2048, help="sequence length of the accuracy rows (0: none)")
     args = ap.parse_args()
     lib = Lib(args.lib)
     print(
@@ -143,6 +143,8 @@ def main():
     if sdpa_why:
         print(f"# PyTorch SDPA on float8_e4m3fn: {sdpa_why}")
 
+    if args.acc_l <= 0:  # --acc-l 0: the speed rows only
+        return
     print(
         f"\n# accuracy: RMSE of o against float64 softmax(q k^T / sqrt(D)) v of the unquantized inputs, "
         f"B=1 H=8 L={args.acc_l}; fp8: e4m3 as is (descale 1); scaled: fp8_quantize's per-head scales; "
