@@ -790,6 +790,32 @@ static void test_rounding_matters(void **state) {
   io_free(&io);
 }
 
+/* Case i on the host: its inputs, the rule's o (and lse), the model's bound
+ * per element of o, the share of P that may flip, and scratch x of o's size. */
+typedef struct fp8_host_run {
+  fp8_io io;
+  int64_t no;
+  double *o, *lse, *hw, *x;
+  double flips, vs;
+} fp8_host_run;
+
+static void host_run_make(fp8_host_run *m, int i) {
+  io_make(&m->io, &g_cases[i], seed_of(i));
+  const tc_geom *g = &m->io.in.g;
+  const int64_t nl = g->Bt * g->Hq * g->rows_q;
+  m->no = nl * g->Dv;
+  m->o = malloc((size_t)(3 * m->no + nl) * sizeof(double));
+  m->hw = m->o + m->no, m->x = m->hw + m->no, m->lse = m->x + m->no;
+  fp8_rule(&m->io, FA__FP8_BLOCK_K, 1, BUG_NONE, m->o, m->lse);
+  m->flips = fp8_bound(&m->io, m->hw, NULL);
+  m->vs = vscale_of(&m->io);
+}
+
+static void host_run_free(fp8_host_run *m) {
+  free(m->o);
+  io_free(&m->io);
+}
+
 /* The tolerance covers the model it is derived from: the model's hardware
  * run by hand (fp8_emulate, cutting down and towards zero) stays within it
  * on every case the kernel runs. The kernel before two-level accumulation
@@ -799,18 +825,15 @@ static void test_hw_model(void **state) {
   for (int i = 0; i < NCASES; ++i) {
     const fcase *f = &g_cases[i];
     if (f->c.block_k && f->c.block_k != FA__FP8_BLOCK_K) continue;
-    fp8_io io;
-    io_make(&io, f, seed_of(i));
-    const tc_geom *g = &io.in.g;
-    const int64_t no = g->Bt * g->Hq * g->rows_q * g->Dv, nl = g->Bt * g->Hq * g->rows_q;
-    double *o = malloc((size_t)no * sizeof(double)), *lse = malloc((size_t)nl * sizeof(double));
-    double *hw = malloc((size_t)no * sizeof(double)), *oe = malloc((size_t)no * sizeof(double));
-    fp8_rule(&io, FA__FP8_BLOCK_K, 1, BUG_NONE, o, lse);
-    const double flips = fp8_bound(&io, hw, NULL), vs = vscale_of(&io);
+    fp8_host_run m;
+    host_run_make(&m, i);
+    const int64_t no = m.no;
+    const double *o = m.o, *hw = m.hw, vs = m.vs, flips = m.flips;
+    double *oe = m.x;
     double worst[3] = {0, 0, 0};
     int64_t old_beyond = 0;
     for (int run = 0; run < 3; ++run) { /* two-level cut down, towards zero; one chain cut down */
-      fp8_emulate(&io, run == 1, run < 2, oe);
+      fp8_emulate(&m.io, run == 1, run < 2, oe);
       for (int64_t e = 0; e < no; ++e) {
         const double err = fabs(oe[e] - o[e]), tol = cuda_tolerance(f, o[e], hw[e], vs);
         worst[run] = fmax(worst[run], err / tol);
@@ -824,8 +847,7 @@ static void test_hw_model(void **state) {
         "    %-22s error / tolerance at most %.2f, %.2f (two-level), %.2f (one chain: %lld of %lld beyond "
         "the f32 and rounding terms alone); %.1f%% of P may flip\n",
         f->c.name, worst[0], worst[1], worst[2], (long long)old_beyond, (long long)no, 100 * flips);
-    free(o), free(lse), free(hw), free(oe);
-    io_free(&io);
+    host_run_free(&m);
   }
 }
 
@@ -849,24 +871,19 @@ static void test_rejects_bugs(void **state) {
   for (size_t x = 0; x < sizeof t / sizeof t[0]; ++x) {
     const int i = case_index(t[x].name);
     const fcase *f = &g_cases[i];
-    fp8_io io;
-    io_make(&io, f, seed_of(i));
-    const tc_geom *g = &io.in.g;
-    const int64_t no = g->Bt * g->Hq * g->rows_q * g->Dv, nl = g->Bt * g->Hq * g->rows_q;
-    double *o = malloc((size_t)no * sizeof(double)), *lse = malloc((size_t)nl * sizeof(double));
-    double *hw = malloc((size_t)no * sizeof(double)), *ob = malloc((size_t)no * sizeof(double));
-    fp8_rule(&io, FA__FP8_BLOCK_K, 1, BUG_NONE, o, lse);
-    fp8_rule(&io, FA__FP8_BLOCK_K, 1, t[x].bug, ob, lse);
-    fp8_bound(&io, hw, NULL);
-    const double vs = vscale_of(&io);
+    fp8_host_run m;
+    host_run_make(&m, i);
+    const int64_t no = m.no;
+    const double *o = m.o, *hw = m.hw, vs = m.vs;
+    double *ob = m.x;
+    fp8_rule(&m.io, FA__FP8_BLOCK_K, 1, t[x].bug, ob, m.lse);
     int64_t beyond = 0;
     for (int64_t e = 0; e < no; ++e)
       if (fabs(ob[e] - o[e]) > cuda_tolerance(f, o[e], hw[e], vs)) ++beyond;
     print_message("    %s, %s: %lld of %lld elements (%.1f%%) beyond the tolerance\n", t[x].name, t[x].what,
                   (long long)beyond, (long long)no, 100.0 * (double)beyond / (double)no);
     if (beyond == 0) fail_msg("%s: the tolerance accepts %s", t[x].name, t[x].what);
-    free(o), free(lse), free(hw), free(ob);
-    io_free(&io);
+    host_run_free(&m);
   }
 }
 
