@@ -85,34 +85,33 @@ __global__ void append_kernel(const append_params p) {
 
 // ---- merges ----------------------------------------------------------------
 
-// Warp 0 folds the n lse values with the online-softmax merge (each lane its
-// parts lane, lane + 32, ... in order, then the lanes in a fixed butterfly):
-// w[k] = exp(lse_k - lse) into shared memory, returns lse (all lanes of warp 0).
+// Warp 0 merges the n lse values: m = the largest (exact in any order),
+// w[k] = exp(lse_k - m) into shared memory, their sum l (each lane its parts
+// lane, lane + 32, ... in order, then a fixed butterfly, lane 0's bits taken:
+// the same for a given n on every run), then w[k] /= l; returns m + ln l on
+// every lane of warp 0. The same function as the left-to-right fold of
+// src/rules/online_softmax.h up to rounding in float64, but one exp per part
+// in parallel instead of a chain of two per merge: the fold's chain of ~16
+// float64 exps was the whole 10 us of a split call's combine kernel (ncu,
+// H200, 33 parts).
 template <typename F>
 __device__ __forceinline__ double merge_weights(int n, F lse_of, double *w) {
   const int lane = threadIdx.x & 31;
-  fa__osm st = fa__osm_init();
+  double m = -INFINITY;
+  for (int k = lane; k < n; k += 32) m = fmax(m, lse_of(k));
+  for (int off = 16; off > 0; off >>= 1) m = fmax(m, __shfl_xor_sync(0xffffffffu, m, off));
+  double l = 0.0;
   for (int k = lane; k < n; k += 32) {
     const double x = lse_of(k);
-    fa__osm part;
-    part.m = x;
-    part.l = x == -INFINITY ? 0.0 : 1.0;
-    double wa, wb;
-    st = fa__osm_merge(st, part, &wa, &wb);
+    const double e = x == -INFINITY || m == -INFINITY ? 0.0 : exp(x - m);
+    w[k] = e;
+    l += e;
   }
-  for (int off = 16; off > 0; off >>= 1) {
-    fa__osm other;
-    other.m = __shfl_xor_sync(0xffffffffu, st.m, off);
-    other.l = __shfl_xor_sync(0xffffffffu, st.l, off);
-    double wa, wb;
-    st = lane & off ? fa__osm_merge(other, st, &wa, &wb) : fa__osm_merge(st, other, &wa, &wb);
-  }
-  const double inv = fa__osm_inv_l(&st);
-  for (int k = lane; k < n; k += 32) {
-    const double x = lse_of(k);
-    w[k] = x == -INFINITY || st.m == -INFINITY ? 0.0 : exp(x - st.m) * inv;
-  }
-  return fa__osm_lse(&st);
+  for (int off = 16; off > 0; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
+  l = __shfl_sync(0xffffffffu, l, 0);  // the lanes summed in different orders: one lane's bits for all
+  const double inv = l > 0 ? 1.0 / l : 0.0;
+  for (int k = lane; k < n; k += 32) w[k] *= inv;  // each lane its own parts' weights
+  return l > 0 ? m + log(l) : -INFINITY;
 }
 
 struct combine_params {

@@ -15,8 +15,9 @@
 //            instructions whatever R is), else on CUDA cores with f32
 //            arithmetic (decode_kernel.cuh: about 2 R multiply-adds per
 //            byte, enough at R = 1, issue-bound from R = 4);
-//   combine  the splits' partial (o, lse) merged in a fixed order with the
-//            online-softmax merge (src/rules/online_softmax.h), in float64.
+//   combine  the splits' partial (o, lse) merged in float64: the online-
+//            softmax merge (src/rules/online_softmax.h) with the weights
+//            exp(lse_k - max) summed in a fixed order (decode.cu).
 // fa_merge_states is the combine over the caller's tensors.
 #ifndef FA_CUDA_DECODE_CUH
 #define FA_CUDA_DECODE_CUH
