@@ -16,6 +16,7 @@
  * takes this path too when it has few query rows against long keys and no
  * mask, bias or dropout (fa__cpu_decode_fits). */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,8 +29,22 @@
 #include "rules/rotary.h"
 #include "rules/score.h"
 
-#define DEC_BK 128        /* keys per tile (64 KiB of K at D = 128, f32) */
+#define DEC_BK 128        /* keys per tile at most */
 #define DEC_MIN_SPLIT 256 /* keys a split gets at least when the backend chooses */
+/* An item of one kv head streams its K and V rows once: its tile's K rows
+ * take about DEC_TILE_BYTES / R bytes (R query rows share them), as the
+ * kernels prefetch the next tile into L1 only (pf_keep = 0) while they
+ * work on this one, so both must fit there; with more rows the work per
+ * byte leaves time for a shorter distance. On Zen 5 (48 KiB L1), 2
+ * threads, D = 128: GQA 32/8 (R = 4) ran 8-18% faster with 16-key tiles
+ * than with 128. Only 2 .. DEC_NT_ROWS rows take that path: MHA (R = 1)
+ * measured 3-8% slower with it (bf16), Lq_new = 4 x GQA 4 (R = 16, bound
+ * by the arithmetic) 7-22% slower (more tiles, no gain from the distance).
+ * Those, and interleaved heads (hg > 1, where the next head reads the
+ * lines beside this one's: 10% slower at 32768 keys paged), keep DEC_BK
+ * keys and prefetch into every level. */
+#define DEC_NT_ROWS 8
+#define DEC_TILE_BYTES 16384
 
 typedef struct dec_ctx {
   const fa__problem *p;
@@ -40,8 +55,10 @@ typedef struct dec_ctx {
   int hg;     /* kv heads per item: all of them when the cache interleaves heads within a token's row */
   int bk, D, Dv;
   int elementwise; /* softcap or ALiBi */
+  int pf_keep;     /* the kernels' prefetch hint (kernels.h) */
   float *part_o;   /* [items][R][Dv] when nsplit > 1 */
   float *part_lse; /* [items][R] */
+  atomic_int *left; /* per (b, kv head group): splits not yet done; the thread that ends the last merges */
 } dec_ctx;
 
 typedef struct dec_scratch {
@@ -49,6 +66,7 @@ typedef struct dec_scratch {
   float *m, *l, *f; /* [hg][R] */
   float *s;         /* [R][lds]: the scores, then the probabilities, of one tile */
   float *kbuf, *vbuf;
+  double *lv, *w, *acc; /* [nsplit], [nsplit], [Dv]: the merge */
 } dec_scratch;
 
 static void dec_carve(fa__cpu_arena *a, const void *ctx, void *scratch) {
@@ -63,6 +81,12 @@ static void dec_carve(fa__cpu_arena *a, const void *ctx, void *scratch) {
   s->s = fa__cpu_take_f(a, (size_t)c->R * (size_t)c->lds);
   s->kbuf = fa__cpu_take_f(a, (size_t)c->bk * (size_t)c->D);
   s->vbuf = fa__cpu_take_f(a, (size_t)c->bk * (size_t)c->Dv);
+  s->lv = s->w = s->acc = NULL;
+  if (c->nsplit > 1) { /* 64-byte aligned floats, taken as doubles */
+    s->lv = (double *)(void *)fa__cpu_take_f(a, 2 * (size_t)c->nsplit);
+    s->w = (double *)(void *)fa__cpu_take_f(a, 2 * (size_t)c->nsplit);
+    s->acc = (double *)(void *)fa__cpu_take_f(a, 2 * (size_t)c->Dv);
+  }
 }
 
 /* Sequence b as the decode loop sees it. */
@@ -109,9 +133,7 @@ static const void *dec_row0(const fa_tensor *t, fa__kvpos at, int64_t h, ptrdiff
   return (const char *)t->data + (ptrdiff_t)fa__kv_offset(t->stride, at, h, 0) * es;
 }
 
-static void dec_item(const void *ctx, void *scratch, int64_t it) {
-  const dec_ctx *c = ctx;
-  dec_scratch *s = scratch;
+static void dec_split(const dec_ctx *c, dec_scratch *s, int64_t it) {
   const fa__problem *p = c->p;
   const fa__cpu_kernels *kt = c->kt;
   const int64_t nhg = (p->Hkv + c->hg - 1) / c->hg;
@@ -192,7 +214,7 @@ static void dec_item(const void *ctx, void *scratch, int64_t it) {
       float *m = s->m + x * R, *l = s->l + x * R, *f = s->f + x * R;
       fa_dtype kdt, vdt;
       const void *K = dec_rows(c, &p->k, at, kvh, bc, D, s->kbuf, &ldk, &kdt);
-      kt->dec_scores(s->s, lds, q, D, R, K, ldk, bc, D, kdt, pfk, ldpk, npf);
+      kt->dec_scores(s->s, lds, q, D, R, K, ldk, bc, D, kdt, pfk, ldpk, npf, c->pf_keep);
       if (c->elementwise || !full)
         for (int r = 0; r < R; ++r) {
           const int i = r % lq;
@@ -209,7 +231,7 @@ static void dec_item(const void *ctx, void *scratch, int64_t it) {
         }
       const int moved = kt->dec_softmax(s->s, lds, R, bc, m, l, f);
       const void *V = dec_rows(c, &p->v, at, kvh, bc, Dv, s->vbuf, &ldv, &vdt);
-      kt->dec_pv(o, Dv, R, moved ? f : NULL, s->s, lds, V, ldv, bc, Dv, vdt, pfv, ldpv, npf);
+      kt->dec_pv(o, Dv, R, moved ? f : NULL, s->s, lds, V, ldv, bc, Dv, vdt, pfv, ldpv, npf, c->pf_keep);
     }
     j = jn;
     bc = bcn;
@@ -239,32 +261,52 @@ static void dec_item(const void *ctx, void *scratch, int64_t it) {
   }
 }
 
-/* The splits of each row merged in order (fa__osm_merge_lse). */
-static void dec_merge(const dec_ctx *c, double *lv, double *w, float *row) {
+/* The splits of each row of sequence b and kv heads [h0, h1) merged in
+ * order (fa__osm_merge_lse), in double: the same sums in the same order
+ * whichever thread runs it. */
+static void dec_merge(const dec_ctx *c, dec_scratch *s, int64_t b, int64_t h0, int64_t h1) {
   const fa__problem *p = c->p;
   const int n = c->nsplit, Dv = c->Dv;
-  for (int64_t b = 0; b < p->B; ++b) {
-    const fa__seq sq = dec_seq(p, b);
-    const int lq = (int)sq.lq, R = (int)p->group * lq;
-    for (int64_t kvh = 0; kvh < p->Hkv; ++kvh)
-      for (int r = 0; r < R; ++r) {
-        const size_t it0 = (size_t)((b * p->Hkv + kvh) * n);
-        for (int k = 0; k < n; ++k) lv[k] = c->part_lse[(it0 + (size_t)k) * (size_t)c->R + (size_t)r];
-        const double lse = fa__osm_merge_lse(lv, n, w);
-        for (int e = 0; e < Dv; ++e) {
-          double acc = 0.0;
-          for (int k = 0; k < n; ++k)
-            if (w[k] != 0.0) acc += w[k] * c->part_o[((it0 + (size_t)k) * (size_t)c->R + (size_t)r) * (size_t)Dv + e];
-          row[e] = (float)acc;
-        }
-        const int64_t h = kvh * p->group + r / lq, i = sq.q_row0 + r % lq;
-        const fa__cpu_mat om = fa__cpu_mat_of(&p->o, sq.bidx, h, i);
-        fa__cpu_store_row(&om, 0, row, Dv);
-        if (p->lse.data)
-          *((float *)p->lse.data + sq.bidx * p->lse.stride[0] + h * p->lse.stride[1] + i * p->lse.stride[2]) =
-              (float)lse;
+  const fa__seq sq = dec_seq(p, b);
+  const int lq = (int)sq.lq, R = (int)p->group * lq;
+  double *lv = s->lv, *w = s->w, *acc = s->acc;
+  float *row = s->o;
+  for (int64_t kvh = h0; kvh < h1; ++kvh)
+    for (int r = 0; r < R; ++r) {
+      const size_t it0 = (size_t)((b * p->Hkv + kvh) * n);
+      for (int k = 0; k < n; ++k) lv[k] = c->part_lse[(it0 + (size_t)k) * (size_t)c->R + (size_t)r];
+      const double lse = fa__osm_merge_lse(lv, n, w);
+      for (int e = 0; e < Dv; ++e) acc[e] = 0.0;
+      for (int k = 0; k < n; ++k) {
+        if (w[k] == 0.0) continue;
+        const double wk = w[k];
+        const float *po = c->part_o + ((it0 + (size_t)k) * (size_t)c->R + (size_t)r) * (size_t)Dv;
+        for (int e = 0; e < Dv; ++e) acc[e] += wk * po[e];
       }
-  }
+      for (int e = 0; e < Dv; ++e) row[e] = (float)acc[e];
+      const int64_t h = kvh * p->group + r / lq, i = sq.q_row0 + r % lq;
+      const fa__cpu_mat om = fa__cpu_mat_of(&p->o, sq.bidx, h, i);
+      fa__cpu_store_row(&om, 0, row, Dv);
+      if (p->lse.data)
+        *((float *)p->lse.data + sq.bidx * p->lse.stride[0] + h * p->lse.stride[1] + i * p->lse.stride[2]) =
+            (float)lse;
+    }
+}
+
+/* One split; the thread that finishes the last split of its (b, kv head
+ * group) merges that group's splits (the others' parts are visible to it
+ * through the counter's acquire-release), so the merge runs in the
+ * parallel loop, beside the other threads' streaming. */
+static void dec_item(const void *ctx, void *scratch, int64_t it) {
+  const dec_ctx *c = ctx;
+  dec_scratch *s = scratch;
+  dec_split(c, s, it);
+  if (c->nsplit == 1) return;
+  const int64_t bg = it / c->nsplit;
+  if (atomic_fetch_sub_explicit(&c->left[bg], 1, memory_order_acq_rel) != 1) return;
+  const fa__problem *p = c->p;
+  const int64_t nhg = (p->Hkv + c->hg - 1) / c->hg, b = bg / nhg, h0 = bg % nhg * c->hg;
+  dec_merge(c, s, b, h0, h0 + c->hg < p->Hkv ? h0 + c->hg : p->Hkv);
 }
 
 int fa__cpu_decode_fits(const fa__problem *p) {
@@ -290,7 +332,17 @@ fa_status fa__cpu_decode(const fa__problem *p, const fa__cpu_kernels *kt, fa__er
     for (int64_t b = 0; b < p->B; ++b)
       if (fa__kv_len(p, b) > keys) keys = fa__kv_len(p, b);
   }
-  c.bk = p->block_k > 0 ? p->block_k : DEC_BK;
+  const int64_t hs = p->k.stride[1] < 0 ? -p->k.stride[1] : p->k.stride[1],
+                rs = p->k.stride[2] < 0 ? -p->k.stride[2] : p->k.stride[2];
+  c.hg = p->Hkv > 1 && hs < rs ? (int)p->Hkv : 1;
+  c.pf_keep = c.hg > 1 || c.R < 2 || c.R > DEC_NT_ROWS;
+  if (p->block_k > 0 || c.pf_keep) {
+    c.bk = p->block_k > 0 ? p->block_k : DEC_BK;
+  } else { /* DEC_TILE_BYTES / R of K, whole panels, 1 .. 8 of them */
+    const int64_t kb = DEC_TILE_BYTES / (c.R > 0 ? c.R : 1), rowb = p->D * (int64_t)fa_dtype_size(p->k.dtype);
+    const int64_t bk = kb / rowb / FA_CPU_PANEL * FA_CPU_PANEL;
+    c.bk = bk < FA_CPU_PANEL ? FA_CPU_PANEL : bk > DEC_BK ? DEC_BK : (int)bk;
+  }
   if (c.bk > 65536) c.bk = 65536; /* as fa_cpu_plan_get cuts asked-for tiles */
   if (c.bk > keys) c.bk = (int)keys;
   c.lds = (c.bk + FA_CPU_PANEL - 1) / FA_CPU_PANEL * FA_CPU_PANEL;
@@ -302,10 +354,8 @@ fa_status fa__cpu_decode(const fa__problem *p, const fa__cpu_kernels *kt, fa__er
    * each 4 KiB page once per head (a TLB walk each time) and walk rows too
    * far apart for the hardware prefetcher. Then one item takes every kv
    * head of its keys, tile by tile, and the threads share the keys
-   * (splits) instead. The per-head arithmetic is the same either way. */
-  const int64_t hs = p->k.stride[1] < 0 ? -p->k.stride[1] : p->k.stride[1],
-                rs = p->k.stride[2] < 0 ? -p->k.stride[2] : p->k.stride[2];
-  c.hg = p->Hkv > 1 && hs < rs ? (int)p->Hkv : 1;
+   * (splits) instead (c.hg, set above). The per-head arithmetic is the
+   * same either way. */
   const int64_t base = p->B * ((p->Hkv + c.hg - 1) / c.hg);
   int nsplit = p->kvcache ? p->kv.num_splits : 0;
   if (nsplit <= 0) {
@@ -321,25 +371,24 @@ fa_status fa__cpu_decode(const fa__problem *p, const fa__cpu_kernels *kt, fa__er
   if (nsplit > (keys + c.bk - 1) / c.bk) nsplit = (int)((keys + c.bk - 1) / c.bk); /* whole tiles each */
   c.nsplit = nsplit;
   const int64_t items = base * nsplit;
-  double *lv = NULL;
   if (nsplit > 1) {
     const size_t rows = (size_t)(p->B * p->Hkv * nsplit) * (size_t)c.R; /* parts: (b, kv head, split) */
     c.part_o = (float *)malloc(rows * (size_t)c.Dv * sizeof(float));
     c.part_lse = (float *)malloc(rows * sizeof(float));
-    lv = (double *)malloc((size_t)(2 * nsplit + c.Dv) * sizeof(double));
-    if (!c.part_o || !c.part_lse || !lv) {
+    c.left = (atomic_int *)malloc((size_t)base * sizeof(atomic_int));
+    if (!c.part_o || !c.part_lse || !c.left) {
       free(c.part_o);
       free(c.part_lse);
-      free(lv);
+      free(c.left);
       fa__err_set(err, "cpu decode: cannot allocate the partial results of %d splits", nsplit);
       return FA_ERR_OUT_OF_MEMORY;
     }
+    for (int64_t g = 0; g < base; ++g) atomic_init(&c.left[g], nsplit);
   }
   fa_status st = fa__cpu_for_items(p, items, &c, sizeof(dec_scratch), dec_carve, dec_item, err, "cpu decode");
-  if (st == FA_OK && nsplit > 1) dec_merge(&c, lv, lv + nsplit, (float *)(lv + 2 * nsplit));
   free(c.part_o);
   free(c.part_lse);
-  free(lv);
+  free(c.left);
   return st;
 }
 

@@ -103,17 +103,20 @@ typedef void (*fa__cpu_dropout_fn)(uint8_t *keep, ptrdiff_t ki, ptrdiff_t kj, in
  * Prefetch hint: pf (may be NULL) is the next tile, npf rows pf + j*ldpf
  * bytes of the same row length; the kernel may prefetch them as it goes
  * (the paged cache's rows are scattered, so the hardware's stream
- * prefetcher cannot guess them). Nothing outside the ranges above is read
+ * prefetcher cannot guess them). pf_keep = 0: the rows are read once, by
+ * the next call (prefetched non-temporal, into L1 only); 1: other calls
+ * read them too (the other kv heads of an interleaved tile; prefetched into
+ * every level). Nothing outside the ranges above is read
  * or written (s rows only up to bc); no alignment is required. Rounding:
  * the same arguments give the same bits (fixed summation order, no
  * dependence on threads); different ISAs round differently. */
 typedef void (*fa__cpu_dec_scores_fn)(float *s, ptrdiff_t lds, const float *q, ptrdiff_t ldq, int nr, const void *k,
                                       ptrdiff_t ldk, int bc, int D, fa_dtype kdt, const void *pf, ptrdiff_t ldpf,
-                                      int npf);
+                                      int npf, int pf_keep);
 typedef int (*fa__cpu_dec_softmax_fn)(float *s, ptrdiff_t lds, int nr, int bc, float *m, float *l, float *f);
 typedef void (*fa__cpu_dec_pv_fn)(float *o, ptrdiff_t ldo, int nr, const float *f, const float *p, ptrdiff_t ldp,
                                   const void *v, ptrdiff_t ldv, int bc, int Dv, fa_dtype vdt, const void *pf,
-                                  ptrdiff_t ldpf, int npf);
+                                  ptrdiff_t ldpf, int npf, int pf_keep);
 
 /* bf16 products on pairs (AVX512-BF16's vdpbf16ps: two bf16 products per
  * f32 lane). NULL in the tables of ISAs without them; the loops then

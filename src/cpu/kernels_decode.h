@@ -22,8 +22,9 @@ static inline float fa__dec_elem(const void *row, fa_dtype dt, int d) {
 /* Each dot product in 8 interleaved partial sums added as a fixed tree, so
  * a compiler may vectorize it without changing the result. */
 static void fa__dec_scores_c(float *s, ptrdiff_t lds, const float *q, ptrdiff_t ldq, int nr, const void *k,
-                             ptrdiff_t ldk, int bc, int D, fa_dtype kdt, const void *pf, ptrdiff_t ldpf, int npf) {
-  (void)pf, (void)ldpf, (void)npf;
+                             ptrdiff_t ldk, int bc, int D, fa_dtype kdt, const void *pf, ptrdiff_t ldpf, int npf,
+                             int pf_keep) {
+  (void)pf, (void)ldpf, (void)npf, (void)pf_keep;
   for (int j = 0; j < bc; ++j) {
     const char *kj = (const char *)k + (ptrdiff_t)j * ldk;
     for (int r = 0; r < nr; ++r) {
@@ -61,8 +62,9 @@ static int fa__dec_softmax_c(float *s, ptrdiff_t lds, int nr, int bc, float *m, 
 }
 
 static void fa__dec_pv_c(float *o, ptrdiff_t ldo, int nr, const float *f, const float *p, ptrdiff_t ldp, const void *v,
-                         ptrdiff_t ldv, int bc, int Dv, fa_dtype vdt, const void *pf, ptrdiff_t ldpf, int npf) {
-  (void)pf, (void)ldpf, (void)npf;
+                         ptrdiff_t ldv, int bc, int Dv, fa_dtype vdt, const void *pf, ptrdiff_t ldpf, int npf,
+                         int pf_keep) {
+  (void)pf, (void)ldpf, (void)npf, (void)pf_keep;
   for (int r = 0; r < nr; ++r) {
     float *orow = o + (ptrdiff_t)r * ldo;
     if (f)
