@@ -104,9 +104,10 @@ typedef void (*fa__cpu_dropout_fn)(uint8_t *keep, ptrdiff_t ki, ptrdiff_t kj, in
  * bytes of the same row length; the kernel may prefetch them as it goes
  * (the paged cache's rows are scattered, so the hardware's stream
  * prefetcher cannot guess them). pf_keep = 0: the rows are read once, by
- * the next call (prefetched non-temporal, into L1 only); 1: other calls
- * read them too (the other kv heads of an interleaved tile; prefetched into
- * every level). Nothing outside the ranges above is read
+ * the next call (prefetched non-temporal, into L1 only); 1: prefetched
+ * into every level: for rows other calls read too (the other kv heads of an
+ * interleaved tile), and for the items where that measured faster (MHA,
+ * more than 8 query rows: cpu_decode.c picks). Nothing outside the ranges above is read
  * or written (s rows only up to bc); no alignment is required. Rounding:
  * the same arguments give the same bits (fixed summation order, no
  * dependence on threads); different ISAs round differently. */
