@@ -154,6 +154,10 @@ if [ "$MODE" = fp8 ]; then
     say "$t exit $?: $(suite_counts "$OUT/$t.log")"
   done
   grep -E "FAILED|ERROR|o\[|lse\[|near an e4m3" "$OUT/test_fp8_cuda.log" | head -30 | tee -a "$SUMMARY"
+  for v in 1 2; do # the D = 128 kernel's other loop orders (FLASHATTN_CUDA_VARIANT, launch_fwd_fp8.cuh)
+    FLASHATTN_CUDA_VARIANT=$v timeout "${FP8_TEST_S:-120}" "$BUILD/tests/test_fp8_cuda" >"$OUT/test_fp8_cuda_v$v.log" 2>&1
+    say "test_fp8_cuda (FLASHATTN_CUDA_VARIANT=$v) exit $?: $(suite_counts "$OUT/test_fp8_cuda_v$v.log")"
+  done
   stage "FP8 benchmark"
   export PYTHONUNBUFFERED=1
   # the accuracy rows use flashattn.torch.fp8_quantize (the package on this build's library)
