@@ -42,9 +42,9 @@ def main():
     qg = q.detach().clone().requires_grad_()
     qgt = qg.transpose(1, 2)
     nones = (None,) * 8  # mask, bias, alibi_slopes, seqlens_q/k, cu_seqlens_q/k, rng
-    args = (qt, qt, qt, *nones, 0.0, 0.0, False, False, -1, -1, 0.0, False, "auto")
+    args = (qt, qt, qt, *nones, 0.0, 0.0, False, False, -1, -1, 0.0, False, "auto", 0, 0)  # .., q_offset, k_offset
     ctx = _ops._context(qt)
-    opt = _ops._options(ctx, *args[3:11], *args[11:19])
+    opt = _ops._options(ctx, *args[3:11], *args[11:19], *args[20:22])
     o, lse = _ops.fwd_impl(*args)
     ts = [_ops._tensor(ctx, i, x, "x") for i, x in enumerate((qt, qt, qt, o, lse))]
     ft.flash_attn_func(q, q, q)  # the hot path's plan for these tensors
@@ -76,7 +76,7 @@ def main():
         ("alloc_like (empty_strided)", lambda: _ops.alloc_like(qt, 64)),
         ("pack one fa_tensor (_ops._tensor)", lambda: _ops._tensor(ctx, 0, qt, "q")),
         ("context + stream (_ops._context)", lambda: _ops._context(qt)),
-        ("options, cached (_ops._options)", lambda: _ops._options(ctx, *args[3:11], *args[11:19])),
+        ("options, cached (_ops._options)", lambda: _ops._options(ctx, *args[3:11], *args[11:19], *args[20:22])),
         ("_plain_eager check", lambda: _attention._plain_eager((qt, qt, qt, None, None))),
         ("hot path: plan key (q, k, v shapes, strides, dtypes, devices, options)", key),
         ("hot path: plan key + lookup", lambda: plans[key()]),

@@ -329,7 +329,7 @@ def bench_torch(args, raw, L, dev, rep):
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     op = torch.ops.flashattn.fwd
     nones = (None,) * 8  # mask, bias, alibi_slopes, seqlens_q/k, cu_seqlens_q/k, rng
-    scalars = (0.0, 0.0, bool(args.causal), True, -1, -1, 0.0, False, "auto")
+    scalars = (0.0, 0.0, bool(args.causal), True, -1, -1, 0.0, False, "auto", 0, 0)  # .., q_offset, k_offset
     body = getattr(_ops.fwd, "_init_fn", None)  # the function under @custom_op (a private attribute)
     qg, kg, vg = (x.detach().clone().requires_grad_() for x in (q, k, v))
     causal = args.causal

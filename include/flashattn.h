@@ -152,6 +152,19 @@ typedef struct fa_options {
    * k_descale * scale; o = (P8 V8) * v_descale / l. Same memory as q.
    * Appended last so that the offsets of the fields above stay. */
   fa_tensor q_descale, k_descale, v_descale;
+
+  /* Positions of this call's rows inside a longer sequence (context/ring
+   * parallelism: a rank computes one block of the whole attention). Query
+   * row i of a sequence is position i + q_offset, key j is position
+   * j + k_offset. Causal, window and ALiBi measure diag(i) - j with
+   * diag(i) = i + q_offset - k_offset (+ Lk_b - Lq_b when bottom-right),
+   * and dropout decides element (b, h, i + q_offset, j + k_offset), so a
+   * block computed with its global starts sees exactly the scores and
+   * keep bits of the one-call attention. Both in [0, 2^60]; 0 = as before.
+   * fa_forward / fa_backward on every backend; fa_forward_kvcache refuses
+   * non-zero offsets. Appended last (offsets of the fields above stay). */
+  int64_t q_offset;
+  int64_t k_offset;
 } fa_options;
 
 FA_API void fa_options_init(fa_options *opt);

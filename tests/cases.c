@@ -182,6 +182,26 @@ const tcase tc_cases[] = {
      .causal = 1, .align = FA_ALIGN_BOTTOM_RIGHT, .mask = 1, .bias = 1, .dbias = 1, .alibi = 1, .dropout_p = 0.1,
      .seed = 21, .dtypes = TD_F32 | TD_F64},
 
+    /* ---- position offsets: one block of a ring / context-parallel attention ---- */
+    {"offsets_alibi_causal_tl_gqa", .B = 2, .Hq = 4, .Hkv = 2, .Lq = 33, .Lk = 40, .D = 16, .Dv = 16, .alibi = 1,
+     .causal = 1, .q_offset = 64, .k_offset = 37}, /* odd k_offset: Philox groups straddle the block's start */
+    {"offsets_dropout_window_br", SMALL, .Lq = 17, .Lk = 65, .D = 16, .Dv = 16, .dropout_p = 0.3, .seed = 4242,
+     .offset = 2, .causal = 1, .align = FA_ALIGN_BOTTOM_RIGHT, .use_window = 1, .wl = 30, .q_offset = 1000,
+     .k_offset = 999},
+    {"offsets_block_below_diag_dropout_alibi", SMALL, .Lq = 32, .Lk = 32, .D = 16, .Dv = 16, .causal = 1, .alibi = 1,
+     .dropout_p = 0.2, .seed = 9, .q_offset = 96, .k_offset = 33}, /* every key visible */
+    {"offsets_block_above_diag", SMALL, .Lq = 32, .Lk = 32, .D = 8, .Dv = 8, .causal = 1, .q_offset = 0,
+     .k_offset = 64}, /* nothing visible: O = 0, LSE = -inf */
+    {"offsets_varlen_alibi_dropout", .B = 3, .Hq = 2, .Hkv = 1, .D = 8, .Dv = 16, .cu_q = cu_q3, .cu_k = cu_k3,
+     .causal = 1, .alibi = 1, .dropout_p = 0.25, .seed = 31, .q_offset = 5, .k_offset = 2},
+    {"offsets_decode_shape_alibi_causal", .B = 2, .Hq = 4, .Hkv = 2, .Lq = 2, .Lk = 300, .D = 32, .Dv = 16, .causal = 1,
+     .alibi = 1, .q_offset = 500, .k_offset = 201}, /* the shape the decode pass takes at offsets 0 */
+    {"offsets_L130_window_alibi_dropout", .B = 1, .Hq = 2, .Hkv = 1, .Lq = 130, .Lk = 130, .D = 32, .Dv = 32,
+     .use_window = 1, .wl = 70, .wr = 10, .alibi = 1, .dropout_p = 0.1, .seed = 5, .q_offset = 260, .k_offset = 195,
+     .dtypes = TD_F32 | TD_BF16},
+    {"offsets_huge", SMALL, .Lq = 9, .Lk = 17, .D = 8, .Dv = 8, .causal = 1, .alibi = 1, .dropout_p = 0.3, .seed = 3,
+     .use_window = 1, .wl = 1000000, .q_offset = (int64_t)1 << 60, .k_offset = ((int64_t)1 << 60) - 10},
+
     /* ---- everything at once ---- */
     {"everything",
      .B = 2,
@@ -223,6 +243,33 @@ const tcase tc_cases[] = {
     {"everything_varlen_padded_view", .B = 3, .Hq = 4, .Hkv = 1, .D = 8, .Dv = 16, .cu_q = cu_q3, .cu_k = cu_k3,
      .layout = TL_PADDED, .causal = 1, .mask = 1, .mask_dead_rows = 1, .bias = 1, .bias_bcast = BC_Q, .dbias = 1,
      .alibi = 1, .softcap = 6.0, .dropout_p = 0.15, .seed = 5},
+    {"everything_offsets",
+     .B = 2,
+     .Hq = 4,
+     .Hkv = 2,
+     .Lq = 33,
+     .Lk = 65,
+     .D = 16,
+     .Dv = 24,
+     .layout = TL_BLHD,
+     .seqlens_q = sq_ev,
+     .seqlens_k = sk_ev,
+     .causal = 1,
+     .align = FA_ALIGN_BOTTOM_RIGHT,
+     .use_window = 1,
+     .wl = 20,
+     .mask = 1,
+     .mask_bcast = BC_H,
+     .bias = 1,
+     .bias_bcast = BC_B,
+     .dbias = 1,
+     .alibi = 1,
+     .softcap = 4.0,
+     .dropout_p = 0.25,
+     .seed = 7,
+     .offset = 3,
+     .q_offset = 130,
+     .k_offset = 67},
 };
 
 const int tc_ncases = (int)(sizeof tc_cases / sizeof tc_cases[0]);

@@ -61,6 +61,10 @@ typedef struct tcase {
   uint32_t offset;
 
   int block_q, block_k; /* tile sizes asked of tiled backends */
+
+  /* positions of row 0 and key 0 in the whole sequence (fa_options.q_offset,
+   * k_offset): a block of a ring / context-parallel attention */
+  int64_t q_offset, k_offset;
 } tcase;
 
 extern const tcase tc_cases[];

@@ -115,8 +115,7 @@ static fa_context *new_ctx(const tb_variant *var) {
  * Lk) O[b,h,i,j] = keep(b,h,i,j) / ((1 - p) Lk): the output shows the
  * dropout mask, which must be the one fa_dropout_keep describes (the rule
  * of src/rules/dropout.h), bit for bit, on every backend. */
-static void test_dropout_mask_exact(void **state) {
-  const tb_variant *var = (const tb_variant *)*state;
+static void check_dropout_mask(const tb_variant *var, int64_t q_offset, int64_t k_offset) {
   skip_unless_usable();
   const tcase c = {.name = "dropout_identity",
                    .B = 2,
@@ -128,7 +127,9 @@ static void test_dropout_mask_exact(void **state) {
                    .Dv = 64,
                    .dropout_p = 0.3,
                    .seed = 0xfeedfacecafebeefull,
-                   .offset = 5};
+                   .offset = 5,
+                   .q_offset = q_offset,
+                   .k_offset = k_offset};
   tc_inputs in;
   tc_inputs_make(&in, &c, FA_F32, 1);
   memset(in.q, 0, (size_t)(c.B * c.Hq * c.Lq * c.D) * sizeof(double));
@@ -145,7 +146,7 @@ static void test_dropout_mask_exact(void **state) {
     for (int64_t h = 0; h < c.Hq; ++h)
       for (int64_t i = 0; i < c.Lq; ++i)
         for (int64_t j = 0; j < c.Lk; ++j, ++n) {
-          const int keep = fa_dropout_keep(c.dropout_p, c.seed, c.offset, b, h, c.Hq, i, j);
+          const int keep = fa_dropout_keep(c.dropout_p, c.seed, c.offset, b, h, c.Hq, i + q_offset, j + k_offset);
           const double o = tb_get(&T.o, b, h, i, j);
           nkeep += keep;
           if (fabs(o - (keep ? kept : 0.0)) > 1e-3 * kept) {
@@ -160,6 +161,105 @@ static void test_dropout_mask_exact(void **state) {
   tc_inputs_free(&in);
   if (wrong) fail_msg("%lld of %lld dropout decisions differ from fa_dropout_keep", (long long)wrong, (long long)n);
   assert_true(nkeep > 0 && nkeep < n);
+}
+
+static void test_dropout_mask_exact(void **state) {
+  check_dropout_mask((const tb_variant *)*state, 0, 0);
+}
+
+/* A block of a ring: its keep bits are those of positions (i + q_offset,
+ * j + k_offset) of the whole sequence; an odd k_offset makes the block's
+ * columns straddle Philox's groups of four. */
+static void test_dropout_mask_exact_offsets(void **state) {
+  check_dropout_mask((const tb_variant *)*state, 1000, 37);
+}
+
+/* What ring attention relies on: a call with position offsets computes the
+ * block of the whole attention it stands for. Causal, window and ALiBi at
+ * offsets (q_offset, k_offset) equal, element for element, the same call at
+ * offsets 0 with an additive bias built here from positions: -slope[h] *
+ * |pi - pj| where the band lets position pi see pj, -inf elsewhere. Forward
+ * and backward on this backend, both ways, f32. */
+static void test_offsets_as_bias(void **state) {
+  const tb_variant *var = (const tb_variant *)*state;
+  skip_unless_usable();
+  const int64_t qo = 40, ko = 29, wl = 10;
+  const tcase ca = {.name = "offsets",
+                    .B = 1,
+                    .Hq = 2,
+                    .Hkv = 1,
+                    .Lq = 20,
+                    .Lk = 24,
+                    .D = 16,
+                    .Dv = 16,
+                    .alibi = 1,
+                    .causal = 1,
+                    .use_window = 1,
+                    .wl = wl,
+                    .q_offset = qo,
+                    .k_offset = ko};
+  const tcase cb = {.name = "hand_bias", .B = 1, .Hq = 2, .Hkv = 1, .Lq = 20, .Lk = 24, .D = 16, .Dv = 16, .bias = 1};
+  tc_inputs ia, ib;
+  tc_inputs_make(&ia, &ca, FA_F32, 17);
+  tc_inputs_make(&ib, &cb, FA_F32, 17);
+  const tc_geom *g = &ia.g;
+  memcpy(ib.q, ia.q, (size_t)(g->Bt * g->Hq * g->rows_q * g->D) * sizeof(double));
+  memcpy(ib.k, ia.k, (size_t)(g->Bt * g->Hkv * g->rows_k * g->D) * sizeof(double));
+  memcpy(ib.v, ia.v, (size_t)(g->Bt * g->Hkv * g->rows_k * g->Dv) * sizeof(double));
+  memcpy(ib.dout, ia.dout, (size_t)(g->Bt * g->Hq * g->rows_q * g->Dv) * sizeof(double));
+  int64_t seen = 0, hidden = 0;
+  for (int64_t h = 0; h < ca.Hq; ++h)
+    for (int64_t i = 0; i < ca.Lq; ++i)
+      for (int64_t j = 0; j < ca.Lk; ++j) {
+        const int64_t pi = i + qo, pj = j + ko; /* positions in the whole sequence */
+        const int vis = pj <= pi && pj >= pi - wl;
+        seen += vis;
+        hidden += !vis;
+        ib.bias[(h * ca.Lq + i) * ca.Lk + j] =
+            vis ? tb_round(FA_F32, -(double)ia.alibi[h] * (double)(pi - pj)) : -INFINITY;
+      }
+  assert_true(seen > 0 && hidden > 0);
+  tc_tensors A, Bt;
+  const int dev = g_be->memory == FA_MEMORY_CUDA;
+  assert_int_equal(tc_tensors_make(&A, &ia, FA_F32, TL_BHLD, dev), 0);
+  assert_int_equal(tc_tensors_make(&Bt, &ib, FA_F32, TL_BHLD, dev), 0);
+  fa_context *ctx = new_ctx(var);
+  tc_tensors *both[2] = {&A, &Bt};
+  for (int x = 0; x < 2; ++x) {
+    tc_tensors *T = both[x];
+    fa_status st = fa_forward(ctx, g_be->id, &T->q.t, &T->k.t, &T->v.t, &T->opt, &T->o.t, &T->lse.t);
+    if (st != FA_OK) fail_msg("forward (%s): %s", x ? "hand bias" : "offsets", fa_context_last_error(ctx));
+    st = fa_backward(ctx, g_be->id, &T->q.t, &T->k.t, &T->v.t, &T->o.t, &T->dout.t, &T->lse.t, &T->opt, &T->dq.t,
+                     &T->dk.t, &T->dv.t, NULL);
+    if (st != FA_OK) fail_msg("backward (%s): %s", x ? "hand bias" : "offsets", fa_context_last_error(ctx));
+    tbuf *outs[] = {&T->o, &T->lse, &T->dq, &T->dk, &T->dv};
+    for (size_t e = 0; e < sizeof outs / sizeof outs[0]; ++e) assert_int_equal(tb_download(outs[e]), 0);
+  }
+  static const char *names[] = {"o", "lse", "dq", "dk", "dv"};
+  tbuf *oa[] = {&A.o, &A.lse, &A.dq, &A.dk, &A.dv}, *ob[] = {&Bt.o, &Bt.lse, &Bt.dq, &Bt.dk, &Bt.dv};
+  tc_report rep;
+  memset(&rep, 0, sizeof rep);
+  for (int e = 0; e < 5; ++e) {
+    const int64_t *sh = oa[e]->t.shape;
+    const int64_t n3 = e == 1 ? 1 : sh[3];
+    double maxd = 0, rmax = 1;
+    for (int64_t a = 0; a < sh[0]; ++a)
+      for (int64_t h = 0; h < sh[1]; ++h)
+        for (int64_t i = 0; i < sh[2]; ++i)
+          for (int64_t d = 0; d < n3; ++d) {
+            const double u = tb_get(oa[e], a, h, i, d), w = tb_get(ob[e], a, h, i, d);
+            maxd = fmax(maxd, fabs(u - w));
+            rmax = fmax(rmax, fabs(w));
+          }
+    if (!(maxd <= 1e-4 * rmax))
+      tc_report_add(&rep, "%s: offsets and hand bias differ by %.3g (largest %.3g)", names[e], maxd, rmax);
+  }
+  fa_context_destroy(ctx);
+  tc_tensors_free(&A);
+  tc_tensors_free(&Bt);
+  tc_inputs_free(&ia);
+  tc_inputs_free(&ib);
+  if (rep.fails) fail_msg("%s (%s):\n%s", g_be->name, var->name, rep.buf);
 }
 
 /* NaN and Inf in the inputs propagate as IEEE says and never crash. x (NaN
@@ -459,7 +559,7 @@ int main(void) {
     for (int dt = FA_F32; dt <= FA_BF16; ++dt) nslots += (tc_dtypes(&tc_cases[i]) >> dt) & 1;
   slot *slots = (slot *)calloc((size_t)nslots, sizeof *slots);
   case_test *cts = (case_test *)calloc((size_t)(nslots * g_nvar), sizeof *cts);
-  const int ntests = nslots * g_nvar + 5 * g_nvar + 2;
+  const int ntests = nslots * g_nvar + 7 * g_nvar + 2;
   struct CMUnitTest *tests = (struct CMUnitTest *)calloc((size_t)ntests, sizeof *tests);
   int n = 0, s = 0;
   for (int i = 0; i < tc_ncases; ++i)
@@ -477,6 +577,10 @@ int main(void) {
   for (int v = 0; v < g_nvar; ++v) {
     tests[n++] = (struct CMUnitTest){dupf("dropout_mask_matches_rule/%s%s%s", g_var[v].name, "", ""),
                                      test_dropout_mask_exact, NULL, NULL, &g_var[v]};
+    tests[n++] = (struct CMUnitTest){dupf("dropout_mask_matches_rule_offsets/%s%s%s", g_var[v].name, "", ""),
+                                     test_dropout_mask_exact_offsets, NULL, NULL, &g_var[v]};
+    tests[n++] = (struct CMUnitTest){dupf("offsets_equal_hand_bias/%s%s%s", g_var[v].name, "", ""),
+                                     test_offsets_as_bias, NULL, NULL, &g_var[v]};
     tests[n++] = (struct CMUnitTest){dupf("nan_inputs_propagate/%s%s%s", g_var[v].name, "", ""), test_nan_propagates,
                                      NULL, NULL, &g_var[v]};
     tests[n++] = (struct CMUnitTest){dupf("inf_inputs_propagate/%s%s%s", g_var[v].name, "", ""), test_inf_propagates,

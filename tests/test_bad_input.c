@@ -233,6 +233,10 @@ P(scale_inf, c->opt.scale = -INFINITY)
 P(softcap_negative, c->opt.softcap = -1.0)
 P(softcap_nan, c->opt.softcap = NAN)
 P(align_bad, c->opt.align = (fa_align)5)
+P(q_offset_negative, c->opt.q_offset = -1)
+P(k_offset_negative, c->opt.k_offset = INT64_MIN)
+P(q_offset_huge, c->opt.q_offset = ((int64_t)1 << 60) + 1)
+P(k_offset_int64_max, c->opt.k_offset = INT64_MAX)
 P(block_q_negative, c->opt.block_q = -1)
 P(block_k_negative, c->opt.block_k = -16)
 P(memory_bad, c->k.memory = (fa_memory)9)
@@ -378,6 +382,10 @@ static const bad g_bad[] = {
     {"softcap -1", F, softcap_negative, FA_ERR_OPTION, "softcap"},
     {"softcap NaN", F, softcap_nan, FA_ERR_OPTION, "softcap"},
     {"align 5", F, align_bad, FA_ERR_OPTION, "align"},
+    {"q_offset -1", F, q_offset_negative, FA_ERR_OPTION, "q_offset"},
+    {"k_offset INT64_MIN (backward)", BW, k_offset_negative, FA_ERR_OPTION, "k_offset"},
+    {"q_offset 2^60 + 1", F, q_offset_huge, FA_ERR_OPTION, "q_offset"},
+    {"k_offset INT64_MAX", F, k_offset_int64_max, FA_ERR_OPTION, "k_offset"},
     {"block_q -1", F, block_q_negative, FA_ERR_OPTION, "block_q"},
     {"block_k -16", F, block_k_negative, FA_ERR_OPTION, "block_k"},
     {"k->memory 9", F, memory_bad, FA_ERR_OPTION, "k"},

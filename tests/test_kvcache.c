@@ -651,6 +651,9 @@ static void test_bad_input(void **state) {
     opt.dropout_p = 0.1;
     expect_bad(be, &P, &kv, &opt, &to, FA_ERR_OPTION, "opt->dropout_p");
     fa_options_init(&opt);
+    opt.k_offset = 4; /* positions come from cache_seqlens */
+    expect_bad(be, &P, &kv, &opt, &to, FA_ERR_OPTION, "opt->k_offset");
+    fa_options_init(&opt);
     /* k_new without v_new */
     kv.v_new.data = NULL;
     expect_bad(be, &P, &kv, &opt, &to, FA_ERR_NULL_POINTER, "cache->v_new");

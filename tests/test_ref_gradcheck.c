@@ -33,6 +33,8 @@ static const tcase g_cases[] = {
      .mask_dead_rows = 1, .bias = 1, .bias_neginf = 1, .dbias = 1},
     {"key_padding_mask_softcap_window", .B = 2, .Hq = 2, .Hkv = 2, .Lq = 5, .Lk = 7, .D = 2, .Dv = 2, .mask = 1,
      .mask_bcast = BC_H | BC_Q, .softcap = 1.5, .use_window = 1, .wl = 1, .wr = 2},
+    {"offsets_alibi_dropout_causal", .B = 1, .Hq = 2, .Hkv = 1, .Lq = 5, .Lk = 6, .D = 3, .Dv = 3, .causal = 1,
+     .alibi = 1, .dropout_p = 0.3, .seed = 77, .q_offset = 9, .k_offset = 7},
 };
 
 static fa_context *g_ctx;

@@ -49,6 +49,8 @@ class Options(C.Structure):
         ("q_descale", Tensor),  # FP8 forward only (include/flashattn.h)
         ("k_descale", Tensor),
         ("v_descale", Tensor),
+        ("q_offset", C.c_int64),  # positions of row 0 / key 0 (ring attention)
+        ("k_offset", C.c_int64),
     ]
 
 

@@ -81,6 +81,9 @@ class Options(C.Structure):
         ("q_descale", Tensor),
         ("k_descale", Tensor),
         ("v_descale", Tensor),
+        # positions of row 0 and key 0 in the whole sequence (appended last in flashattn.h)
+        ("q_offset", C.c_int64),
+        ("k_offset", C.c_int64),
     ]
 
 
@@ -241,7 +244,8 @@ assert KvCache.num_splits.offset == _KVCACHE.size - 4, "fa_kvcache layout"
 _NO_TENSOR = (0,) * 11  # data NULL = none
 # fa_options: the FP8 descales were appended after block_k; the fields before keep their offsets
 assert Options.q_descale.offset == (Options.block_k.offset + 4 + 7) // 8 * 8, "fa_options layout"
-assert C.sizeof(Options) == Options.v_descale.offset + C.sizeof(Tensor), "fa_options layout"
+assert Options.q_offset.offset == Options.v_descale.offset + C.sizeof(Tensor), "fa_options layout"
+assert C.sizeof(Options) == Options.k_offset.offset + 8, "fa_options layout"
 
 
 # ---- contexts: one per thread (the header's rule), created on first use ----
@@ -394,6 +398,8 @@ def options(
     q_descale=None,
     k_descale=None,
     v_descale=None,
+    q_offset=0,
+    k_offset=0,
 ):
     """fa_options from the C option names. Pointers (seqlens, slopes) are
     ints; mask, bias and the FP8 descales are Tensor structs. Values go to C unchanged (C
@@ -430,6 +436,11 @@ def options(
     for name, t in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
         if t is not None:
             setattr(o, name, t)
+    for name, x in (("q_offset", q_offset), ("k_offset", k_offset)):
+        x = int(x)  # C checks [0, 2^60]; only what int64 cannot hold is refused here
+        if not -(2**63) <= x < 2**63:
+            raise invalid(f"{name} = {x} is outside [0, 2^60]")
+        setattr(o, name, x)
     return o
 
 

@@ -200,7 +200,9 @@ def _out_dtype(q, options):
 
 # options with scalar values only: such a call packs its tensors into the
 # context's buffer and reuses a cached fa_options (_hot_forward)
-_SCALAR_OPTIONS = frozenset(("causal", "align", "window", "scale", "softcap", "deterministic", "block_q", "block_k"))
+_SCALAR_OPTIONS = frozenset(
+    ("causal", "align", "window", "scale", "softcap", "deterministic", "block_q", "block_k", "q_offset", "k_offset")
+)
 _SETTINGS = frozenset(("backend", "threads", "isa"))
 
 
@@ -245,8 +247,10 @@ def attention(q, k, v, *, layout="bhsd", **options):
     1/sqrt(D)), softcap, alibi_slopes [Hq], bias and mask (broadcast to
     [B, Hq, Lq, Lk]; mask True = visible), seqlens_q / seqlens_k [B],
     cu_seqlens_q / cu_seqlens_k [num_seqs + 1] (packed layout: B = 1, L =
-    total tokens), dropout_p, dropout_seed, dropout_offset, block_q,
-    block_k, backend ("auto" | "ref" | "cpu" | "cuda"), threads (cpu; 0 =
+    total tokens), dropout_p, dropout_seed, dropout_offset, q_offset and
+    k_offset (positions of row 0 and key 0 in a longer sequence: causal,
+    window, ALiBi and the dropout bits of that sequence's block; ring
+    attention), block_q, block_k, backend ("auto" | "ref" | "cpu" | "cuda"), threads (cpu; 0 =
     OpenMP's default), isa ("auto" | "generic" | "avx2" | "avx512" |
     "avx512bf16").
 

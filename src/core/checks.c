@@ -276,6 +276,11 @@ fa_status fa__check_options(const fa_options *o, fa__err *err) {
     FAIL(FA_ERR_OPTION, "opt->align = %d is not an fa_align", (int)o->align);
   if (o->block_q < 0) FAIL(FA_ERR_OPTION, "opt->block_q = %d must be >= 0 (0 = default)", o->block_q);
   if (o->block_k < 0) FAIL(FA_ERR_OPTION, "opt->block_k = %d must be >= 0 (0 = default)", o->block_k);
+  /* positions i + offset and diag(i) +- a window edge stay far from int64's end */
+  if (o->q_offset < 0 || o->q_offset > FA__MAX_POSITION_OFFSET)
+    FAIL(FA_ERR_OPTION, "opt->q_offset = %lld is outside [0, 2^60]", (long long)o->q_offset);
+  if (o->k_offset < 0 || o->k_offset > FA__MAX_POSITION_OFFSET)
+    FAIL(FA_ERR_OPTION, "opt->k_offset = %lld is outside [0, 2^60]", (long long)o->k_offset);
   return FA_OK;
 }
 

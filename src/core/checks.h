@@ -42,6 +42,8 @@ fa_status fa__read_ints(const int32_t *src, int64_t n, fa_memory where, int32_t 
 fa_status fa__check_seqlens(const int32_t *s, int64_t B, int64_t max, const char *name, fa_memory where, fa__err *err);
 fa_status fa__check_cu_seqlens(const int32_t *cu, int64_t nseq, int64_t total, const char *name, fa_memory where,
                                int64_t *longest, fa__err *err);
+/* Scalar options; q_offset and k_offset in [0, FA__MAX_POSITION_OFFSET]. */
+#define FA__MAX_POSITION_OFFSET ((int64_t)1 << 60)
 fa_status fa__check_options(const fa_options *o, fa__err *err);
 /* The backends get stride 0 on every size-1 dim (never stepped along, so its
  * stride was not checked and no address may be formed from it). */

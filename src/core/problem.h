@@ -65,6 +65,10 @@ typedef struct fa__problem {
   /* visibility: causal folded in; < 0 = unbounded */
   int64_t window_left, window_right;
   int bottom_right; /* alignment */
+  /* positions of row 0 and key 0 in the whole sequence (opt->q_offset,
+   * k_offset): the band's diag shifts by q_offset - k_offset (fa__seq_band_at)
+   * and dropout indexes (i + q_offset, j + k_offset). 0 for the KV cache. */
+  int64_t q_offset, k_offset;
 
   /* dropout (p = 0: off) */
   double dropout_p;

@@ -281,10 +281,15 @@ fa_status fa__problem_build(fa__problem *p, const fa__call *c, fa__err *err) {
   if (o->causal) p->window_right = 0; /* causal AND window: j <= diag(i) + min(right, 0) */
   /* A window edge farther than any row-to-key distance bounds nothing, and
    * diag(i) - left, diag(i) + right would overflow int64 near INT64_MAX: cut
-   * both to Lq + Lk, which every |diag(i) - j| stays below (same result). */
-  if (p->window_left > maxq + maxk) p->window_left = maxq + maxk;
-  if (p->window_right > maxq + maxk) p->window_right = maxq + maxk;
+   * both to Lq + Lk + |q_offset - k_offset|, which every |diag(i) - j| stays
+   * below (same result; the offsets are at most 2^60, fa__check_options). */
+  const int64_t pos_shift = o->q_offset - o->k_offset;
+  const int64_t far = maxq + maxk + (pos_shift < 0 ? -pos_shift : pos_shift);
+  if (p->window_left > far) p->window_left = far;
+  if (p->window_right > far) p->window_right = far;
   p->bottom_right = o->align == FA_ALIGN_BOTTOM_RIGHT;
+  p->q_offset = o->q_offset;
+  p->k_offset = o->k_offset;
   p->dropout_p = o->dropout_p;
   if (o->dropout_p > 0) {
     p->dropout_threshold = fa__dropout_threshold(o->dropout_p);

@@ -15,6 +15,9 @@ static fa_status kv_options(const fa_options *o, fa__err *err) {
   if (o->mask.data) FAIL(FA_ERR_OPTION, "opt->mask: fa_forward_kvcache takes no boolean mask");
   if (o->bias.data) FAIL(FA_ERR_OPTION, "opt->bias: fa_forward_kvcache takes no additive bias");
   if (o->dropout_p != 0) FAIL(FA_ERR_OPTION, "opt->dropout_p = %g: fa_forward_kvcache has no dropout", o->dropout_p);
+  if (o->q_offset != 0 || o->k_offset != 0)
+    FAIL(FA_ERR_OPTION, "opt->%s = %lld: fa_forward_kvcache takes positions from cache->cache_seqlens, not offsets",
+         o->q_offset != 0 ? "q_offset" : "k_offset", (long long)(o->q_offset != 0 ? o->q_offset : o->k_offset));
   if (o->seqlens_q || o->seqlens_k || o->cu_seqlens_q || o->cu_seqlens_k)
     FAIL(FA_ERR_OPTION, "opt->%s: fa_forward_kvcache takes the lengths from cache->cache_seqlens",
          o->seqlens_q      ? "seqlens_q"

@@ -166,7 +166,7 @@ static void bwd_tile(const bwd_ctx *c, bwd_scratch *s, int64_t b, int64_t hk, in
   const fa__cpu_kernels *kt = c->kt;
   const int D = c->D, Dv = c->Dv, Dp = c->Dp;
   const fa__seq sq = fa__seq_get(b, p->Lq, p->Lk, p->seqlens_q, p->seqlens_k, p->cu_seqlens_q, p->cu_seqlens_k);
-  const fa__band bd = fa__seq_band(&sq, p->window_left, p->window_right, p->bottom_right);
+  const fa__band bd = fa__seq_band_at(&sq, p->window_left, p->window_right, p->bottom_right, p->q_offset - p->k_offset);
   const int64_t j0 = t * c->bk;
   const int bc = (int)(sq.lk - j0 < c->bk ? sq.lk - j0 : c->bk);
   const int bcp = fa__cpu_pad(bc);
@@ -352,7 +352,8 @@ fa_status fa__cpu_backward(const fa__problem *p, const fa__cpu_kernels *kt, fa__
   if (!tickets) goto oom;
   for (int64_t b = 0; b < B; ++b) {
     const fa__seq sq = fa__seq_get(b, p->Lq, p->Lk, p->seqlens_q, p->seqlens_k, p->cu_seqlens_q, p->cu_seqlens_k);
-    const fa__band bd = fa__seq_band(&sq, p->window_left, p->window_right, p->bottom_right);
+    const fa__band bd =
+        fa__seq_band_at(&sq, p->window_left, p->window_right, p->bottom_right, p->q_offset - p->k_offset);
     for (int64_t r = 0; r < nq[b]; ++r) {
       int64_t t0, t1;
       ktiles_of(&bd, r, c.bq, c.bk, &t0, &t1);

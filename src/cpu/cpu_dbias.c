@@ -57,7 +57,7 @@ static void db_tile(const db_ctx *c, db_scratch *s, int64_t b, int64_t h, int64_
   const fa__seq sq = fa__seq_get(b, p->Lq, p->Lk, p->seqlens_q, p->seqlens_k, p->cu_seqlens_q, p->cu_seqlens_k);
   const int64_t i0 = r * c->bq, j0 = t * c->bk;
   if (i0 >= sq.lq || j0 >= sq.lk) return;
-  const fa__band bd = fa__seq_band(&sq, p->window_left, p->window_right, p->bottom_right);
+  const fa__band bd = fa__seq_band_at(&sq, p->window_left, p->window_right, p->bottom_right, p->q_offset - p->k_offset);
   const int br = (int)(sq.lq - i0 < c->bq ? sq.lq - i0 : c->bq);
   const int bc = (int)(sq.lk - j0 < c->bk ? sq.lk - j0 : c->bk);
   int64_t jlo, jhi;

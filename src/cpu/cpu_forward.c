@@ -251,7 +251,7 @@ static void fwd_item(const void *ctx, void *scratch, int64_t it) {
   const int64_t b = fa__cpu_seq_of(c->prefix, p->B, it), local = it - c->prefix[b];
   const int64_t h = local / c->ng[b], gg = local % c->ng[b], nq = c->nq[b];
   s->sq = fa__seq_get(b, p->Lq, p->Lk, p->seqlens_q, p->seqlens_k, p->cu_seqlens_q, p->cu_seqlens_k);
-  s->bd = fa__seq_band(&s->sq, p->window_left, p->window_right, p->bottom_right);
+  s->bd = fa__seq_band_at(&s->sq, p->window_left, p->window_right, p->bottom_right, p->q_offset - p->k_offset);
   int n = 0;
   for (int64_t rr = gg * c->group; rr < nq && n < c->group; ++rr, ++n)
     fwd_tile_begin(c, s, &s->q[n], b, h, c->heavy_last ? nq - 1 - rr : rr);
@@ -345,7 +345,9 @@ fa_status fa__cpu_forward(const fa__problem *p, const fa__cpu_kernels *kt, fa__e
 
   fwd_padding(p, zeros);
   free(zeros);
-  if (fa__cpu_decode_fits(p)) { /* few rows, long keys: the memory-bound decode pass */
+  /* few rows, long keys: the memory-bound decode pass (which measures from
+   * positions 0: a call with position offsets stays on the tiled pass) */
+  if (p->q_offset == 0 && p->k_offset == 0 && fa__cpu_decode_fits(p)) {
     free(prefix);
     return fa__cpu_decode(p, kt, err);
   }

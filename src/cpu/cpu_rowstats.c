@@ -163,7 +163,7 @@ static void rs_sums(const rs_ctx *c, rs_scratch *s, const fa__seq *sq, const fa_
 static void rs_tile(const rs_ctx *c, rs_scratch *s, int64_t b, int64_t h, int64_t r) {
   const fa__problem *p = c->p;
   const fa__seq sq = fa__seq_get(b, p->Lq, p->Lk, p->seqlens_q, p->seqlens_k, p->cu_seqlens_q, p->cu_seqlens_k);
-  const fa__band bd = fa__seq_band(&sq, p->window_left, p->window_right, p->bottom_right);
+  const fa__band bd = fa__seq_band_at(&sq, p->window_left, p->window_right, p->bottom_right, p->q_offset - p->k_offset);
   const int64_t i0 = r * c->bq, rows = (b * p->Hq + h) * p->Lq;
   const int br = (int)(sq.lq - i0 < c->bq ? sq.lq - i0 : c->bq);
   if (c->bf16)

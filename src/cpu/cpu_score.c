@@ -83,5 +83,5 @@ void fa__cpu_score_tile(const fa__cpu_kernels *kt, const fa__cpu_tile *t, float 
 void fa__cpu_dropout_mask(const fa__cpu_kernels *kt, const fa__cpu_tile *t, uint8_t *keep, ptrdiff_t ki, ptrdiff_t kj) {
   const fa__problem *p = t->p;
   kt->dropout(keep, ki, kj, t->br, t->bc, p->dropout_seed, p->dropout_offset, p->dropout_threshold, t->b * p->Hq + t->h,
-              t->i0, t->j0);
+              t->i0 + p->q_offset, t->j0 + p->k_offset);
 }

@@ -234,6 +234,8 @@ void params_init(fa__cuda_params *pp, const fa__problem *p) {
   pp->wl = p->window_left;
   pp->wr = p->window_right;
   pp->bottom_right = p->bottom_right;
+  pp->q_off = p->q_offset;
+  pp->k_off = p->k_offset;
   pp->has_dropout = p->dropout_p > 0;
   pp->seed = p->dropout_seed;
   pp->offset = p->dropout_offset;

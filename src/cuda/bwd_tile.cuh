@@ -218,7 +218,7 @@ __device__ __forceinline__ bool bwd_block_init(const fa__cuda_params &p, bwd_blo
   k->b = bkv / p.Hkv;
   k->kvh = bkv % p.Hkv;
   k->seq = fa__seq_get(k->b, p.Lq, p.Lk, p.seqlens_q, p.seqlens_k, p.cu_q, p.cu_k);
-  k->bd = fa__seq_band(&k->seq, p.wl, p.wr, p.bottom_right);
+  k->bd = fa__seq_band_at(&k->seq, p.wl, p.wr, p.bottom_right, p.q_off - p.k_off);
   k->rows_k = p.varlen ? k->seq.lk : p.Lk;
   k->n0 = static_cast<int64_t>(blockIdx.y) * kBN;
   if (k->n0 >= k->rows_k) return false;

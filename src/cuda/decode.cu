@@ -454,6 +454,7 @@ static fa_status run_decode(const fa__problem *p, const fa__kv *kv, const fa__de
 
 int fa__cuda_decode_fits(const fa__problem *p) {
   if (p->kvcache || p->mask.data || p->bias.data || p->dropout_p > 0 || p->varlen) return 0;
+  if (p->q_offset != 0 || p->k_offset != 0) return 0;  // the decode kernels' band starts at positions 0
   if (p->seqlens_q || p->seqlens_k) return 0;
   if (!(p->Lq <= 16 && p->Lq * p->group <= 64 && p->Lk >= 256 && p->Lk >= 8 * p->Lq)) return 0;
   return rows_aligned16(p->k) && rows_aligned16(p->v);

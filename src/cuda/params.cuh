@@ -52,6 +52,7 @@ struct fa__cuda_params {
   float scale, scale_log2, softcap;
   int64_t wl, wr;
   int bottom_right;
+  int64_t q_off, k_off;  // positions of row 0 and key 0 (fa_options.q_offset, k_offset)
 
   int has_dropout;
   uint64_t seed;

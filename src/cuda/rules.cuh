@@ -65,7 +65,7 @@ struct seq_ctx {
 __device__ __forceinline__ seq_ctx make_seq_ctx(const fa__cuda_params &p, int64_t b, int64_t h) {
   seq_ctx c;
   c.seq = fa__seq_get(b, p.Lq, p.Lk, p.seqlens_q, p.seqlens_k, p.cu_q, p.cu_k);
-  c.bd = fa__seq_band(&c.seq, p.wl, p.wr, p.bottom_right);
+  c.bd = fa__seq_band_at(&c.seq, p.wl, p.wr, p.bottom_right, p.q_off - p.k_off);
   c.b = b;
   c.h = h;
   c.bh = b * p.Hq + h;
@@ -89,21 +89,31 @@ __device__ __forceinline__ float score_full(const fa__cuda_params &p, const seq_
   return s * kLog2e;
 }
 
-// Keep bits of columns j and j + 1 (j even) of row i: one Philox call
-// serves four columns, and j, j + 1 always share it.
-__device__ __forceinline__ void keep_pair(const fa__cuda_params &p, const seq_ctx &c, int64_t i, int64_t j, bool *k0,
-                                          bool *k1) {
-  const fa__u32x4 r = fa__dropout_words(p.seed, p.offset, c.bh, i, j);
-  const bool hi = (j & 2) != 0;
-  *k0 = (hi ? r.v[2] : r.v[0]) < p.threshold;
-  *k1 = (hi ? r.v[3] : r.v[1]) < p.threshold;
-}
-
+// Keep bit of element (i, j) of the call: the rule's element at positions
+// (i + q_off, j + k_off) of the whole sequence.
 __device__ __forceinline__ bool keep_one(const fa__cuda_params &p, const seq_ctx &c, int64_t i, int64_t j) {
-  const fa__u32x4 r = fa__dropout_words(p.seed, p.offset, c.bh, i, j);
-  const int w = static_cast<int>(j & 3);
+  const int64_t jg = j + p.k_off;
+  const fa__u32x4 r = fa__dropout_words(p.seed, p.offset, c.bh, i + p.q_off, jg);
+  const int w = static_cast<int>(jg & 3);
   const uint32_t x = w == 0 ? r.v[0] : w == 1 ? r.v[1] : w == 2 ? r.v[2] : r.v[3];
   return x < p.threshold;
+}
+
+// Keep bits of columns j and j + 1 (j even) of row i: one Philox call
+// serves four columns, and j, j + 1 share it when their positions do (an
+// even k_off; the same for every thread of the launch).
+__device__ __forceinline__ void keep_pair(const fa__cuda_params &p, const seq_ctx &c, int64_t i, int64_t j, bool *k0,
+                                          bool *k1) {
+  if (p.k_off & 1) {
+    *k0 = keep_one(p, c, i, j);
+    *k1 = keep_one(p, c, i, j + 1);
+    return;
+  }
+  const int64_t jg = j + p.k_off;
+  const fa__u32x4 r = fa__dropout_words(p.seed, p.offset, c.bh, i + p.q_off, jg);
+  const bool hi = (jg & 2) != 0;
+  *k0 = (hi ? r.v[2] : r.v[0]) < p.threshold;
+  *k1 = (hi ? r.v[3] : r.v[1]) < p.threshold;
 }
 
 }  // namespace fa_cuda

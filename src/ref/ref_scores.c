@@ -33,7 +33,7 @@ void fa__ref_head_compute(const fa__problem *p, int64_t b, int64_t h, fa__ref_he
   hd->h = h;
   hd->kvh = h / p->group;
   hd->seq = fa__seq_get(b, p->Lq, p->Lk, p->seqlens_q, p->seqlens_k, p->cu_seqlens_q, p->cu_seqlens_k);
-  hd->band = fa__seq_band(&hd->seq, p->window_left, p->window_right, p->bottom_right);
+  hd->band = fa__seq_band_at(&hd->seq, p->window_left, p->window_right, p->bottom_right, p->q_offset - p->k_offset);
   const fa__seq *sq = &hd->seq;
   const int64_t lq = sq->lq, lk = sq->lk;
   const double slope = p->alibi_slopes ? (double)p->alibi_slopes[h] : 0.0;
@@ -81,5 +81,8 @@ void fa__ref_head_compute(const fa__problem *p, int64_t b, int64_t h, fa__ref_he
 double fa__ref_dropout(const fa__problem *p, const fa__ref_head *hd, int64_t i, int64_t j) {
   if (!(p->dropout_p > 0)) return 1.0;
   const int64_t bh = hd->b * p->Hq + hd->h;
-  return fa__dropout_keep(p->dropout_seed, p->dropout_offset, p->dropout_threshold, bh, i, j) ? p->dropout_scale : 0.0;
+  return fa__dropout_keep(p->dropout_seed, p->dropout_offset, p->dropout_threshold, bh, i + p->q_offset,
+                          j + p->k_offset)
+             ? p->dropout_scale
+             : 0.0;
 }

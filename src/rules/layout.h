@@ -45,15 +45,23 @@ FA_HD fa__seq fa__seq_get(int64_t b, int64_t max_lq, int64_t max_lk, const int32
   return s;
 }
 
-/* The band of a sequence, given the effective window (causal folded in). */
-FA_HD fa__band fa__seq_band(const fa__seq *s, int64_t left, int64_t right, int bottom_right) {
+/* The band of a sequence, given the effective window (causal folded in),
+ * for a call whose row 0 and key 0 sit at positions q_offset and k_offset of
+ * the whole sequence: pos_shift = q_offset - k_offset moves the diagonal, so
+ * that causal, window and ALiBi measure positions (fa_options.q_offset). */
+FA_HD fa__band fa__seq_band_at(const fa__seq *s, int64_t left, int64_t right, int bottom_right, int64_t pos_shift) {
   fa__band bd;
   bd.lq = s->lq;
   bd.lk = s->lk;
   bd.left = left;
   bd.right = right;
-  bd.diag_shift = bottom_right ? s->lk - s->lq : 0;
+  bd.diag_shift = (bottom_right ? s->lk - s->lq : 0) + pos_shift;
   return bd;
+}
+
+/* The band of a call at positions 0 (no offsets). */
+FA_HD fa__band fa__seq_band(const fa__seq *s, int64_t left, int64_t right, int bottom_right) {
+  return fa__seq_band_at(s, left, right, bottom_right, 0);
 }
 
 #endif

@@ -636,6 +636,39 @@ def test_dropout_keep_is_the_mask_attention_uses(backend, dtype, rng):
     np.testing.assert_allclose(o, np.where(keep, P / (1 - p), 0), rtol=10 * TOL[np.dtype(dtype).name], atol=0)
 
 
+@pytest.mark.parametrize("backend,dtype", [("ref", np.float64), ("cpu", np.float32)])
+def test_positions_are_a_block_of_the_whole_sequence(backend, dtype, rng):
+    """q_offset / k_offset (fa_options'): a call over rows [qo, qo + Lq) and keys
+    [ko, ko + Lk) of a longer sequence. Its dropout keep bits are the block
+    [qo:, ko:] of the whole sequence's mask (dropout_keep), and causal + ALiBi
+    act on positions: the same as offsets 0 with that block's ALiBi and causal
+    mask given as a bias. Forward and backward (options pass through both)."""
+    B, H, Lq, Lk, D, qo, ko = 1, 2, 7, 13, 8, 21, 10
+    q, k, v, do = (rng.standard_normal((B, H, n, D)).astype(dtype) for n in (Lq, Lk, Lk, Lq))
+    p, seed = 0.3, 99
+    V = np.broadcast_to(np.eye(Lk, dtype=dtype), (B, H, Lk, Lk))
+    o, _ = fa.attention(q, k, V, backend=backend, dropout_p=p, dropout_seed=seed, q_offset=qo, k_offset=ko)
+    whole = fa.dropout_keep((B, H, qo + Lq, ko + Lk), p, seed)
+    np.testing.assert_array_equal(o != 0, whole[:, :, qo:, ko:])
+    slopes = np.array([0.25, 0.5], np.float32)
+    pi, pj = np.arange(Lq)[:, None] + qo, np.arange(Lk)[None, :] + ko
+    bias = np.where(pj <= pi, -slopes[:, None, None] * np.abs(pi - pj), -np.inf)[None].astype(dtype)
+    kw = dict(backend=backend, causal=True, alibi_slopes=slopes, q_offset=qo, k_offset=ko)
+    got = fa.attention(q, k, v, **kw)
+    want = fa.attention(q, k, v, backend=backend, bias=bias)
+    assert np.isinf(bias).any() and np.isfinite(bias).any()
+    for x, y in zip(got, want):
+        np.testing.assert_allclose(x, y, rtol=10 * TOL[np.dtype(dtype).name], atol=10 * TOL[np.dtype(dtype).name])
+    dgot = fa.attention_backward(q, k, v, got[0], got[1], do, **kw)
+    dwant = fa.attention_backward(q, k, v, want[0], want[1], do, backend=backend, bias=bias)
+    for x, y in zip(dgot[:3], dwant[:3]):
+        np.testing.assert_allclose(x, y, rtol=10 * TOL[np.dtype(dtype).name], atol=10 * TOL[np.dtype(dtype).name])
+    with pytest.raises(fa.FlashAttnValueError, match="q_offset"):
+        fa.attention(q, k, v, backend=backend, q_offset=-1)
+    with pytest.raises(fa.FlashAttnValueError, match="k_offset"):
+        fa.attention(q, k, v, backend=backend, k_offset=2**61)
+
+
 def test_dropout_keep_bad_arguments():
     for call, word in (
         (lambda: fa.dropout_keep((1, 1, 2, 2), 1.0), "p"),

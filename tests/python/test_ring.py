@@ -2,7 +2,8 @@
 against single-process flashattn attention on the same global data: 2 and 4
 processes on this machine, gloo, CPU tensors (float64 on ref, float32 on cpu);
 outputs, lse and gradients dq, dk, dv; causal (zig-zag and contiguous) and not, GQA,
-window, softcap. The same for ring_flash_attn_varlen_func (packed sequences of
+window, softcap, ALiBi and dropout (fixed seed: the ring's calls pass their global
+positions, so the keep bits and ALiBi distances are the single process's). The same for ring_flash_attn_varlen_func (packed sequences of
 different lengths, one of them empty) against one flash_attn_varlen_func call on
 the global packed data. A one-rank ring is bit-identical to attention() (and to
 flash_attn_varlen_func). Bad input names the argument. Skipped when
@@ -33,7 +34,19 @@ CASES = [
     ("window zigzag f64", torch.float64, 2, 2, {"causal": True, "window_size": (5, 0)}, True),
     ("window both f64", torch.float64, 2, 1, {"window_size": (3, 7)}, True),
     ("window contiguous f32", torch.float32, 2, 2, {"window_size": (9, 2)}, False),
-]
+    # global positions (fa_options' q_offset / k_offset)
+    ("alibi causal zigzag f64 gqa", torch.float64, 4, 2, {"causal": True, "alibi_slopes": [0.5, 0.25, 0.125, 1.0]},
+     True),
+    ("alibi full contiguous f32", torch.float32, 2, 1, {"alibi_slopes": [0.3, 0.7]}, False),
+    ("dropout causal zigzag f64", torch.float64, 2, 2, {"causal": True, "dropout_p": 0.3, "dropout_seed": 1234}, True),
+    ("dropout full f32 gqa", torch.float32, 4, 2, {"dropout_p": 0.2, "dropout_seed": 77, "dropout_offset": 3}, True),
+    ("alibi dropout window contiguous f32", torch.float32, 2, 2,
+     {"causal": True, "window_size": (11, 0), "alibi_slopes": [0.2, 0.4], "dropout_p": 0.25, "dropout_seed": 5},
+     False),
+    ("alibi dropout softcap window f32", torch.float32, 2, 1,
+     {"window_size": (6, 9), "alibi_slopes": [0.1, 0.3], "dropout_p": 0.1, "dropout_seed": 9, "softcap": 4.0},
+     True),
+]  # fmt: skip
 
 
 # varlen: (name, dtype, Hq, Hkv, options, zigzag); sequence lengths VARLEN_UNITS x (2W zigzag, else W)
@@ -80,8 +93,11 @@ def _dense(case, L, rank, world, seed, group=None):
     shard = lambda t: ft.shard_sequence(t, rank, world, zigzag=zigzag)  # noqa: E731
     ref = _run(lambda a, b, c: ft.attention(a, b, c, layout="bshd", causal=opts.get("causal", False),
                                             scale=opts.get("softmax_scale"), window=opts.get("window_size"),
-                                            softcap=opts.get("softcap", 0.0), return_lse=True), (q, k, v),
-               dout)  # fmt: skip
+                                            softcap=opts.get("softcap", 0.0), alibi_slopes=opts.get("alibi_slopes"),
+                                            dropout_p=opts.get("dropout_p", 0.0),
+                                            dropout_seed=opts.get("dropout_seed"),
+                                            dropout_offset=opts.get("dropout_offset", 0), return_lse=True),
+               (q, k, v), dout)  # fmt: skip
     got = _run(lambda a, b, c: ft.ring_attention(a, b, c, group, zigzag=zigzag, return_lse=True, **opts),
                map(shard, (q, k, v)), shard(dout))  # fmt: skip
     return got, [ft.shard_sequence(r, rank, world, zigzag=zigzag, dim=2 if i == 1 else 1) for i, r in enumerate(ref)]
@@ -129,6 +145,8 @@ def _check_refusals(rank, world, L, errors):
     for fn_name, fn in fns.items():
         x = q if fn_name == "ring_attention" else q3
         for kw, word in refused:
+            if fn_name == "ring_attention" and word != "softcap":
+                continue  # ring_attention takes ALiBi and dropout (global positions)
             try:
                 fn(x.double() if "backend" in kw else x, **kw)
                 errors.append(f"{fn_name} {word}: not refused")
@@ -146,6 +164,21 @@ def _check_refusals(rank, world, L, errors):
                 errors.append(f"varlen cu_seqlens {why}: refused without naming cu_seqlens: {e}")
 
 
+def _check_shared_seed(rank, world, L, errors):
+    """dropout_seed=None: the group's rank 0 draws the seed from its generator and
+    broadcasts it; the ranks' generators differ here, so only the broadcast makes
+    the ring equal single-process attention with rank 0's seed (outputs, f32)."""
+    q, k, v, _ = _data(torch.float32, 2, 2, L, seed=3)
+    torch.manual_seed(1000)
+    seed = int(torch.randint(0, 2**62, (1,), dtype=torch.int64))  # what rank 0 draws
+    torch.manual_seed(1000 + rank)
+    shard = lambda t: ft.shard_sequence(t, rank, world)  # noqa: E731
+    o = ft.ring_attention(shard(q), shard(k), shard(v), causal=True, dropout_p=0.5)
+    ref = shard(ft.attention(q, k, v, layout="bshd", causal=True, dropout_p=0.5, dropout_seed=seed))
+    if not _err(o, ref) <= TOL[torch.float32]:
+        errors.append(f"dropout_seed=None (rank {rank}): error {_err(o, ref):.3g} against rank 0's seed")
+
+
 def _worker(rank, world, store, L, failures):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
@@ -157,6 +190,7 @@ def _worker(rank, world, store, L, failures):
                      TOL[case[1]])  # fmt: skip
         for i, case in enumerate(CASES[:4]):
             _compare(errors, f"{case[0]} (one rank)", *_dense(case, L, 0, 1, 200 + i, singles[rank]), None)
+        _check_shared_seed(rank, world, L, errors)
         for i, case in enumerate(VARLEN_CASES):
             _compare(errors, f"{case[0]} (world {world}, rank {rank})", *_varlen(case, rank, world, 300 + i),
                      TOL[case[1]])  # fmt: skip

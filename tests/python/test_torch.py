@@ -384,6 +384,38 @@ def test_dropout_repeatable(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op", [False, True])
+def test_positions_pass_through(device, op):
+    """attention(q_offset=, k_offset=) through the eager path and the op
+    flashattn::fwd / bwd (op=True: torch.ops directly): causal + ALiBi + dropout
+    at positions equal the block [qo:, ko:] of one call over the whole sequence
+    in o's dropped elements and the ALiBi/causal bias, forward and backward."""
+    B, H, Lq, Lk, D, qo, ko = 1, 2, 9, 12, 16, 20, 11
+    dt = torch.float64 if device == "cpu" else torch.float32
+    q, k, v = (rand((B, H, n, D), dt, device).requires_grad_() for n in (Lq, Lk, Lk))
+    slopes = torch.tensor([0.25, 0.5], device=device)  # exact in f32 and f64
+    pi, pj = torch.arange(Lq, device=device)[:, None] + qo, torch.arange(Lk, device=device)[None, :] + ko
+    bias = torch.where(pj <= pi, -slopes[:, None, None] * (pi - pj).abs(), -math.inf)[None].to(dt)
+    p, seed = 0.2, 31
+    if op:
+        rng = torch.tensor([seed, 0], dtype=torch.int64)
+        args = (q, k, v, None, None, slopes.float().contiguous(), None, None, None, None, rng, 0.0, 0.0, True, False,
+                -1, -1, p, False, "auto", qo, ko)  # fmt: skip
+        o = torch.ops.flashattn.fwd(*args)[0]
+    else:
+        o = ft.attention(q, k, v, causal=True, alibi_slopes=slopes, dropout_p=p, dropout_seed=seed, q_offset=qo,
+                         k_offset=ko)  # fmt: skip
+    keep = torch.from_numpy(flashattn.dropout_keep((B, H, qo + Lq, ko + Lk), p, seed)[:, :, qo:, ko:]).to(device)
+    P = ft.attention(q, k, torch.eye(Lk, dtype=dt, device=device).expand(B, H, Lk, Lk), bias=bias)
+    close(o, (P * keep / (1 - p)) @ v, 1e-10 if dt == torch.float64 else 2e-4, "o at positions")
+    g = torch.randn_like(o)
+    got = torch.autograd.grad(o, (q, k, v), g)
+    ref = torch.autograd.grad((P * keep / (1 - p)) @ v, (q, k, v), g)
+    for a, b, n in zip(got, ref, "qkv"):
+        close(a, b, 1e-9 if dt == torch.float64 else 2e-4, f"d{n} at positions")
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_deterministic_backward_same_bits(device):
     q, k, v = (rand((2, 33, 4, 16), torch.float32, device) for _ in range(3))
     g = torch.randn(2, 33, 4, 16, device=device)
@@ -436,6 +468,7 @@ def test_opcheck():
     )
     bias = rand((1, 2, 5, 7), torch.float32, "cpu")
     args = (q, k, v, None, bias, None, None, None, None, None, None, 0.0, 0.0, True, False, -1, -1, 0.0, False, "auto")
+    args += (0, 0)  # q_offset, k_offset
     torch.library.opcheck(torch.ops.flashattn.fwd.default, args)
     o, lse = torch.ops.flashattn.fwd(*args)
     bargs = (torch.randn_like(o), q, k, v, o, lse) + args[3:] + (True,)
@@ -521,7 +554,7 @@ def test_op_path_equals_eager_path():
     g = torch.randn(1, 3, 6, 8)
     eager = ft.attention(q, k, v, bias=bias, causal=True)
     want = torch.autograd.grad(eager, (q, k, v, bias), g)
-    args = (q, k, v, None, bias) + (None,) * 6 + (0.0, 0.0, True, False, -1, -1, 0.0, False, "auto")
+    args = (q, k, v, None, bias) + (None,) * 6 + (0.0, 0.0, True, False, -1, -1, 0.0, False, "auto", 0, 0)
     o, _ = torch.ops.flashattn.fwd(*args)
     got = torch.autograd.grad(o, (q, k, v, bias), g)
     assert torch.equal(o, eager)
@@ -560,7 +593,7 @@ def _op_call(api, q, k, v, kw):
     causal = kw.get("causal", kw.get("is_causal", False))
     wl, wr = kw.get("window_size", (-1, -1))
     args = (q, k, v) + (None,) * 8 + (kw.get("scale", 0.0), kw.get("softcap", 0.0), causal, api == "fa", wl, wr)
-    o, _ = torch.ops.flashattn.fwd(*args, 0.0, False, "auto")
+    o, _ = torch.ops.flashattn.fwd(*args, 0.0, False, "auto", 0, 0)
     return o.transpose(1, 2) if api == "fa" else o
 
 

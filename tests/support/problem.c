@@ -137,8 +137,11 @@ double tc_bias_at(const tc_inputs *in, int64_t b, int64_t h, int64_t i, int64_t 
 
 /* ---- visibility, from DESIGN.md ------------------------------------- */
 
+/* positions: row i is i + q_offset, key j is j + k_offset; distances are
+ * measured between positions, so diag(i) - j gains q_offset - k_offset */
 static int64_t diag_of(const tcase *c, int64_t b, int64_t i) {
-  return c->align == FA_ALIGN_BOTTOM_RIGHT ? i + tc_lk(c, b) - tc_lq(c, b) : i;
+  const int64_t shift = c->q_offset - c->k_offset;
+  return (c->align == FA_ALIGN_BOTTOM_RIGHT ? i + tc_lk(c, b) - tc_lq(c, b) : i) + shift;
 }
 
 int tc_visible(const tc_inputs *in, int64_t b, int64_t h, int64_t i, int64_t j) {
@@ -229,6 +232,8 @@ int tc_tensors_make(tc_tensors *T, const tc_inputs *in, fa_dtype dt, tb_layout l
   o->dropout_offset = c->offset;
   o->block_q = c->block_q;
   o->block_k = c->block_k;
+  o->q_offset = c->q_offset;
+  o->k_offset = c->k_offset;
   if (tb_present(&T->mask)) o->mask = T->mask.t;
   if (tb_present(&T->bias)) o->bias = T->bias.t;
   int fail = 0;
@@ -299,7 +304,9 @@ void tc_naive_forward(const tc_inputs *in, double *o, double *lse) {
           if (s[j] == -INFINITY) continue;
           double p = exp(s[j] - mx) / sum;
           if (c->dropout_p > 0)
-            p = fa_dropout_keep(c->dropout_p, c->seed, c->offset, b, h, g->Hq, i, j) ? p / (1.0 - c->dropout_p) : 0.0;
+            p = fa_dropout_keep(c->dropout_p, c->seed, c->offset, b, h, g->Hq, i + c->q_offset, j + c->k_offset)
+                    ? p / (1.0 - c->dropout_p)
+                    : 0.0;
           int64_t kb, kr;
           tc_kpos(c, b, j, &kb, &kr);
           for (int64_t d = 0; d < g->Dv; ++d) o[idx4(so, qb, h, qr, d)] += p * in->v[idx4(sv, kb, kvh, kr, d)];

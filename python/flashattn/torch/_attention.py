@@ -134,6 +134,8 @@ def attention(
     k_descale=None,
     v_descale=None,
     out_dtype=None,
+    q_offset=0,
+    k_offset=0,
 ):
     """flashattn's attention on torch tensors, every option of the C library.
 
@@ -141,7 +143,9 @@ def attention(
     [B, L, H, D]); returns o (same layout), and lse [B, Hq, Lq] float32 if
     return_lse. Differentiable in q, k, v and bias. Options as in
     flashattn.attention (numpy); dropout_seed=None draws the seed from
-    torch's generator.
+    torch's generator. q_offset, k_offset: positions of row 0 and key 0 in
+    a longer sequence (causal, window, ALiBi and dropout act on positions:
+    the block of the whole attention that ring_attention computes).
 
     FP8: torch.float8_e4m3fn q, k, v take q_descale, k_descale, v_descale
     (numbers or float32 [B, Hkv]) and out_dtype (torch.bfloat16, the
@@ -151,6 +155,7 @@ def attention(
     if not fp8 and (q_descale is not None or k_descale is not None or v_descale is not None or out_dtype is not None):
         raise _capi.invalid("q_descale, k_descale, v_descale and out_dtype are for float8_e4m3fn q, k, v only")
     plain = mask is None and bias is None and alibi_slopes is None and not dropout_p and not fp8
+    plain = plain and not q_offset and not k_offset
     if plain and seqlens_q is None and seqlens_k is None and cu_seqlens_q is None and cu_seqlens_k is None:
         if layout in ("bhsd", "bshd") and align in ("top_left", "bottom_right"):
             r = _fast.attention(q, k, v, layout == "bshd", scale, softcap, causal, align == "bottom_right", window,
@@ -187,7 +192,7 @@ def attention(
             window=(wl, wr) if (wl >= 0 or wr >= 0) else None, alibi_slopes=alibi_slopes,
             seqlens_q=_int32(seqlens_q, "seqlens_q", dev, B), seqlens_k=_int32(seqlens_k, "seqlens_k", dev, B),
             cu_seqlens_q=_int32(cu_seqlens_q, "cu_seqlens_q", dev),
-            cu_seqlens_k=_int32(cu_seqlens_k, "cu_seqlens_k", dev),
+            cu_seqlens_k=_int32(cu_seqlens_k, "cu_seqlens_k", dev), q_offset=int(q_offset), k_offset=int(k_offset),
         )  # fmt: skip
         if layout == "bshd":
             o = o.transpose(1, 2)
@@ -196,7 +201,8 @@ def attention(
             _int32(seqlens_q, "seqlens_q", dev, B), _int32(seqlens_k, "seqlens_k", dev, B),
             _int32(cu_seqlens_q, "cu_seqlens_q", dev), _int32(cu_seqlens_k, "cu_seqlens_k", dev),
             _rng(dropout_p, dropout_seed, dropout_offset), float(scale or 0.0), float(softcap or 0.0), bool(causal),
-            align == "bottom_right", wl, wr, float(dropout_p), bool(deterministic), backend)  # fmt: skip
+            align == "bottom_right", wl, wr, float(dropout_p), bool(deterministic), backend, int(q_offset),
+            int(k_offset))  # fmt: skip
     o, lse = _call_fwd(args)
     if layout == "bshd":
         o = o.transpose(1, 2)

@@ -254,7 +254,7 @@ def _backward_general(ctx, grad_o):
         q, k, v, o, grad_o = (t.transpose(1, 2) for t in (q, k, v, o, grad_o))
     scalars = (float(scale or 0.0), float(softcap or 0.0), bool(causal), bottom_right, wl, wr, 0.0, bool(det))
     saved = (q, k, v) + (None,) * 8 + (o, lse)
-    dq, dk, dv, _ = _ops.backward_formula(_ops.bwd_impl, saved, scalars + (backend,), grad_o, False)
+    dq, dk, dv, _ = _ops.backward_formula(_ops.bwd_impl, saved, scalars + (backend, 0, 0), grad_o, False)
     if bshd:
         dq, dk, dv = dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)
     return dq, dk, dv, None, None, None

@@ -99,14 +99,17 @@ def _context(q):
     return ctx
 
 
-def _options(ctx, mask, bias, alibi, sq, sk, cuq, cuk, rng, scale, softcap, causal, bottom_right, wl, wr, p, det):
+def _options(
+    ctx, mask, bias, alibi, sq, sk, cuq, cuk, rng, scale, softcap, causal, bottom_right, wl, wr, p, det, qo=0, ko=0
+):
+    """The fa_options of a call, cached on the context (qo, ko: q_offset, k_offset)."""
     seed, offset = (0, 0) if rng is None else rng.tolist()
     mask_s, bias_s = _spec(mask, "mask"), _spec(bias, "bias")
     ptrs = (_ptr(sq), _ptr(sk), _ptr(cuq), _ptr(cuk), _ptr(alibi))
     num_seqs = 0 if cuq is None else cuq.shape[0] - 1
     # the arrays' addresses AND the packed count: a new cu_seqlens of another
     # length can sit where a freed one was
-    key = (mask_s, bias_s, ptrs, num_seqs, seed, offset, scale, softcap, causal, bottom_right, wl, wr, p, det)
+    key = (mask_s, bias_s, ptrs, num_seqs, seed, offset, scale, softcap, causal, bottom_right, wl, wr, p, det, qo, ko)
 
     def make():
         return _capi.options(
@@ -127,6 +130,8 @@ def _options(ctx, mask, bias, alibi, sq, sk, cuq, cuk, rng, scale, softcap, caus
             dropout_seed=seed % 2**64,
             dropout_offset=offset,
             deterministic=det,
+            q_offset=qo,
+            k_offset=ko,
         )
 
     return ctx.cached_options(key, make)
@@ -166,12 +171,16 @@ def fwd_impl(
     dropout_p: float,
     deterministic: bool,
     backend: str,
+    q_offset: int,
+    k_offset: int,
 ) -> Tuple[Tensor, Tensor]:
-    """o [B, Hq, Lq, Dv] and lse [B, Hq, Lq] (rng: CPU int64 (seed, offset), for dropout)."""
+    """o [B, Hq, Lq, Dv] and lse [B, Hq, Lq] (rng: CPU int64 (seed, offset), for dropout;
+    q_offset, k_offset: positions of row 0 and key 0 in the whole sequence, fa_options')."""
     ctx = _context(q)
     code = _capi.code_of(backend, _capi.BACKENDS, "backend")
     opt = _options(ctx, mask, bias, alibi_slopes, seqlens_q, seqlens_k, cu_seqlens_q, cu_seqlens_k, rng, scale,
-                   softcap, causal, bottom_right, window_left, window_right, dropout_p, deterministic)  # fmt: skip
+                   softcap, causal, bottom_right, window_left, window_right, dropout_p, deterministic, q_offset,
+                   k_offset)  # fmt: skip
     o = alloc_like(q, v.shape[-1])
     lse = torch.empty(q.shape[:3], dtype=_lse_dtype(q), device=q.device)
     if cu_seqlens_q is not None:  # C writes only the rows of the packed sequences: define the rest
@@ -214,13 +223,16 @@ def bwd_impl(
     dropout_p: float,
     deterministic: bool,
     backend: str,
+    q_offset: int,
+    k_offset: int,
     want_dbias: bool,
 ) -> List[Tensor]:
     """[dq, dk, dv, dbias] (dbias empty unless want_dbias)."""
     ctx = _context(q)
     code = _capi.code_of(backend, _capi.BACKENDS, "backend")
     opt = _options(ctx, mask, bias, alibi_slopes, seqlens_q, seqlens_k, cu_seqlens_q, cu_seqlens_k, rng, scale,
-                   softcap, causal, bottom_right, window_left, window_right, dropout_p, deterministic)  # fmt: skip
+                   softcap, causal, bottom_right, window_left, window_right, dropout_p, deterministic, q_offset,
+                   k_offset)  # fmt: skip
     dq, dk, dv = alloc_like(q, q.shape[-1]), alloc_like(k, k.shape[-1]), alloc_like(v, v.shape[-1])
     if cu_seqlens_q is not None:  # rows past the last packed sequence get no gradient
         for t in (dq, dk, dv):

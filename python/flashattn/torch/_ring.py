@@ -32,11 +32,14 @@ fixed order (rank s, s+1, ...), so every run gives the same bits.
 
 Options: causal, window_size (global positions, top-left = bottom-right since
 the global Lq = Lk), softcap, softmax_scale, GQA/MQA (Hq = g Hkv), deterministic,
-backend. Refused with UnsupportedError naming the option: alibi_slopes (its
-bias needs an offset between a block's query and key positions that the C
-options cannot express), dropout_p > 0 (the keep bits are indexed by the global
-(b, h, i, j): needs a position offset in the C call; not yet). Not offered:
-masks, biases, padded lengths (seqlens). Packed sequences (varlen):
+backend, alibi_slopes and dropout_p. ALiBi and dropout need each row's and key's
+GLOBAL position: with either, a step makes one call per pair of (query chunk,
+key chunk), each contiguous in the global sequence, and passes the chunks'
+global starts as fa_options' q_offset and k_offset (with the global causal /
+window band), so that the ALiBi distances |i - j| and the dropout keep bits of
+(b, h, i, j) are those of one-process attention over the whole sequence. Every
+rank must use the same dropout seed: dropout_seed=None draws one on the group's
+rank 0 and broadcasts it. Not offered: masks, biases, padded lengths (seqlens). Packed sequences (varlen):
 ring_flash_attn_varlen_func in _ring_varlen.py, on this ring (_RingAttention
 takes a layout that says which calls each step makes).
 """
@@ -49,7 +52,7 @@ import torch.distributed as dist
 
 from .. import _capi
 from . import _ops
-from ._attention import _check_4d, attention
+from ._attention import _check_4d, _rng, alibi_tensor, attention
 from ._kvcache import merge_states
 
 _INF = math.inf
@@ -162,18 +165,39 @@ class _Call(NamedTuple):
     right: int
     cu_q: Optional[torch.Tensor] = None
     cu_k: Optional[torch.Tensor] = None
+    q_pos: int = 0  # with positions: global position of the call's first row / key (fa_options' q_offset,
+    k_pos: int = 0  # k_offset); left / right are then the global band's
 
 
 class _DenseLayout:
     """ring_attention's layout: L_local rows per batch entry, all of one sequence."""
 
-    def __init__(self, L, zigzag, causal, wl, wr):
-        self.L, self.zigzag, self.band = L, zigzag, (causal, wl, wr)
+    def __init__(self, L, zigzag, causal, wl, wr, positions=False):
+        self.L, self.zigzag, self.band, self.positions = L, zigzag, (causal, wl, wr), positions
 
     def calls(self, rank, src, world):
         segs = lambda r: _segments(r, world, self.L, self.zigzag)  # noqa: E731
+        if self.positions:
+            return _position_calls(segs(rank), segs(src), *self.band)
         return [_Call(slice(qa, qb), slice(ka, kb), left, right)
                 for qa, qb, ka, kb, left, right in _plan(segs(rank), segs(src), *self.band)]  # fmt: skip
+
+
+def _position_calls(qsegs, ksegs, causal, wl, wr):
+    """One call per (query segment, key segment) whose band is not empty, each
+    contiguous in the global sequence: its rows cut to those that see something,
+    and their global starts as q_pos / k_pos, with the GLOBAL band (causal folded
+    in as right = 0), which C measures on positions."""
+    left, right = wl, (0 if causal else wr)
+    calls = []
+    for qg, ql, n in qsegs:
+        for kg, kl, m in ksegs:
+            band = _band(qg - kg, n, m, causal, wl, wr)
+            if band is None:
+                continue
+            qa, qb, ka, kb, _, _ = _call(band, ql, n, kl, m)
+            calls.append(_Call(slice(qa, qb), slice(ka, kb), left, right, q_pos=qg + qa - ql, k_pos=kg + ka - kl))
+    return calls
 
 
 # rows along L of C's [B, H, L, ...] views: a slice (a view) or an index tensor (a gathered copy)
@@ -229,26 +253,34 @@ def _reads_o_lse(q, backend):
     return not (backend == "ref" or (backend == "auto" and not q.is_cuda and q.dtype == torch.float64))
 
 
-def _block_grads(dout, q, k, v, o, lse, scalars, cu=(None, None)):
+def _block_grads(dout, q, k, v, o, lse, scalars, cu=(None, None), alibi=None, rng=None):
     """A block's share of dq, dk, dv ([B, H, L, D] views) given the GLOBAL o and lse:
     flashattn::bwd with them, on a backend that reads them (cpu, cuda). ref reads
     neither, so there the block's gradient is taken through the merge instead:
     with the block's own (o_b, lse_b) and w = exp(lse_b - lse), grad_o = w dO and
     grad_lse_b = c = w (dO.o_b - dO.o), whose gradient is scale c (P_b K) for q
     and P_b^T (scale c q) for k (no softcap: refused there). cu: the calls'
-    (cu_seqlens_q, cu_seqlens_k) for packed rows."""
-    opt = (None,) * 5 + tuple(cu) + (None,)  # mask, bias, alibi, seqlens_q/k; cu_seqlens_q/k; rng
-    if _reads_o_lse(q, scalars[-1]):
+    (cu_seqlens_q, cu_seqlens_k) for packed rows; alibi, rng: the slopes and the
+    dropout (seed, offset) tensor. scalars: flashattn::bwd's, scale .. k_offset."""
+    opt = (None, None, alibi, None, None) + tuple(cu) + (rng,)  # mask, bias, alibi, seqlens_q/k; cu_seqlens; rng
+    if _reads_o_lse(q, scalars[_BACKEND]):
         return _ops.bwd_impl(dout, q, k, v, o, lse, *opt, *scalars, False)[:3]
-    fwd = lambda a, b, c: _ops.fwd_impl(a, b, c, *opt, *scalars)  # noqa: E731
-    o_b, lse_b = fwd(q, k, v)
+    o_b, lse_b = _ops.fwd_impl(q, k, v, *opt, *scalars)
     w = torch.where(torch.isinf(lse_b), torch.zeros_like(lse_b), torch.exp(lse_b - lse))
     dq, dk, dv, _ = _ops.bwd_impl(dout * w.unsqueeze(-1), q, k, v, o_b, lse_b, *opt, *scalars, False)
     c = w * ((dout * o_b).sum(-1) - (dout * o).sum(-1))
     scale = (scalars[0] or 1.0 / math.sqrt(q.shape[-1])) * c.unsqueeze(-1)
-    pk, _ = fwd(q, k, k)
-    _, _, dk_extra, _ = _ops.bwd_impl(scale * q, q, k, k, pk, lse_b, *opt, *scalars, False)
+    # lse_b's gradient goes through the softmax before dropout: P_b K and its backward without it
+    nodrop = scalars[:_DROPOUT_P] + (0.0,) + scalars[_DROPOUT_P + 1 :]
+    opt = opt[:-1] + (None,)
+    pk, _ = _ops.fwd_impl(q, k, k, *opt, *nodrop)
+    _, _, dk_extra, _ = _ops.bwd_impl(scale * q, q, k, k, pk, lse_b, *opt, *nodrop, False)
     return dq + scale * pk, dk + dk_extra, dv
+
+
+# where flashattn::fwd's / bwd's scalars (scale, softcap, causal, bottom_right, left, right,
+# dropout_p, deterministic, backend, q_offset, k_offset) hold dropout_p and backend
+_DROPOUT_P, _BACKEND = 6, 8
 
 
 def _acc_dtype(t):
@@ -271,13 +303,16 @@ class _RingAttention(torch.autograd.Function):
     _ring_varlen's) says which calls each step makes."""
 
     @staticmethod
-    def forward(ctx, q, k, v, group, layout, scale, softcap, deterministic, backend):
+    def forward(ctx, q, k, v, group, layout, scale, softcap, deterministic, backend, extras=None):
         ring = _Ring(group)
         W, r, L = ring.world, ring.rank, q.shape[1]
         B, H, Dv = q.shape[0], q.shape[2], v.shape[3]
         acc_o = torch.zeros((B, H, L, Dv), dtype=_acc_dtype(q), device=q.device)
         acc_lse = torch.full((B, H, L), -_INF, dtype=_ops._lse_dtype(q), device=q.device)
         opts = dict(scale=scale, softcap=softcap, deterministic=deterministic, backend=backend)
+        alibi, p, seed, offset = extras or (None, 0.0, 0, 0)
+        if alibi is not None or p:
+            opts.update(alibi_slopes=alibi, dropout_p=p, dropout_seed=seed, dropout_offset=offset)
         qt, kb, vb = _t(q), k.contiguous(), v.contiguous()
         for step in range(W):
             nxt = ring.start([kb, vb]) if step + 1 < W else None
@@ -285,7 +320,7 @@ class _RingAttention(torch.autograd.Function):
             for c in layout.calls(r, (r - step) % W, W):
                 o, lse = attention(_take(qt, c.q), _take(kt, c.k), _take(vt, c.k), return_lse=True,
                                    cu_seqlens_q=c.cu_q, cu_seqlens_k=c.cu_k, **_window_kwargs(c.left, c.right),
-                                   **opts)  # fmt: skip
+                                   q_offset=c.q_pos, k_offset=c.k_pos, **opts)  # fmt: skip
                 o = o.to(acc_o.dtype)
                 if isinstance(c.q, slice) and c.q.start == 0 and c.q.stop == L:
                     acc_o, acc_lse = _merge(acc_o, acc_lse, o, lse)
@@ -298,7 +333,7 @@ class _RingAttention(torch.autograd.Function):
                 kb, vb = nxt[0]
         out = _t(acc_o).to(q.dtype).contiguous()
         ctx.save_for_backward(q, k, v, out, acc_lse)
-        ctx.args = (group, layout, scale, softcap, deterministic, backend)
+        ctx.args = (group, layout, scale, softcap, deterministic, backend, extras)
         ctx.mark_non_differentiable(acc_lse)
         return out, acc_lse
 
@@ -306,7 +341,9 @@ class _RingAttention(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_o, grad_lse):
         q, k, v, out, lse = ctx.saved_tensors
-        group, layout, scale, softcap, deterministic, backend = ctx.args
+        group, layout, scale, softcap, deterministic, backend, extras = ctx.args
+        alibi, p, seed, offset = extras or (None, 0.0, 0, 0)
+        rng = _rng(p, seed, offset)
         ring = _Ring(group)
         W, r = ring.world, ring.rank
         dout, qt, ot = _t(grad_o.contiguous()), _t(q), _t(out)
@@ -320,11 +357,12 @@ class _RingAttention(torch.autograd.Function):
             dv = torch.zeros(vt.shape, dtype=_acc_dtype(v), device=v.device)
             for c in layout.calls(r, (r - step) % W, W):
                 causal = c.left == -1 and c.right == 0
-                band = (causal, False, -1 if causal else c.left, -1 if causal else c.right, 0.0, bool(deterministic))
+                band = (causal, False, -1 if causal else c.left, -1 if causal else c.right, float(p),
+                        bool(deterministic))  # fmt: skip
                 dq_, dk_, dv_ = _block_grads(
                     _take(dout, c.q), _take(qt, c.q), _take(kt, c.k), _take(vt, c.k), _take(ot, c.q),
-                    _take(lse, c.q), (float(scale or 0.0), float(softcap or 0.0)) + band + (backend,),
-                    (c.cu_q, c.cu_k),
+                    _take(lse, c.q), (float(scale or 0.0), float(softcap or 0.0)) + band + (backend, c.q_pos, c.k_pos),
+                    (c.cu_q, c.cu_k), alibi, rng,
                 )  # fmt: skip
                 _add(dq, c.q, dq_)
                 _add(dk, c.k, dk_)
@@ -338,28 +376,30 @@ class _RingAttention(torch.autograd.Function):
                 kb, vb = nxt[0]
         ring.wait(dkv_in[1])  # after W hops: this rank's own block, every rank's share summed
         dk, dv = dkv_in[0]
-        return (_t(dq).to(q.dtype), _t(dk).to(k.dtype), _t(dv).to(v.dtype)) + (None,) * 6
+        return (_t(dq).to(q.dtype), _t(dk).to(k.dtype), _t(dv).to(v.dtype)) + (None,) * 7
 
 
-def check_options(fn, q, k, v, dim, alibi_slopes, dropout_p, softcap, backend, window_size):
+def check_options(fn, q, k, v, dim, alibi_slopes, dropout_p, softcap, backend, window_size, positions=False):
     """What every ring function checks alike (the same rows of q, k and v along
-    dim, the options refused); (left, right) of window_size."""
+    dim, the options refused; positions: the ring passes global positions, so
+    ALiBi and dropout are taken); (left, right) of window_size."""
     if k.shape[dim] != q.shape[dim] or v.shape[dim] != q.shape[dim]:
         raise _capi.invalid(
             f"{fn}: q, k, v hold {q.shape[dim]}, {k.shape[dim]}, {v.shape[dim]} rows; every rank holds the same "
             "rows of the sequences for all three",
             "FA_ERR_SHAPE",
         )
-    if alibi_slopes is not None:
+    if alibi_slopes is not None and not positions:
         raise _capi.error(
             "FA_ERR_UNSUPPORTED",
-            f"{fn}: alibi_slopes is not supported (its bias needs the offset between a block's query and "
-            "key positions, which the C options cannot express)",
+            f"{fn}: alibi_slopes is not supported (a call over rows of several packed sequences has no one "
+            "position offset; ring_attention takes it)",
         )
-    if dropout_p:
+    if dropout_p and not positions:
         raise _capi.error(
             "FA_ERR_UNSUPPORTED",
-            f"{fn}: dropout_p > 0 is not supported yet (the keep bits of (b, h, i, j) need global positions)",
+            f"{fn}: dropout_p > 0 is not supported (the keep bits of (b, h, i, j) need each packed sequence's "
+            "own positions, which one call over several sequences cannot pass; ring_attention takes it)",
         )
     if softcap and not _reads_o_lse(q, backend):
         raise _capi.error(
@@ -376,9 +416,18 @@ def check_options(fn, q, k, v, dim, alibi_slopes, dropout_p, softcap, backend, w
     return wl, wr
 
 
-def ring(q, k, v, group, layout, softmax_scale, softcap, deterministic, backend):
-    """(o, lse) of the ring over q, k, v [B, L_local, H, D] (with autograd)."""
-    return _RingAttention.apply(q, k, v, group, layout, softmax_scale, softcap, deterministic, backend)
+def ring(q, k, v, group, layout, softmax_scale, softcap, deterministic, backend, extras=None):
+    """(o, lse) of the ring over q, k, v [B, L_local, H, D] (with autograd); extras:
+    (alibi slopes tensor or None, dropout_p, seed, offset), layout with positions."""
+    return _RingAttention.apply(q, k, v, group, layout, softmax_scale, softcap, deterministic, backend, extras)
+
+
+def _shared_seed(q, group):
+    """A dropout seed drawn on the group's rank 0 (torch's generator) and broadcast to every rank."""
+    seed = torch.randint(0, 2**62, (1,), dtype=torch.int64).to(q.device)
+    src = dist.get_global_rank(group, 0) if group is not None else 0
+    dist.broadcast(seed, src, group=group)
+    return int(seed.item())
 
 
 def ring_attention(
@@ -397,6 +446,8 @@ def ring_attention(
     deterministic=False,
     backend="auto",
     return_lse=False,
+    dropout_seed=None,
+    dropout_offset=0,
 ):
     """Exact attention over a sequence split across the ranks of `group` (None:
     the default group), with autograd.
@@ -408,15 +459,23 @@ def ring_attention(
     global log-sum-exp of this rank's rows, if return_lse). causal and
     window_size (left, right; -1 = unbounded) act on global positions;
     softcap, softmax_scale (None = 1/sqrt(D)), GQA, deterministic and backend
-    as in attention(). alibi_slopes and dropout_p > 0 raise UnsupportedError.
+    as in attention(). alibi_slopes [Hq] (or [1, Hq]) and dropout_p act on global
+    positions: the same ALiBi distances and dropout keep bits as one-process
+    attention over the whole sequence with the same dropout_seed and
+    dropout_offset (seed None: drawn on the group's rank 0, broadcast).
     """
     for x, n in ((q, "q"), (k, "k"), (v, "v")):
         _check_4d(x, n, "[B, L_local, H, D]")
-    wl, wr = check_options("ring_attention", q, k, v, 1, alibi_slopes, dropout_p, softcap, backend, window_size)
+    wl, wr = check_options("ring_attention", q, k, v, 1, alibi_slopes, dropout_p, softcap, backend, window_size, True)
     if zigzag and q.shape[1] % 2:
         raise _capi.invalid(
             f"ring_attention: zigzag needs an even L_local (two chunks), got {q.shape[1]}", "FA_ERR_SHAPE"
         )
-    layout = _DenseLayout(q.shape[1], bool(zigzag), bool(causal), wl, wr)
-    o, lse = ring(q, k, v, group, layout, softmax_scale, softcap, deterministic, backend)
+    extras = None
+    if alibi_slopes is not None or dropout_p:
+        alibi = alibi_tensor(alibi_slopes, q.shape[2], q.device)
+        seed = (_shared_seed(q, group) if dropout_seed is None else int(dropout_seed)) if dropout_p else 0
+        extras = (alibi, float(dropout_p), seed, int(dropout_offset))
+    layout = _DenseLayout(q.shape[1], bool(zigzag), bool(causal), wl, wr, positions=extras is not None)
+    o, lse = ring(q, k, v, group, layout, softmax_scale, softcap, deterministic, backend, extras)
     return (o, lse) if return_lse else o
