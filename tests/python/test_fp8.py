@@ -147,12 +147,14 @@ def test_torch_cuda_against_ref(causal, out_dtype):
     o = ft.flash_attn_func(q, k, v, causal=causal, q_descale=qd, k_descale=0.5, v_descale=2.0, out_dtype=out_dtype)
     r = ft.flash_attn_func(q.cpu(), k.cpu(), v.cpu(), causal=causal, q_descale=qd.cpu(), k_descale=0.5, v_descale=2.0,
                            out_dtype=out_dtype)  # fmt: skip
-    # the C suite's tolerance (tests/test_fp8.c) without its per-element rounding-boundary slack: a rare P
-    # rounded the other way moves an element by up to ~1/8 of that P's share, so compare the bulk tightly
-    # and allow a few elements out
+    # the C suite's tolerance (tests/test_fp8.c) without its per-element bound from the tensor cores'
+    # model: their truncating k32 steps move scores enough to round a few percent of P to the other
+    # e4m3 neighbour, each moving an element by up to ~1/8 of that P's share; so compare the bulk
+    # tightly and allow a small share out (H200: 0.26-0.42% of elements; a P / V layout bug moves
+    # most of them: the C suite's rejects_bugs)
     err = (o.cpu().float() - r.float()).abs()
     tol = 2**-7 * r.float().abs() + 2e-3
-    assert (err > tol).float().mean() < 1e-3
+    assert (err > tol).float().mean() < 1e-2
     assert err.max() < 0.1
 
 

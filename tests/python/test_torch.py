@@ -390,7 +390,7 @@ def test_positions_pass_through(device, op):
     flashattn::fwd / bwd (op=True: torch.ops directly): causal + ALiBi + dropout
     at positions equal the block [qo:, ko:] of one call over the whole sequence
     in o's dropped elements and the ALiBi/causal bias, forward and backward."""
-    B, H, Lq, Lk, D, qo, ko = 1, 2, 9, 12, 16, 20, 11
+    B, H, Lq, Lk, D, qo, ko = 1, 2, 9, 16, 16, 20, 11  # Lk: P's value head dim below (cuda: a multiple of 8)
     dt = torch.float64 if device == "cpu" else torch.float32
     q, k, v = (rand((B, H, n, D), dt, device).requires_grad_() for n in (Lq, Lk, Lk))
     slopes = torch.tensor([0.25, 0.5], device=device)  # exact in f32 and f64
