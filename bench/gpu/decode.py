@@ -14,7 +14,7 @@ CUPTI), the figure to hold against the copy bandwidth. GB/s counts the K
 and V bytes once (2 B Hkv Lk D bytes each).
 
 usage: python3 bench/gpu/decode.py --lib build/libflashattn.so [--out DIR]
-       [--reps 15] [--inner 20] [--splits 0,16,64] [--quick]
+       [--reps 15] [--inner 20] [--splits 0,16,64] [--quick] [--shapes B:Hq:Hkv:Lk:page,...]
 """
 
 import argparse
@@ -164,6 +164,7 @@ def main():
     ap.add_argument("--inner", type=int, default=20)
     ap.add_argument("--splits", default="0", help="num_splits values to time (0 = auto)")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--shapes", default=None, help="B:Hq:Hkv:Lk:page,... in place of the built-in list")
     ap.add_argument(
         "--plain", action="store_true", help="also time the plain fa_forward on the contiguous shapes (no cache API)"
     )
@@ -213,6 +214,8 @@ def main():
     ]
     if a.quick:
         shapes = shapes[:1] + shapes[5:6]
+    if a.shapes:
+        shapes = [tuple(int(x) for x in sh.split(":")) for sh in a.shapes.split(",")]
     splits = [int(x) for x in a.splits.split(",")]
     hdr = "%-44s %9s %9s %9s %7s %7s %7s | %-44s %6s" % (
         "shape",
