@@ -330,8 +330,13 @@ int tile_keys(int kd, int rb) {
 // multiprocessor holds `occ` decode blocks (occupancy API), so SMs * occ blocks
 // are resident at once. With items below that, the keys are split in
 // floor(SMs * occ / items) parts (every block resident, all streaming at
-// once, none waiting for a second wave), each at least 8 tiles long (the
-// pipeline's fill and the merge stay small) and at most 128 parts.
+// once, none waiting for a second wave), each at least kMinSplitTiles tiles
+// long and at most 128 parts. A decode block is latency-bound, not
+// bandwidth-bound: ~2 us a tile at one or two blocks per SM (ncu, H200: one
+// warp per scheduler issuing every ~5 cycles), so a short cache is fastest
+// in many short splits; at least 8 tiles a split held every call under
+// ~10k keys at ~17 us.
+constexpr int kMinSplitTiles = 2;
 static int choose_splits(const fa__problem *p, int64_t items, int kd, int rb, int dev) {
   const int sms = multiprocessors(dev);
   int occ = occupancy(dev, p->dtype, kd, rb);
@@ -339,7 +344,7 @@ static int choose_splits(const fa__problem *p, int64_t items, int kd, int rb, in
   const int64_t slots = static_cast<int64_t>(sms) * occ;
   if (items >= slots) return 1;
   int64_t n = slots / items;
-  const int64_t most = p->Lk / (8 * tile_keys(kd, rb));
+  const int64_t most = p->Lk / (kMinSplitTiles * tile_keys(kd, rb));
   if (n > most) n = most;
   if (n > 128) n = 128;
   return n < 1 ? 1 : static_cast<int>(n);
