@@ -101,7 +101,9 @@ typedef void (*fa__cpu_dropout_fn)(uint8_t *keep, ptrdiff_t ki, ptrdiff_t kj, in
  *                r < nr, e < Dv; f == NULL means f[r] = 1.
  *
  * Prefetch hint: pf (may be NULL) is the next tile, npf rows pf + j*ldpf
- * bytes of the same row length; the kernel may prefetch them as it goes
+ * bytes of the same row length (or, for heads interleaved in the cache's
+ * rows, this head's share of the next tile's block of all heads, cut into
+ * such rows: cpu_decode.c); the kernel may prefetch them as it goes
  * (the paged cache's rows are scattered, so the hardware's stream
  * prefetcher cannot guess them). pf_keep = 0: the rows are read once, by
  * the next call (prefetched non-temporal, into L1 only); 1: prefetched
