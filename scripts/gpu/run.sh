@@ -23,6 +23,11 @@
 #                              racecheck of test_fp8_cuda, ptxas report of the
 #                              fp8 kernels, bench/gpu/fp8.py ($FP8_ARGS), then
 #                              test_backend_cuda (the shared forward tile code)
+#   scripts/gpu/run.sh ws      the warp-specialized (TMA) forward: check_cuda with it
+#                              and without (FLASHATTN_CUDA_WS=0), test_backend_cuda,
+#                              memcheck / racecheck on the cases it takes, forward
+#                              anchors against the cp.async kernel (variant 2),
+#                              $WS_ARGS appended to anchors' arguments
 #   scripts/gpu/run.sh ncu     build + Nsight Compute on the kernels matching
 #                              $NCU_KERNEL (default bwd), variant $NCU_VARIANT
 #                              (default 0), shapes $NCU_SHAPES ("D:L ...")
@@ -179,6 +184,34 @@ if [ "$MODE" = fp8 ]; then
     timeout 300 "$BUILD/tests/test_backend_cuda" >"$OUT/suite_cuda.log" 2>&1
     say "test_backend_cuda exit $?: $(suite_counts "$OUT/suite_cuda.log")"
   fi
+  stage "done"
+  exit 0
+fi
+
+if [ "$MODE" = ws ]; then
+  stage "check_cuda (warp-specialized forward, then FLASHATTN_CUDA_WS=0)"
+  timeout 120 "$BUILD/check_cuda" >"$OUT/check.log" 2>&1
+  say "check_cuda exit $?: $(tail -1 "$OUT/check.log")"
+  grep -E "FAIL" "$OUT/check.log" | head -20 | tee -a "$SUMMARY"
+  FLASHATTN_CUDA_WS=0 timeout 120 "$BUILD/check_cuda" >"$BUILD/check_cp.log" 2>&1
+  say "check_cuda (FLASHATTN_CUDA_WS=0) exit $?: $(tail -1 "$BUILD/check_cp.log")"
+  if [ "${SKIP_SUITE:-0}" = 0 ]; then
+    timeout 300 "$BUILD/tests/test_backend_cuda" >"$OUT/suite_cuda.log" 2>&1
+    say "test_backend_cuda exit $?: $(suite_counts "$OUT/suite_cuda.log")"
+  fi
+  for c in bf16_d128_causal_L700 f16_d128_L333x517 bf16_d128_mqa_blhd f16_d96_Dv40_L200; do
+    for tool in memcheck racecheck; do
+      timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/check_cuda" "$c" >>"$OUT/sanitizer.log" 2>&1
+      say "$tool $c: exit $?"
+    done
+  done
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|hazard" "$OUT/sanitizer.log" | sort | uniq -c | head -10 |
+    tee -a "$SUMMARY"
+  stage "anchors (forward; fa = warp-specialized, fa-v2 = cp.async pipelined)"
+  export PYTHONUNBUFFERED=1
+  # shellcheck disable=SC2086
+  timeout "${WS_BENCH_S:-300}" python3 bench/gpu/anchors.py --lib "$BUILD/libflashattn.so" --out "$OUT" --d 128 \
+    --l 2048,4096,8192,16384 --passes fwd --variants 0,2 --reps 10 ${WS_ARGS:-} 2>&1 | tee "$OUT/anchors.txt"
   stage "done"
   exit 0
 fi

@@ -5,8 +5,15 @@
 #ifndef FA_CUDA_LAUNCH_FWD_WGMMA_CUH
 #define FA_CUDA_LAUNCH_FWD_WGMMA_CUH
 
+#include <stdlib.h>
+#include <string.h>
+
+#include <type_traits>
+
 #include "fwd_wgmma_kernel.cuh"
+#include "fwd_ws_kernel.cuh"
 #include "launch.cuh"
+#include "tma_map.cuh"
 
 namespace fa_cuda {
 
@@ -21,6 +28,36 @@ fa_status launch_fwd_wgmma_cfg(const fa__cuda_params &p, cudaStream_t s, fa__err
   return FA_OK;
 }
 
+template <typename E, int kD, int kBN, int kStages>
+fa_status launch_fwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&maps)[3], cudaStream_t s, fa__err *err) {
+  using cfg = fwd_ws_cfg<kD, kBN, kStages>;
+  auto kernel = fwd_ws_kernel<E, kD, kBN, kStages>;
+  FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "forward (warp-specialized): shared memory limit");
+  FA_CUDA_ROWS_GRID(grid, p.B * p.Hq, p.Lq, cfg::kBM, "forward (warp-specialized)");
+  kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p, maps[0], maps[1], maps[2]);
+  FA_CUDA_CHECK_LAUNCH("forward (warp-specialized) kernel launch");
+  return FA_OK;
+}
+
+// Whether the warp-specialized kernel takes the call, and its tensor maps
+// (boxes of 128 query rows, kBN keys): band-only options on dense batches
+// (no seqlens, not packed: the copy engine's zeros past each sequence stand
+// for the cp.async loads' zero fill), tensors the copy engine can address.
+// FLASHATTN_CUDA_WS=0 keeps the cp.async kernels.
+template <typename E>
+bool fwd_ws_maps(const fa__cuda_params &p, int kBN, CUtensorMap (&maps)[3]) {
+  const char *env = getenv("FLASHATTN_CUDA_WS");
+  if ((env && strcmp(env, "0") == 0) || p.variant != 0) return false;
+  if (p.has_extras || p.varlen || p.seqlens_q || p.seqlens_k) return false;
+  if (!tma_addressable(p.q, p.qs, p.B, p.Hq, p.Lq_rows, p.D) || !tma_addressable(p.k, p.ks, p.B, p.Hkv, p.Lk_rows, p.D) ||
+      !tma_addressable(p.v, p.vs, p.B, p.Hkv, p.Lk_rows, p.Dv))
+    return false;
+  constexpr bool bf = std::is_same<E, bf16_t>::value;
+  return tma_map_4d(&maps[0], p.q, p.qs, p.B, p.Hq, p.Lq_rows, p.D, 128, bf) &&
+         tma_map_4d(&maps[1], p.k, p.ks, p.B, p.Hkv, p.Lk_rows, p.D, kBN, bf) &&
+         tma_map_4d(&maps[2], p.v, p.vs, p.B, p.Hkv, p.Lk_rows, p.Dv, kBN, bf);
+}
+
 // Tile shapes (warpgroups of 64 query rows x keys per tile, K/V slots),
 // chosen on an H200 (bf16, 2026-11-29, bench/results/2026-11-29-h200-wgmma-*):
 //   64:  3 x 128, 3 slots, one tile at a time (192 rows; 120 KiB of shared
@@ -31,7 +68,8 @@ fa_status launch_fwd_wgmma_cfg(const fa__cuda_params &p, cudaStream_t s, fa__err
 //        tile at a time (-1..4%), 3 x 64 pipelined (-2..+3%).
 //   per-element options (mask, bias, ALiBi, softcap, dropout): 2 x 128, 2
 //   slots, one tile at a time (their scoring needs the pipeline's registers).
-// FLASHATTN_CUDA_VARIANT=1 (A/B timing in one process): 128 one tile at a time.
+// FLASHATTN_CUDA_VARIANT=1 (A/B timing in one process): 128 one tile at a time;
+// 2: 128 pipelined on cp.async (the warp-specialized kernel's predecessor).
 template <typename E>
 fa_status launch_fwd_wgmma(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err) {
   if (kd != 64 && kd != 128) {
@@ -45,6 +83,8 @@ fa_status launch_fwd_wgmma(const fa__cuda_params &p, int kd, cudaStream_t s, fa_
   if (kd == 64)
     return band ? launch_fwd_wgmma_cfg<E, 64, 3, 128, 3, false, false, true>(p, s, err)
                 : launch_fwd_wgmma_cfg<E, 64, 3, 128, 3, false, false, false>(p, s, err);
+  CUtensorMap maps[3];
+  if (fwd_ws_maps<E>(p, 128, maps)) return launch_fwd_ws_cfg<E, 128, 128, 2>(p, maps, s, err);
   if (p.variant == 1) return launch_fwd_wgmma_cfg<E, 128, 2, 128, 2, false, false>(p, s, err);
   return launch_fwd_wgmma_cfg<E, 128, 2, 128, 2, true, false>(p, s, err);
 }

@@ -1,0 +1,68 @@
+// Host side of the bulk tensor copies (tma.cuh): the tensor map of a
+// [B, H, L, D] operand as the copy engine reads it, boxes of 64 columns (one
+// 128-byte swizzle atom, the layout wgmma reads: mma.cuh swz_atoms) x `rows`
+// rows of one head of one sequence. Built per call (a host function, no
+// device work: about a microsecond) through the driver's entry point, so the
+// library needs no link against libcuda.
+#ifndef FA_CUDA_TMA_MAP_CUH
+#define FA_CUDA_TMA_MAP_CUH
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+#include <stdint.h>
+
+#include "params.cuh"
+
+namespace fa_cuda {
+
+inline PFN_cuTensorMapEncodeTiled_v12000 tma_encode_fn() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void *f = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      f = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// Whether the copy engine can address the tensor (base 16-byte aligned,
+// strides of the dims it walks positive multiples of 16 bytes under 2^40,
+// extents under 2^31); a dim of extent 1 is never stepped, so its stride
+// does not matter. Else the kernels keep their cp.async loads.
+inline bool tma_addressable(const void *base, const fa__cuda_strides &s, int64_t B, int64_t H, int64_t L, int D) {
+  if (!base || (reinterpret_cast<uintptr_t>(base) & 15) || L <= 0 || D <= 0) return false;
+  const int64_t ext[3] = {L, H, B}, st[3] = {s.r, s.h, s.b};
+  for (int i = 0; i < 3; ++i) {
+    if (ext[i] >= (int64_t(1) << 31)) return false;
+    if (ext[i] == 1) continue;
+    const int64_t bytes = st[i] * 2;
+    if (bytes <= 0 || (bytes & 15) || bytes >= (int64_t(1) << 40)) return false;
+  }
+  return true;
+}
+
+// The map of a 16-bit operand; false where the driver refuses it.
+inline bool tma_map_4d(CUtensorMap *map, const void *base, const fa__cuda_strides &s, int64_t B, int64_t H, int64_t L,
+                       int D, int rows, bool bf16) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tma_encode_fn();
+  if (!encode) return false;
+  // Strides of extent-1 dims are never used; give the driver ones it accepts.
+  const int64_t row_b = L > 1 ? s.r * 2 : 16 * ((D * 2 + 15) / 16);
+  const int64_t head_b = H > 1 ? s.h * 2 : row_b * L;
+  const int64_t batch_b = B > 1 ? s.b * 2 : head_b * H;
+  const cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)L, (cuuint64_t)H, (cuuint64_t)B};
+  const cuuint64_t strides[3] = {(cuuint64_t)row_b, (cuuint64_t)head_b, (cuuint64_t)batch_b};
+  const cuuint32_t box[4] = {64, (cuuint32_t)rows, 1, 1};
+  const cuuint32_t elem[4] = {1, 1, 1, 1};
+  return encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+                const_cast<void *>(base), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+}  // namespace fa_cuda
+
+#endif
