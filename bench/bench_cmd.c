@@ -51,7 +51,7 @@ static void help(void) {
       "  --pass LIST      of fwd, bwd, fwdbwd, or all (default all; sweep: fwd,bwd)\n"
       "  --reps N         timed calls, at least 5 (default 5);  --warmup N (default 1)\n"
       "  --threads N      threads of cpu and eager (default: OpenMP's)\n"
-      "  --isa ISA        cpu and eager: generic, avx2, avx512, avx512bf16 (default: the best)\n"
+      "  --isa ISA        cpu and eager: generic, avx2, avx512, avx512bf16, amx (default: the best)\n"
       "  --mem-limit SIZE eager is skipped when its S and P would exceed SIZE\n"
       "                   (e.g. 2G; default a quarter of this machine's memory)\n"
       "  --peak-gflops X  compare with this peak instead of measuring one\n"
@@ -288,11 +288,11 @@ int fa_cli_bench(int argc, char **argv) {
     printf("%d timed calls after 1 memory-measuring call and %d warm-up; times are the median [min, max]\n", o.cfg.reps,
            o.cfg.warmup);
     if (o.cfg.peak) {
-      printf("peak (measured now; FP32 FMA, bf16 vdpbf16ps for avx512bf16):");
-      for (int isa = FA_ISA_AVX512BF16; isa >= FA_ISA_GENERIC; --isa)
+      printf("peak (measured now; FP32 FMA, bf16 vdpbf16ps for avx512bf16, tdpbf16ps for amx):");
+      for (int isa = FA_ISA_AMX; isa >= FA_ISA_GENERIC; --isa)
         if (peak.isa[isa].measured)
           printf(" %s %.1f/%.1f", fa_cpu_isa_name((fa_cpu_isa)isa), peak.isa[isa].gflops_1t, peak.isa[isa].gflops_all);
-      printf(" GFLOP/s (1/%d threads; %%peak of bf16 products is of the avx512bf16 rate)\n", peak.threads);
+      printf(" GFLOP/s (1/%d threads; %%peak of bf16 products is of their ISA's bf16 rate)\n", peak.threads);
     } else if (o.cfg.peak_gflops > 0) {
       printf("peak: %.1f GFLOP/s (given)\n", o.cfg.peak_gflops);
     }

@@ -111,7 +111,7 @@ int fa_bench_write_json(const char *path, const fa_bench_row *rows, int n, const
   if (peak && peak->have_flops) {
     fprintf(f, ", \"peak_threads\": %d, \"peak_gflops\": {", peak->threads);
     int first = 1;
-    for (int isa = FA_ISA_GENERIC; isa <= FA_ISA_AVX512BF16; ++isa) {
+    for (int isa = FA_ISA_GENERIC; isa <= FA_ISA_AMX; ++isa) {
       if (!peak->isa[isa].measured) continue;
       fprintf(f, "%s\"%s\": {\"1\": %.6g, \"all\": %.6g}", first ? "" : ", ", fa_cpu_isa_name((fa_cpu_isa)isa),
               peak->isa[isa].gflops_1t, peak->isa[isa].gflops_all);

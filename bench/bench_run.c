@@ -62,10 +62,10 @@ static int sets_for(const fa_bench_config *cfg, size_t set_bytes, int on_device)
   return n < MAX_SETS ? (int)n : MAX_SETS;
 }
 
-/* Does the cpu backend run this pass's products on vdpbf16ps? Then its
- * %peak is of the bf16 rate (forward and backward alike). */
+/* Does the cpu backend run this pass's products on vdpbf16ps or AMX? Then
+ * its %peak is of that bf16 rate (forward and backward alike). */
 static int bf16_products(fa_cpu_isa isa, const cli_spec *s) {
-  return isa == FA_ISA_AVX512BF16 && s->dtype == FA_BF16;
+  return (isa == FA_ISA_AVX512BF16 || isa == FA_ISA_AMX) && s->dtype == FA_BF16;
 }
 
 static double peak_for(const fa_bench_config *cfg, const fa_bench_target *t, const cli_spec *s, int threads,

@@ -21,7 +21,7 @@ typedef struct ops {
 
 fa_cpu_isa fa_eager_resolve_isa(fa_cpu_isa isa) {
   if (isa == FA_ISA_AUTO) return fa_peak_best_isa();
-  if (isa == FA_ISA_AVX512BF16) isa = FA_ISA_AVX512; /* eager is f32: the FP32 kernels of that CPU */
+  if (isa == FA_ISA_AVX512BF16 || isa == FA_ISA_AMX) isa = FA_ISA_AVX512; /* eager is f32: the FP32 kernels */
   return fa_peak_isa_present(isa) ? isa : FA_ISA_GENERIC;
 }
 

@@ -26,6 +26,9 @@ static kernel_fn kernel_for(fa_cpu_isa isa) {
 #ifdef FA_PEAK_HAVE_AVX512BF16
     case FA_ISA_AVX512BF16: return fa_peak_kernel_avx512bf16;
 #endif
+#ifdef FA_PEAK_HAVE_AMX
+    case FA_ISA_AMX: return fa_peak_kernel_amx;
+#endif
     default: return NULL;
   }
 }
@@ -36,6 +39,9 @@ int fa_peak_isa_present(fa_cpu_isa isa) {
   if (isa == FA_ISA_AVX2) return ci->has_avx2_fma;
   if (isa == FA_ISA_AVX512) return ci->has_avx512f;
   if (isa == FA_ISA_AVX512BF16) return ci->has_avx512bf16;
+#ifdef FA_PEAK_HAVE_AMX
+  if (isa == FA_ISA_AMX) return ci->has_amx_bf16 && fa_peak_amx_permit();
+#endif
   return isa == FA_ISA_GENERIC;
 }
 
@@ -73,8 +79,8 @@ static double timed(kernel_fn k, int64_t iters, int threads) {
 
 void fa_peak_measure_flops(fa_peak *p, int threads, int progress) {
   p->threads = all_threads(threads);
-  const fa_cpu_isa isas[] = {FA_ISA_GENERIC, FA_ISA_AVX2, FA_ISA_AVX512, FA_ISA_AVX512BF16};
-  for (int i = 0; i < 4; ++i) {
+  const fa_cpu_isa isas[] = {FA_ISA_GENERIC, FA_ISA_AVX2, FA_ISA_AVX512, FA_ISA_AVX512BF16, FA_ISA_AMX};
+  for (int i = 0; i < 5; ++i) {
     fa_peak_isa *r = &p->isa[isas[i]];
     memset(r, 0, sizeof *r);
     if (!fa_peak_isa_present(isas[i])) continue;
@@ -88,7 +94,10 @@ void fa_peak_measure_flops(fa_peak *p, int threads, int progress) {
       }
       if (progress)
         fprintf(stderr, "peak: %s %s, %d thread%s...\n", fa_cpu_isa_name(isas[i]),
-                isas[i] == FA_ISA_AVX512BF16 ? "vdpbf16ps" : "FMA", nt, nt > 1 ? "s" : "");
+                isas[i] == FA_ISA_AVX512BF16 ? "vdpbf16ps"
+                : isas[i] == FA_ISA_AMX      ? "tdpbf16ps"
+                                             : "FMA",
+                nt, nt > 1 ? "s" : "");
       int64_t iters = 1 << 14;
       double t = timed(k, iters, nt);
       while (t < 0.02) {
@@ -116,7 +125,7 @@ void fa_peak_measure_flops(fa_peak *p, int threads, int progress) {
 }
 
 double fa_peak_gflops_for(const fa_peak *p, fa_cpu_isa isa, int threads) {
-  if (!p->have_flops || isa <= FA_ISA_AUTO || isa > FA_ISA_AVX512BF16 || !p->isa[isa].measured) return 0;
+  if (!p->have_flops || isa <= FA_ISA_AUTO || isa > FA_ISA_AMX || !p->isa[isa].measured) return 0;
   const fa_peak_isa *r = &p->isa[isa];
   if (threads <= 0 || threads >= p->threads) return r->gflops_all;
   if (threads == 1) return r->gflops_1t;
@@ -125,6 +134,6 @@ double fa_peak_gflops_for(const fa_peak *p, fa_cpu_isa isa, int threads) {
 }
 
 double fa_peak_gflops_for_dtype(const fa_peak *p, fa_cpu_isa isa, int bf16_products, int threads) {
-  if (isa == FA_ISA_AVX512BF16 && !bf16_products) isa = FA_ISA_AVX512;
+  if ((isa == FA_ISA_AVX512BF16 || isa == FA_ISA_AMX) && !bf16_products) isa = FA_ISA_AVX512;
   return fa_peak_gflops_for(p, isa, threads);
 }

@@ -20,6 +20,10 @@ double fa_peak_kernel_avx2(int64_t iters);
 double fa_peak_kernel_avx512(int64_t iters);
 /* vdpbf16ps: 64 FLOP per instruction (16 lanes x 2 bf16 multiply-adds). */
 double fa_peak_kernel_avx512bf16(int64_t iters);
+/* tdpbf16ps: 16384 FLOP per instruction (16 x 16 x 32 bf16 multiply-adds)
+ * (peak_amx.c); fa_peak_amx_permit() asks Linux for the tile data first. */
+double fa_peak_kernel_amx(int64_t iters);
+int fa_peak_amx_permit(void);
 
 typedef struct fa_peak_isa {
   int measured;      /* 0 if this CPU (or build) lacks the ISA */
@@ -29,10 +33,11 @@ typedef struct fa_peak_isa {
 
 typedef struct fa_peak {
   int threads; /* "all threads": OpenMP's count (or the one asked) */
-  /* indexed by fa_cpu_isa; [FA_ISA_AUTO] unused. [FA_ISA_AVX512BF16] is
-   * the bf16 rate (vdpbf16ps), which only bf16 products reach: f32 work on
-   * that ISA runs at the [FA_ISA_AVX512] rate (fa_peak_gflops_for_dtype). */
-  fa_peak_isa isa[FA_ISA_AVX512BF16 + 1];
+  /* indexed by fa_cpu_isa; [FA_ISA_AUTO] unused. [FA_ISA_AVX512BF16] and
+   * [FA_ISA_AMX] are bf16 rates (vdpbf16ps, tdpbf16ps), which only bf16
+   * products reach: f32 work on those ISAs runs at the [FA_ISA_AVX512]
+   * rate (fa_peak_gflops_for_dtype). */
+  fa_peak_isa isa[FA_ISA_AMX + 1];
   double triad_gbs_1t; /* STREAM triad a = b + s*c, one thread */
   double copy_gbs;     /* STREAM copy c = a, all threads */
   double triad_gbs;    /* STREAM triad, all threads */
@@ -56,8 +61,8 @@ void fa_peak_measure_bandwidth(fa_peak *p, int threads, size_t array_bytes, int 
  * for 1, the all-threads figure scaled down for fewer. 0 if unmeasured. */
 double fa_peak_gflops_for(const fa_peak *p, fa_cpu_isa isa, int threads);
 /* The same for work whose products are in dtype dt (bf16_products: the
- * code runs them on vdpbf16ps): the bf16 rate for bf16 products on
- * avx512bf16, else the FP32 rate of the ISA (avx512 for avx512bf16). */
+ * code runs them on vdpbf16ps or AMX): the bf16 rate for bf16 products on
+ * avx512bf16 and amx, else the FP32 rate of the ISA (avx512 for those). */
 double fa_peak_gflops_for_dtype(const fa_peak *p, fa_cpu_isa isa, int bf16_products, int threads);
 
 /* The table `info --peak` prints (peak_report.c). */

@@ -15,13 +15,16 @@ void fa_peak_print(FILE *f, const fa_peak *p) {
       }
       fprintf(f, "  %-12s %9.1f GFLOP/s %9.1f GFLOP/s\n", fa_cpu_isa_name(isas[i]), r->gflops_1t, r->gflops_all);
     }
-    const fa_peak_isa *r = &p->isa[FA_ISA_AVX512BF16];
-    fprintf(f, "  bf16 peak (vdpbf16ps, 64 FLOP per instruction)\n");
-    if (r->measured)
-      fprintf(f, "  %-12s %9.1f GFLOP/s %9.1f GFLOP/s   (bf16 products; f32 work on it: the avx512 row)\n",
-              fa_cpu_isa_name(FA_ISA_AVX512BF16), r->gflops_1t, r->gflops_all);
-    else
-      fprintf(f, "  %-12s      (not on this CPU or build)\n", fa_cpu_isa_name(FA_ISA_AVX512BF16));
+    fprintf(f, "  bf16 peak (vdpbf16ps 64, tdpbf16ps 16384 FLOP per instruction)\n");
+    const fa_cpu_isa bf[] = {FA_ISA_AVX512BF16, FA_ISA_AMX};
+    for (int i = 0; i < 2; ++i) {
+      const fa_peak_isa *r = &p->isa[bf[i]];
+      if (r->measured)
+        fprintf(f, "  %-12s %9.1f GFLOP/s %9.1f GFLOP/s   (bf16 products; f32 work on it: the avx512 row)\n",
+                fa_cpu_isa_name(bf[i]), r->gflops_1t, r->gflops_all);
+      else
+        fprintf(f, "  %-12s      (not on this CPU or build)\n", fa_cpu_isa_name(bf[i]));
+    }
   }
   if (p->have_bw)
     fprintf(f, "  memory bandwidth  copy %.1f GB/s, triad %.1f GB/s (%d threads); triad %.1f GB/s (1 thread)\n",

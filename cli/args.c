@@ -171,9 +171,9 @@ fa_backend cli_parse_backend(const char *opt, const char *s) {
 }
 
 fa_cpu_isa cli_parse_isa(const char *opt, const char *s) {
-  for (int i = FA_ISA_AUTO; i <= FA_ISA_AVX512BF16; ++i)
+  for (int i = FA_ISA_AUTO; i <= FA_ISA_AMX; ++i)
     if (strcmp(s, fa_cpu_isa_name((fa_cpu_isa)i)) == 0) return (fa_cpu_isa)i;
-  cli_usage_error("%s: '%s' is not an ISA (auto, generic, avx2, avx512, avx512bf16)", opt, s);
+  cli_usage_error("%s: '%s' is not an ISA (auto, generic, avx2, avx512, avx512bf16, amx)", opt, s);
 }
 
 const char *cli_fmt_bytes(double bytes, char *buf, size_t n) {

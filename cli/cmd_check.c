@@ -132,10 +132,10 @@ static int list_targets(const check_opts *o, target *t, int max) {
     ++n;
   }
   if (wanted(o, FA_BACKEND_CPU)) {
-    const fa_cpu_isa isas[] = {FA_ISA_AVX512BF16, FA_ISA_AVX512, FA_ISA_AVX2, FA_ISA_GENERIC};
+    const fa_cpu_isa isas[] = {FA_ISA_AMX, FA_ISA_AVX512BF16, FA_ISA_AVX512, FA_ISA_AVX2, FA_ISA_GENERIC};
     int any = 0;
     if (fa_backend_available(FA_BACKEND_CPU, NULL, 0) == FA_OK)
-      for (int i = 0; i < 4 && n < max; ++i) {
+      for (int i = 0; i < 5 && n < max; ++i) {
         if (o->isa != FA_ISA_AUTO && o->isa != isas[i]) continue;
         if (o->isa == FA_ISA_AUTO && !fa_cpu_isa_supported(isas[i])) continue;
         t[n].backend = FA_BACKEND_CPU, t[n].isa = isas[i];

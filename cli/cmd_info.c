@@ -48,17 +48,25 @@ static void print_cpu(void) {
 #else
   printf(" (built without OpenMP: one thread)\n");
 #endif
-  printf("  instruction sets  avx2+fma %s, avx512f %s, avx512_bf16 %s\n", ci->has_avx2_fma ? "yes" : "no",
-         ci->has_avx512f ? "yes" : "no", ci->has_avx512bf16 ? "yes" : "no");
+  printf("  instruction sets  avx2+fma %s, avx512f %s, avx512_bf16 %s, amx_bf16 %s\n", ci->has_avx2_fma ? "yes" : "no",
+         ci->has_avx512f ? "yes" : "no", ci->has_avx512bf16 ? "yes" : "no", ci->has_amx_bf16 ? "yes" : "no");
   printf("  cpu backend ISAs ");
-  const fa_cpu_isa isas[] = {FA_ISA_GENERIC, FA_ISA_AVX2, FA_ISA_AVX512, FA_ISA_AVX512BF16};
-  for (int i = 0; i < 4; ++i)
-    printf(" %s %s%s", fa_cpu_isa_name(isas[i]), fa_cpu_isa_supported(isas[i]) ? "yes" : "no", i < 3 ? "," : "");
+  const fa_cpu_isa isas[] = {FA_ISA_GENERIC, FA_ISA_AVX2, FA_ISA_AVX512, FA_ISA_AVX512BF16, FA_ISA_AMX};
+  for (int i = 0; i < 5; ++i)
+    printf(" %s %s%s", fa_cpu_isa_name(isas[i]), fa_cpu_isa_supported(isas[i]) ? "yes" : "no", i < 4 ? "," : "");
   printf("\n");
+  if (ci->has_amx_bf16 && !fa_cpu_isa_supported(FA_ISA_AMX))
+    printf(
+        "  amx               the CPU has it, but this build has no amx kernels or Linux did not grant\n"
+        "                    the tile data (arch_prctl ARCH_REQ_XCOMP_PERM; Linux >= 5.16)\n");
   if (fa_cpu_isa_supported(FA_ISA_AVX512BF16))
     printf(
         "  bf16 products     avx512bf16: bf16 forward and backward products on vdpbf16ps (P, dS rounded\n"
         "                    to bf16 as on GPUs); f32 and f16 run the avx512 kernels\n");
+  if (fa_cpu_isa_supported(FA_ISA_AMX))
+    printf(
+        "                    amx: the same products on AMX tiles (tdpbf16ps, 16 x 16 x 32 a instruction),\n"
+        "                    the same rounding; the default on this CPU\n");
   printf("  caches            L1d %s, L2 %s per core; L3 %s\n", cli_fmt_bytes((double)ci->l1d_bytes, l1, sizeof l1),
          cli_fmt_bytes((double)ci->l2_bytes, l2, sizeof l2),
          ci->l3_bytes ? cli_fmt_bytes((double)ci->l3_bytes, l3, sizeof l3) : "unknown");
@@ -67,7 +75,7 @@ static void print_cpu(void) {
 static void print_plan(void) {
   printf("cpu backend tile plan (fa_cpu_plan_get, default tiles):\n");
   const int64_t dims[] = {64, 128};
-  /* bf16 on avx512bf16 runs other kernels with other panels: its own line */
+  /* bf16 on avx512bf16 or amx runs other kernels with other panels: its own line */
   const int bf16 = fa_cpu_isa_supported(FA_ISA_AVX512BF16);
   for (int k = 0; k < 2 * (1 + bf16); ++k) {
     const int i = k % 2;

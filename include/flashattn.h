@@ -194,11 +194,12 @@ FA_API fa_status fa_cuda_device_describe(char *out, size_t out_size);
 
 /* The instruction set the cpu backend uses. */
 typedef enum fa_cpu_isa {
-  FA_ISA_AUTO = 0,  /* best the CPU has, unless FLASHATTN_ISA says otherwise */
-  FA_ISA_GENERIC,   /* portable C */
-  FA_ISA_AVX2,      /* AVX2 + FMA */
-  FA_ISA_AVX512,    /* AVX-512F */
-  FA_ISA_AVX512BF16 /* AVX-512F, and bf16 products on vdpbf16ps (AVX512-BF16) */
+  FA_ISA_AUTO = 0,   /* best the CPU has, unless FLASHATTN_ISA says otherwise */
+  FA_ISA_GENERIC,    /* portable C */
+  FA_ISA_AVX2,       /* AVX2 + FMA */
+  FA_ISA_AVX512,     /* AVX-512F */
+  FA_ISA_AVX512BF16, /* AVX-512F, and bf16 products on vdpbf16ps (AVX512-BF16) */
+  FA_ISA_AMX         /* AVX512-BF16, and bf16 products on AMX tiles (tdpbf16ps, AMX-BF16) */
 } fa_cpu_isa;
 
 FA_API const char *fa_cpu_isa_name(fa_cpu_isa isa);

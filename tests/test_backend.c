@@ -22,7 +22,7 @@
 #endif
 
 #define SKIP_RETURN_CODE 77
-#define MAX_VARIANTS 4
+#define MAX_VARIANTS 8
 
 static const tb_backend *g_be;
 static int g_usable;
@@ -45,9 +45,13 @@ typedef struct case_test {
   const tb_variant *var;
 } case_test;
 
-static void skip_unless_usable(void) {
+static void skip_unless_usable(const tb_variant *var) {
   if (!g_usable) {
     print_message("skipped: %s\n", g_why);
+    skip();
+  }
+  if (var->absent) {
+    print_message("skipped: ISA %s is not on this CPU or in this build\n", var->name);
     skip();
   }
 }
@@ -85,7 +89,7 @@ static void check_oracle_against_naive(const tc_oracle *orc) {
 
 static void test_case(void **state) {
   case_test *ct = (case_test *)*state;
-  skip_unless_usable();
+  skip_unless_usable(ct->var);
   if (!ct->s->orc) {
     ct->s->orc = tc_oracle_make(ct->s->c, ct->s->dt, ct->s->seed);
     if (g_be->id == FA_BACKEND_REF) check_oracle_against_naive(ct->s->orc);
@@ -116,7 +120,7 @@ static fa_context *new_ctx(const tb_variant *var) {
  * dropout mask, which must be the one fa_dropout_keep describes (the rule
  * of src/rules/dropout.h), bit for bit, on every backend. */
 static void check_dropout_mask(const tb_variant *var, int64_t q_offset, int64_t k_offset) {
-  skip_unless_usable();
+  skip_unless_usable(var);
   const tcase c = {.name = "dropout_identity",
                    .B = 2,
                    .Hq = 3,
@@ -182,7 +186,7 @@ static void test_dropout_mask_exact_offsets(void **state) {
  * and backward on this backend, both ways, f32. */
 static void test_offsets_as_bias(void **state) {
   const tb_variant *var = (const tb_variant *)*state;
-  skip_unless_usable();
+  skip_unless_usable(var);
   const int64_t qo = 40, ko = 29, wl = 10;
   const tcase ca = {.name = "offsets",
                     .B = 1,
@@ -269,7 +273,7 @@ static void test_offsets_as_bias(void **state) {
  * with a weight > 0) with a finite LSE. Everything else stays finite, and
  * the backward runs (its values are not specified). */
 static void check_special_inputs(const tb_variant *var, float x, const char *what) {
-  skip_unless_usable();
+  skip_unless_usable(var);
   const tcase c = {.name = what, .B = 2, .Hq = 2, .Hkv = 2, .Lq = 9, .Lk = 17, .D = 8, .Dv = 8};
   tc_inputs in;
   tc_inputs_make(&in, &c, FA_F32, isnan(x) ? 2 : 3);
@@ -367,7 +371,7 @@ static void check_deterministic(const tb_variant *var, const tcase *c, fa_dtype 
 
 static void test_deterministic_backward(void **state) {
   const tb_variant *var = (const tb_variant *)*state;
-  skip_unless_usable();
+  skip_unless_usable(var);
   const tcase everything = {.name = "deterministic (bias, dropout)",
                             .B = 2,
                             .Hq = 4,
@@ -409,7 +413,7 @@ static void test_deterministic_backward(void **state) {
  * opt may be NULL (the defaults): same O as with them, no crash. */
 static void test_optional_arguments(void **state) {
   const tb_variant *var = (const tb_variant *)*state;
-  skip_unless_usable();
+  skip_unless_usable(var);
   const tcase c = {.name = "optional", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 33, .Lk = 17, .D = 16, .Dv = 8};
   tc_inputs in;
   tc_inputs_make(&in, &c, FA_F32, 4);
@@ -456,7 +460,7 @@ static void test_optional_arguments(void **state) {
  * rounding: exp(0) may be a polynomial's). */
 static void test_rows_past_grid_limit(void **state) {
   const tb_variant *var = (const tb_variant *)*state;
-  skip_unless_usable();
+  skip_unless_usable(var);
   const tcase c = {.name = "rows_past_grid", .B = 1, .Hq = 1, .Hkv = 1, .Lq = 65535 * 16 + 1, .Lk = 1, .D = 8, .Dv = 8};
   tc_inputs in;
   tc_inputs_make(&in, &c, FA_F32, 5);
@@ -493,7 +497,7 @@ static void test_rows_past_grid_limit(void **state) {
  * would get dQ = scale dO.v k), and dV = the column sums of dO. */
 static void test_long_rows_backward(void **state) {
   const tb_variant *var = (const tb_variant *)*state;
-  skip_unless_usable();
+  skip_unless_usable(var);
   const tcase c = {.name = "long_rows", .B = 1, .Hq = 1, .Hkv = 1, .Lq = 4 * 65535 + 7, .Lk = 1, .D = 64, .Dv = 64};
   const fa_dtype dt = FA_BF16;
   if (g_be->refuses(&c, dt, 1) != FA_OK) skip();
@@ -532,7 +536,7 @@ static void test_long_rows_backward(void **state) {
 /* ---- main ----------------------------------------------------------------- */
 
 static char *dupf(const char *fmt, const char *a, const char *b, const char *c) {
-  char buf[256];
+  char buf[512];
   snprintf(buf, sizeof buf, fmt, a, b, c);
   char *s = (char *)malloc(strlen(buf) + 1);
   strcpy(s, buf);

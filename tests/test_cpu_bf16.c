@@ -1,7 +1,7 @@
 /* The bf16 products of the cpu backend (kernels.h: gemm_bf16 and the pair
- * packers; cpu_bf16.c) under every ISA that has them (avx512bf16), held to
- * exact arithmetic, and the forward and backward that run on them held to
- * ref on tails:
+ * packers; cpu_bf16.c) under every ISA that has them (avx512bf16, and amx:
+ * its block kernel on AMX tiles), held to exact arithmetic, and the forward
+ * and backward that run on them held to ref on tails:
  * L, D and Dv no multiple of the tiles or of the pairs, odd key tiles,
  * strided and non-contiguous layouts, GQA, causal, window, softcap, ALiBi,
  * dropout. The bound for O is the rule of docs/semantics.md: P rounded to
@@ -36,69 +36,101 @@ static uint16_t rand_bf16(void) {
   return fa__f32_to_bf16((float)(2.0 * uniform()));
 }
 
-static const fa__cpu_kernels *bf16_table(void) {
-  if (!fa__cpu_isa_have(FA_ISA_AVX512BF16)) return NULL;
-  const fa__cpu_kernels *kt = fa__cpu_kernels_get(FA_ISA_AVX512BF16);
-  assert_int_equal(kt->isa, FA_ISA_AVX512BF16);
+/* NULL (the test skips, saying why) when this CPU or build lacks isa. */
+static const fa__cpu_kernels *bf16_table(fa_cpu_isa isa) {
+  if (!fa__cpu_isa_have(isa)) {
+    print_message("skipped: ISA %s is not on this CPU or in this build\n", fa_cpu_isa_name(isa));
+    return NULL;
+  }
+  const fa__cpu_kernels *kt = fa__cpu_kernels_get(isa);
+  assert_int_equal(kt->isa, isa);
   assert_non_null(kt->gemm_bf16);
+  if (isa == FA_ISA_AMX) assert_non_null(kt->gemm_bf16_block);
   return kt;
 }
 
 enum { GUARD = 16 };
 static const float SENT = -12345.0f;
 
-/* fa__cpu_gemm_bf16 (every micro-tile shape, partial strips, kp = 0 and odd)
- * against exact products summed in double. */
+/* One product of fa__cpu_gemm_bf16 against exact products summed in
+ * double. layout of A: 0 rows of pairs (csa = 2), 1 a pair panel read
+ * across (rsa = 2, as P.V and dV/dK pass it), 2 pairs 4 elements apart
+ * with odd row strides. mode: 0 plain, 1 alpha, 2 alpha and accumulate. */
+static void check_gemm(const fa__cpu_kernels *kt, int m, int n, int kp, int layout, int mode) {
+  ptrdiff_t rsa = 2 * kp + 3, csa = 2;
+  if (layout == 1) rsa = 2, csa = 2 * (ptrdiff_t)(m + 3);
+  if (layout == 2) rsa = 4 * (ptrdiff_t)kp + 5, csa = 4;
+  const ptrdiff_t na = (m - 1) * rsa + (kp > 0 ? (kp - 1) * csa : 0) + 2 + 1;
+  const ptrdiff_t ldb = n + 5, ldc = n + GUARD;
+  const float alpha = mode ? 0.3f : 1.0f;
+  uint16_t *a = malloc(sizeof(uint16_t) * (size_t)na);
+  uint32_t *b = malloc(sizeof(uint32_t) * (size_t)(kp * ldb + 1));
+  float *c = malloc(sizeof(float) * (size_t)((m + 1) * ldc)), *c0 = malloc(sizeof(float) * (size_t)(m * ldc));
+  for (ptrdiff_t t = 0; t < na; ++t) a[t] = rand_bf16();
+  for (ptrdiff_t t = 0; t < kp * ldb + 1; ++t) b[t] = (uint32_t)rand_bf16() | (uint32_t)rand_bf16() << 16;
+  for (ptrdiff_t t = 0; t < (m + 1) * ldc; ++t) c[t] = t < m * ldc && (t % ldc) < n ? (float)uniform() : SENT;
+  memcpy(c0, c, sizeof(float) * (size_t)(m * ldc));
+  fa__cpu_gemm_bf16(kt, m, n, kp, a, rsa, csa, b, ldb, alpha, c, ldc, mode == 2);
+  for (int i = 0; i < m; ++i)
+    for (int x = 0; x < n; ++x) {
+      double sum = 0, mag = 0;
+      for (int k = 0; k < kp; ++k)
+        for (int h = 0; h < 2; ++h) {
+          const double t = (double)fa__bf16_to_f32(a[i * rsa + k * csa + h]) *
+                           (double)fa__bf16_to_f32((uint16_t)(b[k * ldb + x] >> (16 * h)));
+          sum += t;
+          mag += fabs(t);
+        }
+      const double want = (mode == 2 ? c0[i * ldc + x] : 0.0) + alpha * sum;
+      const double tol = (2.0 * kp + 4) * 0x1p-24 * (mag + fabs(want));
+      const double got = c[i * ldc + x];
+      if (!(fabs(got - want) <= tol))
+        fail_msg("%s gemm_bf16 m=%d n=%d kp=%d layout %d mode %d: C[%d][%d] = %.9g, exact %.9g (tol %.3g)",
+                 fa_cpu_isa_name(kt->isa), m, n, kp, layout, mode, i, x, got, want, tol);
+    }
+  for (int i = 0; i <= m; ++i)
+    for (int x = i < m ? n : 0; x < ldc; ++x)
+      if (c[i * ldc + x] != SENT)
+        fail_msg("%s gemm_bf16 m=%d n=%d kp=%d layout %d: wrote C[%d][%d]", fa_cpu_isa_name(kt->isa), m, n, kp, layout,
+                 i, x);
+  free(a), free(b), free(c), free(c0);
+}
+
+/* avx512bf16: every micro-tile shape, partial strips, kp = 0 and odd. */
 static void test_gemm(void **state) {
   (void)state;
-  const fa__cpu_kernels *kt = bf16_table();
+  const fa__cpu_kernels *kt = bf16_table(FA_ISA_AVX512BF16);
   if (!kt) skip();
   static const int ms[] = {1, 2, 5, 7, 8, 9, 13, 17}, ns[] = {16, 32, 48, 64, 80, 96, 144},
                    kps[] = {0, 1, 2, 5, 32, 33};
   for (size_t im = 0; im < sizeof ms / sizeof *ms; ++im)
     for (size_t in = 0; in < sizeof ns / sizeof *ns; ++in)
       for (size_t ik = 0; ik < sizeof kps / sizeof *kps; ++ik)
-        for (int mode = 0; mode < 3; ++mode) { /* 0: plain, 1: alpha, 2: alpha and accumulate */
-          const int m = ms[im], n = ns[in], kp = kps[ik];
-          const ptrdiff_t rsa = 2 * kp + 3, ldb = n + 5, ldc = n + GUARD;
-          const float alpha = mode ? 0.3f : 1.0f;
-          uint16_t *a = malloc(sizeof(uint16_t) * (size_t)(m * rsa + 2));
-          uint32_t *b = malloc(sizeof(uint32_t) * (size_t)(kp * ldb + 1));
-          float *c = malloc(sizeof(float) * (size_t)((m + 1) * ldc)), *c0 = malloc(sizeof(float) * (size_t)(m * ldc));
-          for (ptrdiff_t t = 0; t < m * rsa + 2; ++t) a[t] = rand_bf16();
-          for (ptrdiff_t t = 0; t < kp * ldb + 1; ++t) b[t] = (uint32_t)rand_bf16() | (uint32_t)rand_bf16() << 16;
-          for (ptrdiff_t t = 0; t < (m + 1) * ldc; ++t) c[t] = t < m * ldc && (t % ldc) < n ? (float)uniform() : SENT;
-          memcpy(c0, c, sizeof(float) * (size_t)(m * ldc));
-          fa__cpu_gemm_bf16(kt, m, n, kp, a, rsa, 2, b, ldb, alpha, c, ldc, mode == 2);
-          for (int i = 0; i < m; ++i)
-            for (int x = 0; x < n; ++x) {
-              double sum = 0, mag = 0;
-              for (int k = 0; k < kp; ++k)
-                for (int h = 0; h < 2; ++h) {
-                  const double t = (double)fa__bf16_to_f32(a[i * rsa + 2 * k + h]) *
-                                   (double)fa__bf16_to_f32((uint16_t)(b[k * ldb + x] >> (16 * h)));
-                  sum += t;
-                  mag += fabs(t);
-                }
-              const double want = (mode == 2 ? c0[i * ldc + x] : 0.0) + alpha * sum;
-              const double tol = (2.0 * kp + 4) * 0x1p-24 * (mag + fabs(want));
-              const double got = c[i * ldc + x];
-              if (!(fabs(got - want) <= tol))
-                fail_msg("gemm_bf16 m=%d n=%d kp=%d mode %d: C[%d][%d] = %.9g, exact %.9g (tol %.3g)", m, n, kp, mode,
-                         i, x, got, want, tol);
-            }
-          for (int i = 0; i <= m; ++i)
-            for (int x = i < m ? n : 0; x < ldc; ++x)
-              if (c[i * ldc + x] != SENT) fail_msg("gemm_bf16 m=%d n=%d kp=%d: wrote C[%d][%d]", m, n, kp, i, x);
-          free(a), free(b), free(c), free(c0);
-        }
+        for (int layout = 0; layout < 3; ++layout)
+          for (int mode = 0; mode < 3; ++mode) check_gemm(kt, ms[im], ns[in], kps[ik], layout, mode);
+}
+
+/* amx: partial and whole tiles and 2 x 2 blocks in rows (m around 16 and
+ * 32) and columns (n 16, 32, 48), partial pair steps (kp around 16), every
+ * layout of A. */
+static void test_gemm_amx(void **state) {
+  (void)state;
+  const fa__cpu_kernels *kt = bf16_table(FA_ISA_AMX);
+  if (!kt) skip();
+  static const int ms[] = {1, 5, 15, 16, 17, 31, 32, 33, 48, 70}, ns[] = {16, 32, 48, 64, 80, 144},
+                   kps[] = {0, 1, 2, 15, 16, 17, 32, 33, 64, 70};
+  for (size_t im = 0; im < sizeof ms / sizeof *ms; ++im)
+    for (size_t in = 0; in < sizeof ns / sizeof *ns; ++in)
+      for (size_t ik = 0; ik < sizeof kps / sizeof *kps; ++ik)
+        for (int layout = 0; layout < 3; ++layout)
+          for (int mode = 0; mode < 3; ++mode) check_gemm(kt, ms[im], ns[in], kps[ik], layout, mode);
 }
 
 /* The pair packers against their definitions, bit for bit, odd rows and
  * columns, nothing written past cols. */
 static void test_pack(void **state) {
   (void)state;
-  const fa__cpu_kernels *kt = bf16_table();
+  const fa__cpu_kernels *kt = bf16_table(FA_ISA_AVX512BF16);
   if (!kt) skip();
   static const int rows_[] = {1, 2, 3, 7, 8, 24, 25}, cols_[] = {1, 15, 16, 17, 33, 48};
   for (size_t ir = 0; ir < sizeof rows_ / sizeof *rows_; ++ir)
@@ -160,6 +192,8 @@ static const fwd_case g_cases[] = {
     {"spread_softcap_alibi", 1, 4, 4, 33, 57, 18, 35, 16, 8, 0, 1, 0, 0, -1, -1, 15.0, 0, 1},
     {"window_dropout", 2, 2, 1, 64, 64, 24, 24, 0, 0, 0, 0, 0, 0, 9, 3, 0, 0.2, 0},
     {"D1_Lk1", 1, 2, 2, 5, 1, 1, 3, 0, 0, 0, 0, 0, 0, -1, -1, 0, 0, 0},
+    /* AMX blocks: rows and columns past 32, pair steps past 16, default tiles */
+    {"blocks_past_32", 1, 3, 1, 130, 203, 96, 72, 0, 0, 0, 0, 1, 0, -1, -1, 0, 0, 0},
 };
 
 /* Shape [B, H, L, C] tensor of dtype dt over memory of `spread` elements a
@@ -175,9 +209,9 @@ static fa_tensor make_t(void *data, fa_dtype dt, int64_t B, int64_t H, int64_t L
   return t;
 }
 
-static int g_differs; /* some case's bits differ between avx512bf16 and avx512 */
+static int g_differs; /* some case's bits differ between the bf16 ISA and avx512 */
 
-static void run_case(const fwd_case *fc) {
+static void run_case(const fwd_case *fc, fa_cpu_isa isa) {
   const int64_t nq = fc->B * fc->Hq * fc->Lq * fc->D, nk = fc->B * fc->Hkv * fc->Lk * fc->D,
                 nv = fc->B * fc->Hkv * fc->Lk * fc->Dv, no = fc->B * fc->Hq * fc->Lq * fc->Dv,
                 nl = fc->B * fc->Hq * fc->Lq;
@@ -219,8 +253,8 @@ static void run_case(const fwd_case *fc) {
     if (fa_forward(ctx, FA_BACKEND_REF, &Q, &K, &V, &opt, &O, &L) != FA_OK)
       fail_msg("%s: ref: %s", fc->name, fa_context_last_error(ctx));
   }
-  for (int pass = 0; pass < 2; ++pass) { /* avx512bf16, then avx512 (f32 products) for contrast */
-    assert_int_equal(fa_context_set_cpu_isa(ctx, pass == 0 ? FA_ISA_AVX512BF16 : FA_ISA_AVX512), FA_OK);
+  for (int pass = 0; pass < 2; ++pass) { /* the bf16 ISA, then avx512 (f32 products) for contrast */
+    assert_int_equal(fa_context_set_cpu_isa(ctx, pass == 0 ? isa : FA_ISA_AVX512), FA_OK);
     fa_tensor Q = make_t(q16, FA_BF16, fc->B, fc->Hq, fc->Lq, fc->D, fc->blhd, 0),
               K = make_t(k16, FA_BF16, fc->B, fc->Hkv, fc->Lk, fc->D, fc->blhd, fc->spread),
               V = make_t(v16, FA_BF16, fc->B, fc->Hkv, fc->Lk, fc->Dv, fc->blhd, fc->spread),
@@ -228,10 +262,11 @@ static void run_case(const fwd_case *fc) {
               L = fa_tensor_contiguous(pass == 0 ? lse : lseb, FA_F32, fc->B, fc->Hq, fc->Lq, 1);
     if (fa_forward(ctx, FA_BACKEND_CPU, &Q, &K, &V, &opt, &O, &L) != FA_OK)
       fail_msg("%s: cpu: %s", fc->name, fa_context_last_error(ctx));
-    if (pass == 0 && !strstr(fa_context_dispatch_report(ctx), "vdpbf16ps"))
-      fail_msg("%s: the dispatch report does not name vdpbf16ps:\n%s", fc->name, fa_context_dispatch_report(ctx));
+    const char *names = isa == FA_ISA_AMX ? "tdpbf16ps" : "vdpbf16ps";
+    if (pass == 0 && !strstr(fa_context_dispatch_report(ctx), names))
+      fail_msg("%s: the dispatch report does not name %s:\n%s", fc->name, names, fa_context_dispatch_report(ctx));
   }
-  { /* the backward on the bf16 kernels (from the avx512bf16 O and LSE) against ref's gradients */
+  { /* the backward on the bf16 kernels (from the bf16 ISA's O and LSE) against ref's gradients */
     uint16_t *do16 = calloc((size_t)no, 2), *dq16 = calloc((size_t)nq, 2), *dk16 = calloc((size_t)(nk * sp), 2),
              *dv16 = calloc((size_t)(nv * sp), 2);
     double *do64 = calloc((size_t)no, 8), *dq64 = calloc((size_t)nq, 8), *dk64 = calloc((size_t)(nk * sp), 8),
@@ -248,7 +283,7 @@ static void run_case(const fwd_case *fc) {
               L = fa_tensor_contiguous(l64, FA_F64, fc->B, fc->Hq, fc->Lq, 1);
     if (fa_backward(ctx, FA_BACKEND_REF, &Q, &K, &V, &O, &dO, &L, &opt, &dQ, &dK, &dV, NULL) != FA_OK)
       fail_msg("%s: ref backward: %s", fc->name, fa_context_last_error(ctx));
-    assert_int_equal(fa_context_set_cpu_isa(ctx, FA_ISA_AVX512BF16), FA_OK);
+    assert_int_equal(fa_context_set_cpu_isa(ctx, isa), FA_OK);
     fa_tensor Qb = make_t(q16, FA_BF16, fc->B, fc->Hq, fc->Lq, fc->D, fc->blhd, 0),
               Kb = make_t(k16, FA_BF16, fc->B, fc->Hkv, fc->Lk, fc->D, fc->blhd, fc->spread),
               Vb = make_t(v16, FA_BF16, fc->B, fc->Hkv, fc->Lk, fc->Dv, fc->blhd, fc->spread),
@@ -303,11 +338,55 @@ static void run_case(const fwd_case *fc) {
   free(lse), free(lseb), free(slopes);
 }
 
+static void forward_tails(fa_cpu_isa isa) {
+  if (!bf16_table(isa)) skip();
+  g_differs = 0;
+  for (size_t i = 0; i < sizeof g_cases / sizeof *g_cases; ++i) run_case(&g_cases[i], isa);
+  if (!g_differs) fail_msg("%s gave the bits of avx512 everywhere: did the bf16 kernels run?", fa_cpu_isa_name(isa));
+}
+
 static void test_forward_tails(void **state) {
   (void)state;
-  if (!bf16_table()) skip();
-  for (size_t i = 0; i < sizeof g_cases / sizeof *g_cases; ++i) run_case(&g_cases[i]);
-  if (!g_differs) fail_msg("avx512bf16 gave the bits of avx512 everywhere: did the bf16 kernels run?");
+  forward_tails(FA_ISA_AVX512BF16);
+}
+
+/* The same cases on AMX tiles: the same rule, so the same bounds (the
+ * products' sums differ from avx512bf16's in order only). */
+static void test_forward_tails_amx(void **state) {
+  (void)state;
+  forward_tails(FA_ISA_AMX);
+}
+
+/* Asked for where the CPU lacks it, amx is an error that says so, never
+ * another ISA in its place (FLASHATTN_ISA=amx too). */
+static void test_amx_absent_is_an_error(void **state) {
+  (void)state;
+  if (fa__cpu_isa_have(FA_ISA_AMX)) {
+    print_message("skipped: this CPU has amx\n");
+    skip();
+  }
+  assert_int_equal(fa_cpu_isa_supported(FA_ISA_AMX), 0);
+  fa_context *ctx;
+  assert_int_equal(fa_context_create(&ctx), FA_OK);
+  uint16_t q[2 * 8] = {0}, k[3 * 8] = {0}, v[3 * 8] = {0}, o[2 * 8];
+  float lse[2];
+  fa_tensor Q = fa_tensor_contiguous(q, FA_BF16, 1, 1, 2, 8), K = fa_tensor_contiguous(k, FA_BF16, 1, 1, 3, 8),
+            V = fa_tensor_contiguous(v, FA_BF16, 1, 1, 3, 8), O = fa_tensor_contiguous(o, FA_BF16, 1, 1, 2, 8),
+            L = fa_tensor_contiguous(lse, FA_F32, 1, 1, 2, 1);
+  const fa_status st = fa_context_set_cpu_isa(ctx, FA_ISA_AMX);
+  if (st == FA_OK) {
+    assert_int_equal(fa_forward(ctx, FA_BACKEND_CPU, &Q, &K, &V, NULL, &O, &L), FA_ERR_UNSUPPORTED);
+    if (!strstr(fa_context_last_error(ctx), "amx"))
+      fail_msg("the error does not name amx: %s", fa_context_last_error(ctx));
+  }
+  assert_int_equal(fa_context_set_cpu_isa(ctx, FA_ISA_AUTO), FA_OK);
+  setenv("FLASHATTN_ISA", "amx", 1);
+  assert_int_equal(fa_forward(ctx, FA_BACKEND_CPU, &Q, &K, &V, NULL, &O, &L), FA_ERR_UNSUPPORTED);
+  const char *msg = fa_context_last_error(ctx);
+  if (!strstr(msg, "FLASHATTN_ISA=amx") || !strstr(msg, "but "))
+    fail_msg("FLASHATTN_ISA=amx without AMX: the error does not say so: %s", msg);
+  unsetenv("FLASHATTN_ISA");
+  fa_context_destroy(ctx);
 }
 
 int main(void) {
@@ -315,6 +394,9 @@ int main(void) {
       cmocka_unit_test(test_gemm),
       cmocka_unit_test(test_pack),
       cmocka_unit_test(test_forward_tails),
+      cmocka_unit_test(test_gemm_amx),
+      cmocka_unit_test(test_forward_tails_amx),
+      cmocka_unit_test(test_amx_absent_is_an_error),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

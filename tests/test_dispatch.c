@@ -191,7 +191,7 @@ static void test_device_memory(void **state) {
 static void test_cpu_plan_and_isa(void **state) {
   (void)state;
   if (!usable(FA_BACKEND_CPU)) skip();
-  static const fa_cpu_isa isas[] = {FA_ISA_GENERIC, FA_ISA_AVX2, FA_ISA_AVX512, FA_ISA_AVX512BF16};
+  static const fa_cpu_isa isas[] = {FA_ISA_GENERIC, FA_ISA_AVX2, FA_ISA_AVX512, FA_ISA_AVX512BF16, FA_ISA_AMX};
   enum { NISA = sizeof isas / sizeof isas[0] };
   fa_cpu_isa best = FA_ISA_GENERIC;
   fa_cpu_plan plan;
@@ -206,14 +206,14 @@ static void test_cpu_plan_and_isa(void **state) {
     assert_int_equal(fa_cpu_plan_get(isas[i], 64, 64, 16, 32, &plan), FA_OK);
     assert_int_equal(plan.block_q, 16);
     assert_int_equal(plan.block_k, 32);
-    /* per dtype: the same tiles; only bf16 on avx512bf16 keeps other bytes hot (bf16 tiles and pairs) */
+    /* per dtype: the same tiles; only bf16 on avx512bf16 and amx keeps other bytes hot (bf16 tiles and pairs) */
     fa_cpu_plan pd;
     assert_int_equal(fa_cpu_plan_get_dtype(isas[i], FA_F32, 64, 64, 16, 32, &pd), FA_OK);
     assert_int_equal(pd.working_set_bytes, plan.working_set_bytes);
     assert_int_equal(fa_cpu_plan_get_dtype(isas[i], FA_BF16, 64, 64, 16, 32, &pd), FA_OK);
     assert_int_equal(pd.block_q, 16);
     assert_int_equal(pd.block_k, 32);
-    if (isas[i] == FA_ISA_AVX512BF16)
+    if (isas[i] == FA_ISA_AVX512BF16 || isas[i] == FA_ISA_AMX)
       assert_true(pd.working_set_bytes < plan.working_set_bytes);
     else
       assert_int_equal(pd.working_set_bytes, plan.working_set_bytes);

@@ -22,7 +22,7 @@ from pathlib import Path
 F32, F64, F16, BF16, BOOL, F8_E4M3 = range(6)
 MEMORY_AUTO, MEMORY_HOST, MEMORY_CUDA = range(3)
 BACKENDS = ("auto", "ref", "cpu", "cuda")
-ISAS = ("auto", "generic", "avx2", "avx512", "avx512bf16")
+ISAS = ("auto", "generic", "avx2", "avx512", "avx512bf16", "amx")
 ALIGNS = ("top_left", "bottom_right")
 STATUS_NAMES = (
     "FA_OK",

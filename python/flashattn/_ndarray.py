@@ -252,7 +252,7 @@ def attention(q, k, v, *, layout="bhsd", **options):
     window, ALiBi and the dropout bits of that sequence's block; ring
     attention), block_q, block_k, backend ("auto" | "ref" | "cpu" | "cuda"), threads (cpu; 0 =
     OpenMP's default), isa ("auto" | "generic" | "avx2" | "avx512" |
-    "avx512bf16").
+    "avx512bf16" | "amx").
 
     FP8: q, k, v ml_dtypes.float8_e4m3fn, with q_descale, k_descale,
     v_descale (numbers, or float32 [B, Hkv]; default 1) and out_dtype

@@ -24,7 +24,7 @@ fa_status fa_context_set_threads(fa_context *ctx, int threads) {
 
 fa_status fa_context_set_cpu_isa(fa_context *ctx, fa_cpu_isa isa) {
   if (!ctx) return FA_ERR_NULL_POINTER;
-  if (isa < FA_ISA_AUTO || isa > FA_ISA_AVX512BF16) return fa__fail(ctx, FA_ERR_OPTION, "isa: not an fa_cpu_isa value");
+  if (isa < FA_ISA_AUTO || isa > FA_ISA_AMX) return fa__fail(ctx, FA_ERR_OPTION, "isa: not an fa_cpu_isa value");
   ctx->isa = isa;
   ctx->last_error[0] = '\0';
   return FA_OK;

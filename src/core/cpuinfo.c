@@ -65,9 +65,11 @@ static void probe(fa__cpuinfo *ci) {
     if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
       ci->has_avx2_fma = ymm && fma && ((b >> 5) & 1);
       ci->has_avx512f = zmm && ci->has_avx2_fma && ((b >> 16) & 1);
-      const int bw = (b >> 30) & 1, subleaves = (int)a; /* leaf 7: EAX of subleaf 0 is the last subleaf */
+      const int bw = (b >> 30) & 1, subleaves = (int)a;   /* leaf 7: EAX of subleaf 0 is the last subleaf */
+      const int amx = ((d >> 22) & 1) && ((d >> 24) & 1); /* AMX-BF16, AMX-TILE */
       if (ci->has_avx512f && bw && subleaves >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d))
         ci->has_avx512bf16 = (a >> 5) & 1;
+      ci->has_amx_bf16 = ci->has_avx512bf16 && amx && (xcr0 & 0x60000) == 0x60000; /* XTILECFG, XTILEDATA */
     }
   }
   {

@@ -8,6 +8,8 @@ typedef struct fa__cpuinfo {
   int has_avx2_fma;   /* AVX2 and FMA, and the OS saves YMM state */
   int has_avx512f;    /* AVX-512F, and the OS saves ZMM state */
   int has_avx512bf16; /* AVX512-BF16 (vdpbf16ps) and AVX512-BW, with has_avx512f */
+  int has_amx_bf16;   /* AMX-TILE and AMX-BF16, the OS saves the tile state (XCR0 17, 18), with has_avx512bf16;
+                         Linux must still grant the tile data to the process (cpu backend: fa__cpu_amx_usable) */
   size_t l1d_bytes;   /* per core; a default if the OS does not say */
   size_t l2_bytes;    /* per core */
   size_t l3_bytes;    /* shared; 0 if unknown */

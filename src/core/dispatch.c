@@ -114,16 +114,18 @@ static fa_status run(fa_context *ctx, fa_backend backend, const fa__call *call) 
       else /* the backward sizes its own tiles per problem */
         report_add(ctx, "cpu: isa %s, threads: %s%s\n", fa_cpu_isa_name(plan.isa), threads,
                    p.deterministic ? ", deterministic" : "");
-      if (plan.isa == FA_ISA_AVX512BF16 && !p.kvcache) {
+      if ((plan.isa == FA_ISA_AVX512BF16 || plan.isa == FA_ISA_AMX) && !p.kvcache) {
+        const char *ins = plan.isa == FA_ISA_AMX ? "AMX tiles (tdpbf16ps)" : "vdpbf16ps";
         if (p.dtype != FA_BF16)
-          report_add(ctx, "cpu: %s inputs: the avx512 f32 kernels (vdpbf16ps serves bf16 inputs only)\n",
-                     fa_dtype_name(p.dtype));
+          report_add(ctx, "cpu: %s inputs: the avx512 f32 kernels (%s serves bf16 inputs only)\n",
+                     fa_dtype_name(p.dtype), ins);
         else if (p.pass == FA__FORWARD)
           report_add(ctx,
-                     "cpu: bf16 products on vdpbf16ps (Q.K^T, and P.V with P rounded to bf16); the decode "
-                     "pass (few query rows, long keys) reads bf16 into f32 kernels\n");
+                     "cpu: bf16 products on %s (Q.K^T, and P.V with P rounded to bf16); the decode "
+                     "pass (few query rows, long keys) reads bf16 into f32 kernels\n",
+                     ins);
         else
-          report_add(ctx, "cpu: bf16 products on vdpbf16ps (S, dP; dV, dK, dQ with P and dS rounded to bf16)\n");
+          report_add(ctx, "cpu: bf16 products on %s (S, dP; dV, dK, dQ with P and dS rounded to bf16)\n", ins);
       }
     }
   }

@@ -80,6 +80,7 @@ const char *fa_cpu_isa_name(fa_cpu_isa isa) {
     case FA_ISA_AVX2: return "avx2";
     case FA_ISA_AVX512: return "avx512";
     case FA_ISA_AVX512BF16: return "avx512bf16";
+    case FA_ISA_AMX: return "amx";
   }
   return "unknown";
 }

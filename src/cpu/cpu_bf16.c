@@ -18,6 +18,10 @@ int fa__cpu_bf16_products(const fa__problem *p, const fa__cpu_kernels *kt) {
 
 void fa__cpu_gemm_bf16(const fa__cpu_kernels *kt, int m, int n, int kp, const uint16_t *a, ptrdiff_t rsa, ptrdiff_t csa,
                        const uint32_t *b, ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc, int accumulate) {
+  if (kt->gemm_bf16_block) {
+    if (m > 0 && n > 0) kt->gemm_bf16_block(m, n, kp, a, rsa, csa, b, ldb, alpha, c, ldc, accumulate);
+    return;
+  }
   const int vecs = n / kt->vl;
   const int strips = (vecs + kt->nv - 1) / kt->nv;
   if (m <= 0 || strips == 0) return;

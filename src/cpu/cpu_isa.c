@@ -17,6 +17,13 @@ int fa__cpu_isa_have(fa_cpu_isa isa) {
 #ifdef FA_CPU_AVX512BF16
     case FA_ISA_AVX512BF16: return fa__cpuinfo_get()->has_avx512bf16;
 #endif
+#ifdef FA_CPU_AMX
+#ifdef FA_AMX_EMULATE /* development builds: the tile instructions emulated (kernels_amx.c) */
+    case FA_ISA_AMX: return fa__cpuinfo_get()->has_avx512bf16 && fa__cpu_amx_usable();
+#else
+    case FA_ISA_AMX: return fa__cpuinfo_get()->has_amx_bf16 && fa__cpu_amx_usable();
+#endif
+#endif
 #endif
     default: return 0;
   }
@@ -35,7 +42,13 @@ static void bf16_probe(void) {
 }
 #endif
 
+/* amx: tdpbf16ps does 16 x 16 x 32 multiply-adds, ~16x vdpbf16ps's per
+ * cycle on Sapphire Rapids; where the CPU has it, it is the best. (The
+ * emulated development build never picks it on its own.) */
 static fa_cpu_isa best_isa(void) {
+#if defined(FA_CPU_AMX) && !defined(FA_AMX_EMULATE)
+  if (fa__cpu_isa_have(FA_ISA_AMX)) return FA_ISA_AMX;
+#endif
 #ifdef FA_CPU_AVX512BF16
   if (fa__cpu_isa_have(FA_ISA_AVX512BF16)) {
     pthread_once(&g_bf16_once, bf16_probe);
@@ -51,6 +64,14 @@ static const char *lacks(fa_cpu_isa isa) {
 #ifdef FA_CPU_X86
 #ifndef FA_CPU_AVX512BF16
   if (isa == FA_ISA_AVX512BF16) return "this build has no avx512bf16 kernels (its compiler lacks -mavx512bf16)";
+#endif
+#ifndef FA_CPU_AMX
+  if (isa == FA_ISA_AMX) return "this build has no amx kernels (its compiler lacks -mamx-tile -mamx-bf16)";
+#else
+  if (isa == FA_ISA_AMX && fa__cpuinfo_get()->has_amx_bf16)
+    return "Linux did not grant this process the AMX tile data (arch_prctl ARCH_REQ_XCOMP_PERM failed; "
+           "Linux >= 5.16 is needed)";
+  if (isa == FA_ISA_AMX) return "this CPU lacks it (AMX-BF16 and AMX-TILE with the OS's tile state)";
 #endif
   (void)isa;
   return "this CPU lacks it";
@@ -72,10 +93,13 @@ fa_status fa__cpu_isa_resolve(fa_cpu_isa requested, fa_cpu_isa *out, char *why, 
         isa = FA_ISA_AVX512;
       } else if (strcmp(env, "avx512bf16") == 0) {
         isa = FA_ISA_AVX512BF16;
+      } else if (strcmp(env, "amx") == 0) {
+        isa = FA_ISA_AMX;
       } else if (strcmp(env, "auto") == 0) {
         isa = best_isa();
       } else {
-        if (why) snprintf(why, why_size, "FLASHATTN_ISA=%s is not one of generic, avx2, avx512, avx512bf16, auto", env);
+        if (why)
+          snprintf(why, why_size, "FLASHATTN_ISA=%s is not one of generic, avx2, avx512, avx512bf16, amx, auto", env);
         return FA_ERR_UNSUPPORTED;
       }
       if (!fa__cpu_isa_have(isa)) {
@@ -86,7 +110,7 @@ fa_status fa__cpu_isa_resolve(fa_cpu_isa requested, fa_cpu_isa *out, char *why, 
     } else {
       isa = best_isa();
     }
-  } else if (isa < FA_ISA_GENERIC || isa > FA_ISA_AVX512BF16) {
+  } else if (isa < FA_ISA_GENERIC || isa > FA_ISA_AMX) {
     if (why) snprintf(why, why_size, "isa %d is not an fa_cpu_isa value", (int)isa);
     return FA_ERR_UNSUPPORTED;
   } else if (!fa__cpu_isa_have(isa)) {
@@ -98,7 +122,7 @@ fa_status fa__cpu_isa_resolve(fa_cpu_isa requested, fa_cpu_isa *out, char *why, 
 }
 
 /* One table per ISA: generic first, each ISA overriding the one below. */
-static fa__cpu_kernels g_tables[FA_ISA_AVX512BF16 + 1];
+static fa__cpu_kernels g_tables[FA_ISA_AMX + 1];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void build_tables(void) {
@@ -106,6 +130,7 @@ static void build_tables(void) {
   g_tables[FA_ISA_AVX2] = g_tables[FA_ISA_GENERIC];
   g_tables[FA_ISA_AVX512] = g_tables[FA_ISA_GENERIC];
   g_tables[FA_ISA_AVX512BF16] = g_tables[FA_ISA_GENERIC];
+  g_tables[FA_ISA_AMX] = g_tables[FA_ISA_GENERIC];
 #ifdef FA_CPU_X86
   if (fa__cpu_isa_have(FA_ISA_AVX2)) {
     fa__cpu_kernels_avx2(&g_tables[FA_ISA_AVX2]);
@@ -116,18 +141,24 @@ static void build_tables(void) {
     g_tables[FA_ISA_AVX512BF16] = g_tables[FA_ISA_AVX512];
   }
 #ifdef FA_CPU_AVX512BF16
-  if (fa__cpu_isa_have(FA_ISA_AVX512BF16)) fa__cpu_kernels_avx512bf16(&g_tables[FA_ISA_AVX512BF16]);
+  if (fa__cpu_isa_have(FA_ISA_AVX512BF16)) {
+    fa__cpu_kernels_avx512bf16(&g_tables[FA_ISA_AVX512BF16]);
+    g_tables[FA_ISA_AMX] = g_tables[FA_ISA_AVX512BF16];
+  }
+#endif
+#ifdef FA_CPU_AMX
+  if (fa__cpu_isa_have(FA_ISA_AMX)) fa__cpu_kernels_amx(&g_tables[FA_ISA_AMX]);
 #endif
 #endif
 }
 
 const fa__cpu_kernels *fa__cpu_kernels_get(fa_cpu_isa isa) {
   pthread_once(&g_once, build_tables);
-  if (isa < FA_ISA_GENERIC || isa > FA_ISA_AVX512BF16) isa = FA_ISA_GENERIC;
+  if (isa < FA_ISA_GENERIC || isa > FA_ISA_AMX) isa = FA_ISA_GENERIC;
   return &g_tables[isa];
 }
 
 int fa_cpu_isa_supported(fa_cpu_isa isa) {
-  if (isa < FA_ISA_AUTO || isa > FA_ISA_AVX512BF16) return 0;
+  if (isa < FA_ISA_AUTO || isa > FA_ISA_AMX) return 0;
   return fa__cpu_isa_have(isa);
 }

@@ -36,7 +36,8 @@ fa__cpu_blocks fa__cpu_blocks_forward(const fa__cpu_kernels *kt, int64_t D, int6
   const fa__cpuinfo *ci = fa__cpuinfo_get();
   fa__cpu_blocks b;
   block_q = block_cap(block_q), block_k = block_cap(block_k);
-  b.bq = block_q > 0 ? block_q : kt->isa == FA_ISA_GENERIC ? 32 : 48;
+  /* amx: 64 = two blocks of two 16-column tiles (kernels_amx.c) */
+  b.bq = block_q > 0 ? block_q : kt->isa == FA_ISA_GENERIC ? 32 : kt->isa == FA_ISA_AMX ? 64 : 48;
   if (block_k > 0) {
     b.bk = block_k;
   } else {
@@ -107,7 +108,7 @@ fa__cpu_blocks fa__cpu_blocks_backward(const fa__cpu_kernels *kt, int64_t D, int
   if (block_k > 0) {
     b.bk = block_k;
   } else {
-    const int unit = kt->isa == FA_ISA_GENERIC ? 32 : 48;
+    const int unit = kt->isa == FA_ISA_GENERIC ? 32 : kt->isa == FA_ISA_AMX ? 64 : 48; /* amx: 2 x 32-column blocks */
     const long l2 = (long)ci->l2_bytes / 4;
     const long bk = l2 / 4 / (long)(3 * D + 2 * Dv);
     b.bk = clampi(round_down((int)(bk > 4096 ? 4096 : bk), unit), unit, 4 * unit);

@@ -141,6 +141,17 @@ typedef void (*fa__cpu_gemm_bf16_fn)(int mr, int nv, int kp, const uint16_t *a, 
                                      const uint32_t *b, ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc,
                                      int accumulate);
 
+/* A whole bf16 product in one call, for kernels that block it their own
+ * way (AMX tiles): fa__cpu_gemm_bf16's contract (cpu_bf16.h), m >= 1 rows,
+ * n >= 16 columns (a multiple of FA_CPU_PANEL), kp >= 0; A as gemm_bf16
+ * reads it, any strides (fast when csa = 2 or rsa = 2). Each C element is
+ * a sum of the same exact products in f32 (in another order than
+ * gemm_bf16's; the same arguments give the same bits). NULL: the product
+ * is cut into gemm_bf16 micro-tiles. */
+typedef void (*fa__cpu_gemm_bf16_block_fn)(int m, int n, int kp, const uint16_t *a, ptrdiff_t rsa, ptrdiff_t csa,
+                                           const uint32_t *b, ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc,
+                                           int accumulate);
+
 /* Packing into pair words, along rows: for k < ceil(rows/2), n < cols,
  *   dst[k*ldd + n] = pair(X(2k, n), X(2k+1, n))      (X(rows, n) = 0 when rows is odd)
  * pack_f32: X(r, n) = x[r*ldx + n] rounded to bf16 (nearest even; NaN stays
@@ -218,6 +229,7 @@ typedef struct fa__cpu_kernels {
   fa__cpu_softmax_pairs_fn softmax_pairs;
   fa__cpu_ds_pairs_fn ds_pairs;
   fa__cpu_exp_rows_off_fn exp_rows_off;
+  fa__cpu_gemm_bf16_block_fn gemm_bf16_block; /* NULL but on amx */
 } fa__cpu_kernels;
 
 /* Fill a table: the portable kernels first, then each ISA overrides what it
@@ -234,6 +246,13 @@ void fa__cpu_kernels_avx512bf16(fa__cpu_kernels *kt);
  * 4 and 5), ~1 where they share the FMA ports' rate (Sapphire Rapids), and
  * there the bf16 path's pair packing makes it slower than converting to f32. */
 double fa__cpu_bf16_rate_ratio(void);
+/* Over an avx512bf16 table: the bf16 products on AMX tiles (kernels_amx.c,
+ * built when the compiler targets AMX-BF16: FA_CPU_AMX). */
+void fa__cpu_kernels_amx(fa__cpu_kernels *kt);
+/* Has Linux let this process use the AMX tile data? Asks once
+ * (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA; Linux >= 5.16),
+ * thread-safe. Only meaningful where the CPU has AMX. */
+int fa__cpu_amx_usable(void);
 #endif
 
 #endif

@@ -132,4 +132,5 @@ void fa__cpu_kernels_generic(fa__cpu_kernels *kt) {
   kt->softmax_pairs = NULL;
   kt->ds_pairs = NULL;
   kt->exp_rows_off = NULL;
+  kt->gemm_bf16_block = NULL;
 }

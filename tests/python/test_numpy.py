@@ -578,7 +578,7 @@ def test_every_cpu_isa(isa, rng):
 
 
 def test_isa_this_cpu_lacks_is_refused(rng):
-    missing = [n for n in ("generic", "avx2", "avx512", "avx512bf16") if n not in fa.cpu_isas()]
+    missing = [n for n in ("generic", "avx2", "avx512", "avx512bf16", "amx") if n not in fa.cpu_isas()]
     if not missing:
         pytest.skip("this CPU has every ISA the cpu backend knows")
     q, k, v, _, _ = _problem(rng)
@@ -697,7 +697,7 @@ def test_backends():
 
 def test_cpu_isas():
     isas = fa.cpu_isas()
-    order = ["avx512bf16", "avx512", "avx2", "generic"]
+    order = ["amx", "avx512bf16", "avx512", "avx2", "generic"]
     assert isas and set(isas) <= set(order)
     assert isas[-1] == "generic"  # best first; the portable path is always there
     assert isas == sorted(isas, key=order.index)
@@ -716,7 +716,7 @@ def test_cpu_plan():
     for isa in fa.cpu_isas():
         f32, bf16 = fa.cpu_plan(128, isa=isa), fa.cpu_plan(128, isa=isa, dtype="bfloat16")
         assert (bf16.isa, bf16.block_q, bf16.block_k) == (f32.isa, f32.block_q, f32.block_k)
-        if isa == "avx512bf16":
+        if isa in ("avx512bf16", "amx"):
             assert bf16.working_set_bytes < f32.working_set_bytes
         else:
             assert bf16.working_set_bytes == f32.working_set_bytes

@@ -12,6 +12,7 @@ typedef struct tb_variant {
   char name[32];
   fa_cpu_isa isa;
   int threads; /* 0 = default */
+  int absent;  /* not on this CPU or build: its tests skip */
 } tb_variant;
 
 typedef struct tb_backend {
