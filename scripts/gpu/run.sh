@@ -26,8 +26,8 @@
 #   scripts/gpu/run.sh ws      the warp-specialized (TMA) forward: check_cuda with it
 #                              and without (FLASHATTN_CUDA_WS=0), test_backend_cuda,
 #                              memcheck / racecheck on the cases it takes, forward
-#                              anchors against the cp.async kernel (variant 2),
-#                              $WS_ARGS appended to anchors' arguments
+#                              anchors against the cp.async kernel (variant 2;
+#                              $WS_VARIANTS, $WS_D), $WS_ARGS appended
 #   scripts/gpu/run.sh ncu     build + Nsight Compute on the kernels matching
 #                              $NCU_KERNEL (default bwd), variant $NCU_VARIANT
 #                              (default 0), shapes $NCU_SHAPES ("D:L ...")
@@ -199,7 +199,8 @@ if [ "$MODE" = ws ]; then
     timeout 300 "$BUILD/tests/test_backend_cuda" >"$OUT/suite_cuda.log" 2>&1
     say "test_backend_cuda exit $?: $(suite_counts "$OUT/suite_cuda.log")"
   fi
-  for c in bf16_d128_causal_L700 f16_d128_L333x517 bf16_d128_mqa_blhd f16_d96_Dv40_L200; do
+  for c in bf16_d128_causal_L700 f16_d128_L333x517 bf16_d128_mqa_blhd f16_d96_Dv40_L200 f16_d64_window_br_dead \
+    bf16_d32_L1000; do
     for tool in memcheck racecheck; do
       timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/check_cuda" "$c" >>"$OUT/sanitizer.log" 2>&1
       say "$tool $c: exit $?"
@@ -210,8 +211,9 @@ if [ "$MODE" = ws ]; then
   stage "anchors (forward; fa = warp-specialized, fa-v2 = cp.async pipelined)"
   export PYTHONUNBUFFERED=1
   # shellcheck disable=SC2086
-  timeout "${WS_BENCH_S:-300}" python3 bench/gpu/anchors.py --lib "$BUILD/libflashattn.so" --out "$OUT" --d 128 \
-    --l 2048,4096,8192,16384 --passes fwd --variants 0,2 --reps 10 ${WS_ARGS:-} 2>&1 | tee "$OUT/anchors.txt"
+  timeout "${WS_BENCH_S:-300}" python3 bench/gpu/anchors.py --lib "$BUILD/libflashattn.so" --out "$OUT" \
+    --d "${WS_D:-64,128}" --l 2048,4096,8192,16384 --passes fwd --variants "${WS_VARIANTS:-0,2}" --reps 10 \
+    ${WS_ARGS:-} 2>&1 | tee "$OUT/anchors.txt"
   stage "done"
   exit 0
 fi

@@ -23,20 +23,29 @@ struct fwd_block {
   int n_tiles;   // key tiles the band leaves
 };
 
+// The block of sequence-head bh (b * Hq + h) from query row m0; false when
+// m0 is past the sequence's rows.
 template <int kBM, int kBN>
-__device__ __forceinline__ bool fwd_block_init(const fa__cuda_params &p, fwd_block *fb) {
-  const int64_t bh = blockIdx.x, b = bh / p.Hq;
+__device__ __forceinline__ bool fwd_block_at(const fa__cuda_params &p, int64_t bh, int64_t m0, fwd_block *fb) {
+  const int64_t b = bh / p.Hq;
   fb->h = bh % p.Hq;
   fb->kvh = fb->h / p.group;
   fb->c = make_seq_ctx(p, b, fb->h);
   fb->rows = p.varlen ? fb->c.seq.lq : p.Lq;
-  fb->m0 = static_cast<int64_t>(gridDim.y - 1 - blockIdx.y) * kBM;
+  fb->m0 = m0;
   if (fb->m0 >= fb->rows) return false;
   int64_t j0, j1;
   fa__band_cols(&fb->c.bd, fb->m0, fb->m0 + kBM, &j0, &j1);
   fb->nb_lo = static_cast<int>(j0 / kBN);
   fb->n_tiles = j1 > j0 ? static_cast<int>((j1 + kBN - 1) / kBN) - fb->nb_lo : 0;
   return true;
+}
+
+// The block of this CUDA block: blockIdx.x the sequence-head, blockIdx.y the
+// row tile counted from the last.
+template <int kBM, int kBN>
+__device__ __forceinline__ bool fwd_block_init(const fa__cuda_params &p, fwd_block *fb) {
+  return fwd_block_at<kBM, kBN>(p, blockIdx.x, static_cast<int64_t>(gridDim.y - 1 - blockIdx.y) * kBM, fb);
 }
 
 // The key tiles [*lo, *hi) of a block (numbered from its first, fb.nb_lo)

@@ -1,20 +1,26 @@
 // Warp-specialized forward for Hopper (sm_90a), FlashAttention 3's structure:
 // a block is one producer warpgroup and two consumer warpgroups of 64 query
-// rows each (128 rows a block).
-//   producer   one thread issues the bulk tensor copies (TMA, tma.cuh) of Q
-//              once and of K and V tile by tile into a ring of kStages
-//              slots, each slot guarded by a full and an empty barrier; its
+// rows each, and stays resident (one block per multiprocessor), taking work
+// tiles of 128 query rows of one (sequence, head) in turn: tile w of
+// B * Hq * row-tiles, heaviest row tiles first (the last rows, which a causal
+// band gives the most keys), blocks striding by the grid.
+//   producer   one thread issues the bulk tensor copies (TMA, tma.cuh): Q of
+//              each work tile into one buffer (refilled once the consumers
+//              have issued their last S = Q K^T of the tile before), K and V
+//              tile by tile into a ring of kStages slots, each slot guarded
+//              by a full and an empty barrier. The next tile's Q and first
+//              K / V land while the consumers finish the tile before; its
 //              warpgroup gives most of its registers to the consumers.
 //   consumers  the loop of fwd_wgmma_kernel's pipelined variant (S of tile
 //              it + 1 and P V of tile it issued together, the softmax of
 //              it + 1 under P V), waiting on barriers instead of a block-wide
-//              __syncthreads, and ping-ponging: a scheduler barrier lets the
-//              two warpgroups issue their products in turn, so that one's
+//              __syncthreads, and taking turns: a scheduler barrier lets the
+//              two warpgroups issue their products alternately, so that one's
 //              softmax runs while the other's products keep the tensor
 //              cores busy.
 // Scores, softmax, rescale and epilogue are fwd_tile.cuh's, as in the other
 // forward kernels. Band-only options (causal, window); dense batches (no
-// seqlens, no varlen: rows past a sequence must arrive as the copy engine's
+// seqlens, not packed: rows past a sequence arrive as the copy engine's
 // zeros); launch_fwd_wgmma.cuh decides.
 #ifndef FA_CUDA_FWD_WS_KERNEL_CUH
 #define FA_CUDA_FWD_WS_KERNEL_CUH
@@ -31,16 +37,25 @@ struct fwd_ws_cfg {
   static constexpr uint32_t kQBytes = kBM * kD * 2, kTileBytes = kBN * kD * 2;
   // Q, the K and V rings, the barriers, and 1 KiB to align the tiles to
   // 1024 bytes (the swizzle pattern's period).
-  static constexpr size_t smem_bytes = kQBytes + 2 * kStages * (size_t)kTileBytes + 8 * (1 + 4 * kStages) + 1024;
+  static constexpr size_t smem_bytes = kQBytes + 2 * kStages * (size_t)kTileBytes + 8 * (2 + 4 * kStages) + 1024;
 };
 
 // Named barriers of the consumers' turn-taking (0 is __syncthreads').
 constexpr int kWsTurn0 = 1;
 
+// Work tile w of the persistent grid: row tiles from the last (the causal
+// band's heaviest) across all sequence-heads first.
+template <int kBM, int kBN>
+__device__ __forceinline__ bool fwd_ws_block(const fa__cuda_params &p, int64_t w, int64_t row_tiles, fwd_block *fb) {
+  const int64_t bh_count = p.B * p.Hq;
+  const int64_t rt = row_tiles - 1 - w / bh_count;
+  return fwd_block_at<kBM, kBN>(p, w % bh_count, rt * kBM, fb);
+}
+
 template <typename E, int kD, int kBN, int kStages>
 __global__ void __launch_bounds__(384, 1)
     fwd_ws_kernel(const __grid_constant__ fa__cuda_params p, const __grid_constant__ CUtensorMap tq,
-                  const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv) {
+                  const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv, int64_t row_tiles) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using cfg = fwd_ws_cfg<kD, kBN, kStages>;
   constexpr int kBM = cfg::kBM, kNB = kBN / 8, kDB = kD / 8, kAtoms = kD / 64;
@@ -51,25 +66,25 @@ __global__ void __launch_bounds__(384, 1)
   const uint32_t sq = base + pad;                        // [kAtoms][kBM][64]
   const uint32_t sk = sq + cfg::kQBytes;                 // [kStages][kAtoms][kBN][64]
   const uint32_t sv = sk + kStages * cfg::kTileBytes;    // [kStages][kAtoms][kBN][64]
-  const uint32_t bars = sv + kStages * cfg::kTileBytes;  // full_q, full_k[], full_v[], empty_k[], empty_v[]
-  const uint32_t full_q = bars;
-  auto full_k = [&](int s) { return bars + 8 * (1 + s); };
-  auto full_v = [&](int s) { return bars + 8 * (1 + kStages + s); };
-  auto empty_k = [&](int s) { return bars + 8 * (1 + 2 * kStages + s); };
-  auto empty_v = [&](int s) { return bars + 8 * (1 + 3 * kStages + s); };
+  const uint32_t bars = sv + kStages * cfg::kTileBytes;  // full_q, empty_q, full_k[], full_v[], empty_k[], empty_v[]
+  const uint32_t full_q = bars, empty_q = bars + 8;
+  auto full_k = [&](int s) { return bars + 8 * (2 + s); };
+  auto full_v = [&](int s) { return bars + 8 * (2 + kStages + s); };
+  auto empty_k = [&](int s) { return bars + 8 * (2 + 2 * kStages + s); };
+  auto empty_v = [&](int s) { return bars + 8 * (2 + 3 * kStages + s); };
+  constexpr uint32_t kConsumerWarps = cfg::kConsumers / 32;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  fwd_block fb;
-  if (!fwd_block_init<kBM, kBN>(p, &fb)) return;  // uniform over the block
-  const int n = fb.n_tiles;
+  const int64_t works = p.B * p.Hq * row_tiles;
 
   if (tid == 0) {
     mbar_init(full_q, 1);
+    mbar_init(empty_q, kConsumerWarps);  // one arrival per consumer warp
     for (int s = 0; s < kStages; ++s) {
       mbar_init(full_k(s), 1);
       mbar_init(full_v(s), 1);
-      mbar_init(empty_k(s), cfg::kConsumers / 32);  // one arrival per consumer warp
-      mbar_init(empty_v(s), cfg::kConsumers / 32);
+      mbar_init(empty_k(s), kConsumerWarps);
+      mbar_init(empty_v(s), kConsumerWarps);
     }
     mbar_init_fence();
   }
@@ -82,70 +97,47 @@ __global__ void __launch_bounds__(384, 1)
       tma_prefetch_map(&tq);
       tma_prefetch_map(&tk);
       tma_prefetch_map(&tv);
-      const int b = static_cast<int>(fb.c.seq.bidx), h = static_cast<int>(fb.h), kvh = static_cast<int>(fb.kvh);
-      if (n > 0) {  // no copy may still be landing when the block exits
+      int q_round = 0;  // work tiles with keys so far (uses of the Q buffer)
+      int kv = 0;       // K / V tiles so far (uses of the ring)
+      for (int64_t w = blockIdx.x; w < works; w += gridDim.x) {
+        fwd_block fb;
+        if (!fwd_ws_block<kBM, kBN>(p, w, row_tiles, &fb) || fb.n_tiles == 0) continue;
+        const int b = static_cast<int>(fb.c.seq.bidx), h = static_cast<int>(fb.h), kvh = static_cast<int>(fb.kvh);
+        if (q_round > 0) mbar_wait(empty_q, (q_round - 1) & 1);
         mbar_expect_tx(full_q, cfg::kQBytes);
 #pragma unroll
         for (int a = 0; a < kAtoms; ++a) tma_load_4d(sq + a * kBM * 128, &tq, a * 64, (int)fb.m0, h, b, full_q);
-      }
-      for (int it = 0; it < n; ++it) {
-        const int s = it % kStages, use = it / kStages;
-        const int n0 = (fb.nb_lo + it) * kBN;
-        if (use > 0) mbar_wait(empty_k(s), (use - 1) & 1);
-        mbar_expect_tx(full_k(s), cfg::kTileBytes);
+        ++q_round;
+        for (int it = 0; it < fb.n_tiles; ++it, ++kv) {
+          const int s = kv % kStages, use = kv / kStages;
+          const int n0 = (fb.nb_lo + it) * kBN;
+          if (use > 0) mbar_wait(empty_k(s), (use - 1) & 1);
+          mbar_expect_tx(full_k(s), cfg::kTileBytes);
 #pragma unroll
-        for (int a = 0; a < kAtoms; ++a)
-          tma_load_4d(sk + s * cfg::kTileBytes + a * kBN * 128, &tk, a * 64, n0, kvh, b, full_k(s));
-        if (use > 0) mbar_wait(empty_v(s), (use - 1) & 1);
-        mbar_expect_tx(full_v(s), cfg::kTileBytes);
+          for (int a = 0; a < kAtoms; ++a)
+            tma_load_4d(sk + s * cfg::kTileBytes + a * kBN * 128, &tk, a * 64, n0, kvh, b, full_k(s));
+          if (use > 0) mbar_wait(empty_v(s), (use - 1) & 1);
+          mbar_expect_tx(full_v(s), cfg::kTileBytes);
 #pragma unroll
-        for (int a = 0; a < kAtoms; ++a)
-          tma_load_4d(sv + s * cfg::kTileBytes + a * kBN * 128, &tv, a * 64, n0, kvh, b, full_v(s));
+          for (int a = 0; a < kAtoms; ++a)
+            tma_load_4d(sv + s * cfg::kTileBytes + a * kBN * 128, &tv, a * 64, n0, kvh, b, full_v(s));
+        }
       }
+      // (No copy can still be landing when the block exits: the consumers
+      // wait for every one.)
     }
   } else {
     regs_alloc<240>();
     const int cw = warp - 4, wg = cw >> 2, g = lane >> 2, t = lane & 3;
-    const seq_ctx &c = fb.c;
-    const int64_t m0 = fb.m0;
     const int wrow = cw * 16;  // this warp's rows in the block
+    const uint32_t q_base = sq + wg * 64 * 128;
+    int q_round = 0, kv = 0;  // as the producer counts them
 
     float o[1][kDB][4];
-#pragma unroll
-    for (int db = 0; db < kDB; ++db) o[0][db][0] = o[0][db][1] = o[0][db][2] = o[0][db][3] = 0.f;
-    float row_m[1][2] = {{-INFINITY, -INFINITY}}, row_l[1][2] = {{0.f, 0.f}}, alpha[1][2];
+    float row_m[1][2], row_l[1][2], alpha[1][2];
     float s[1][kNB][4];        // S of the next tile, then its P in f32
     uint32_t pa[kBN / 16][4];  // P of the current tile as A fragments
-    const uint32_t q_base = sq + wg * 64 * 128;
 
-    auto s_issue = [&](int it) {
-#pragma unroll
-      for (int kk = 0; kk < kD / 16; ++kk) {
-        const uint32_t in_atom = (kk & 3) * 32;
-        const uint32_t da = sw128_desc_lo(q_base + (kk >> 2) * (kBM * 128) + in_atom, 0);
-        const uint32_t db = sw128_desc_lo(sk + (it % kStages) * cfg::kTileBytes + (kk >> 2) * (kBN * 128) + in_atom, 0);
-        wgmma<E, kBN>::ss(s[0], da, db, kk > 0);
-      }
-      wgmma_commit();
-    };
-    auto pv_issue = [&](int it) {
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk) {
-        const uint32_t db = sw128_desc_lo(sv + (it % kStages) * cfg::kTileBytes + kk * 16 * 128, kBN * 128);
-        wgmma<E, kD>::template rs<1>(o[0], pa[kk], db, 1);
-      }
-      wgmma_commit();
-    };
-    auto s_softmax = [&](int it) {
-      fence_regs(s[0]);
-      const int64_t n0 = static_cast<int64_t>(fb.nb_lo + it) * kBN;
-      fwd_scores<false>(p, c, s, m0 + wrow, n0, g, t);
-      fwd_softmax<false>(p, c, s, alpha, row_m, row_l, m0 + wrow, n0, g, t);
-    };
-    auto p_to_frags = [&]() {
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk) fwd_p_frag<E>(pa[kk], s[0], kk);
-    };
     // Turn-taking: a warpgroup issues its products only in its turn, then
     // hands the turn to the other (each named barrier: this warpgroup syncs,
     // the other arrives). Warpgroup 0 has the first turn.
@@ -154,51 +146,104 @@ __global__ void __launch_bounds__(384, 1)
     auto release = [&](uint32_t bar) {
       if (lane == 0) mbar_arrive(bar);
     };
-    auto full_parity = [](int it) { return static_cast<uint32_t>((it / kStages) & 1); };
-
     if (wg == 1) named_arrive(kWsTurn0, cfg::kConsumers);
-    if (n > 0) {
-      mbar_wait(full_q, 0);
-      mbar_wait(full_k(0), 0);
-      turn_wait();
-      wgmma_fence();
-      s_issue(0);
-      turn_pass();
-      wgmma_wait<0>();
-      release(empty_k(0));
-      s_softmax(0);
-      p_to_frags();
-      // Every tile but the last: S of it + 1 with P V of it (the last is
-      // peeled off so that every wgmma wait is unconditional).
-      for (int it = 0; it + 1 < n; ++it) {
-        mbar_wait(full_k((it + 1) % kStages), full_parity(it + 1));
-        mbar_wait(full_v(it % kStages), full_parity(it));
+
+    for (int64_t w = blockIdx.x; w < works; w += gridDim.x) {
+      fwd_block fb;
+      if (!fwd_ws_block<kBM, kBN>(p, w, row_tiles, &fb)) continue;
+      const seq_ctx &c = fb.c;
+      const int64_t m0 = fb.m0;
+      const int n = fb.n_tiles;
+#pragma unroll
+      for (int db = 0; db < kDB; ++db) o[0][db][0] = o[0][db][1] = o[0][db][2] = o[0][db][3] = 0.f;
+      row_m[0][0] = row_m[0][1] = -INFINITY;
+      row_l[0][0] = row_l[0][1] = 0.f;
+
+      auto slot = [&](int it) { return (kv + it) % kStages; };
+      auto full_parity = [&](int it) { return static_cast<uint32_t>(((kv + it) / kStages) & 1); };
+      auto s_issue = [&](int it) {
+        const uint32_t k_slot = sk + slot(it) * cfg::kTileBytes;
+#pragma unroll
+        for (int kk = 0; kk < kD / 16; ++kk) {
+          const uint32_t in_atom = (kk & 3) * 32;
+          const uint32_t da = sw128_desc_lo(q_base + (kk >> 2) * (kBM * 128) + in_atom, 0);
+          const uint32_t db = sw128_desc_lo(k_slot + (kk >> 2) * (kBN * 128) + in_atom, 0);
+          wgmma<E, kBN>::ss(s[0], da, db, kk > 0);
+        }
+        wgmma_commit();
+      };
+      auto pv_issue = [&](int it) {
+        const uint32_t v_slot = sv + slot(it) * cfg::kTileBytes;
+#pragma unroll
+        for (int kk = 0; kk < kBN / 16; ++kk) {
+          const uint32_t db = sw128_desc_lo(v_slot + kk * 16 * 128, kBN * 128);
+          wgmma<E, kD>::template rs<1>(o[0], pa[kk], db, 1);
+        }
+        wgmma_commit();
+      };
+      // S of tile it is in: its K slot is free, and after the tile's last S
+      // the Q buffer too.
+      auto s_done = [&](int it) {
+        release(empty_k(slot(it)));
+        if (it == n - 1) release(empty_q);
+      };
+      auto s_softmax = [&](int it) {
+        fence_regs(s[0]);
+        const int64_t n0 = static_cast<int64_t>(fb.nb_lo + it) * kBN;
+        fwd_scores<false>(p, c, s, m0 + wrow, n0, g, t);
+        fwd_softmax<false>(p, c, s, alpha, row_m, row_l, m0 + wrow, n0, g, t);
+      };
+      auto p_to_frags = [&]() {
+#pragma unroll
+        for (int kk = 0; kk < kBN / 16; ++kk) fwd_p_frag<E>(pa[kk], s[0], kk);
+      };
+
+      if (n > 0) {
+        mbar_wait(full_q, q_round & 1);
+        mbar_wait(full_k(slot(0)), full_parity(0));
         turn_wait();
         wgmma_fence();
-        s_issue(it + 1);
-        pv_issue(it);
+        s_issue(0);
         turn_pass();
-        wgmma_wait<1>();  // S of it + 1 is in; P V of it may still run
-        release(empty_k((it + 1) % kStages));
-        s_softmax(it + 1);
         wgmma_wait<0>();
-        release(empty_v(it % kStages));
-        fence_regs(o[0]);
-        fwd_rescale(o, alpha);
+        s_done(0);
+        s_softmax(0);
         p_to_frags();
+        // Every tile but the last: S of it + 1 with P V of it (the last is
+        // peeled off so that every wgmma wait is unconditional).
+        for (int it = 0; it + 1 < n; ++it) {
+          mbar_wait(full_k(slot(it + 1)), full_parity(it + 1));
+          mbar_wait(full_v(slot(it)), full_parity(it));
+          turn_wait();
+          wgmma_fence();
+          s_issue(it + 1);
+          pv_issue(it);
+          turn_pass();
+          wgmma_wait<1>();  // S of it + 1 is in; P V of it may still run
+          s_done(it + 1);
+          s_softmax(it + 1);
+          wgmma_wait<0>();
+          release(empty_v(slot(it)));
+          fence_regs(o[0]);
+          fwd_rescale(o, alpha);
+          p_to_frags();
+        }
+        mbar_wait(full_v(slot(n - 1)), full_parity(n - 1));
+        turn_wait();
+        wgmma_fence();
+        pv_issue(n - 1);
+        turn_pass();
+        wgmma_wait<0>();
+        release(empty_v(slot(n - 1)));
+        fence_regs(o[0]);
+        ++q_round;
+        kv += n;
       }
-      mbar_wait(full_v((n - 1) % kStages), full_parity(n - 1));
-      turn_wait();
-      wgmma_fence();
-      pv_issue(n - 1);
-      turn_pass();
-      wgmma_wait<0>();
-      fence_regs(o[0]);
+      fwd_store<E>(p, fb, o, row_m, row_l, m0 + wrow, g, t);
     }
-    // Warpgroup 1's last pass (or its opening one when n = 0) is still
-    // pending on warpgroup 0's barrier: take it, so none is left behind.
+    // Warpgroup 1's last pass (or its opening one) is still pending on
+    // warpgroup 0's barrier: take it, so none is left behind.
     if (wg == 0) turn_wait();
-    fwd_store<E>(p, fb, o, row_m, row_l, m0 + wrow, g, t);
   }
 #endif
 }

@@ -33,8 +33,15 @@ fa_status launch_fwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&maps)[
   using cfg = fwd_ws_cfg<kD, kBN, kStages>;
   auto kernel = fwd_ws_kernel<E, kD, kBN, kStages>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "forward (warp-specialized): shared memory limit");
-  FA_CUDA_ROWS_GRID(grid, p.B * p.Hq, p.Lq, cfg::kBM, "forward (warp-specialized)");
-  kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p, maps[0], maps[1], maps[2]);
+  // persistent: one block per multiprocessor (its shared memory allows no
+  // second), or fewer when there are fewer work tiles
+  int dev = 0, sms = 0;
+  FA_CUDA_TRY(cudaGetDevice(&dev), "forward (warp-specialized): current device");
+  FA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev),
+              "forward (warp-specialized): multiprocessor count");
+  const int64_t row_tiles = (p.Lq + cfg::kBM - 1) / cfg::kBM, works = p.B * p.Hq * row_tiles;
+  const unsigned grid = static_cast<unsigned>(works < sms ? works : sms);
+  kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p, maps[0], maps[1], maps[2], row_tiles);
   FA_CUDA_CHECK_LAUNCH("forward (warp-specialized) kernel launch");
   return FA_OK;
 }
@@ -47,7 +54,7 @@ fa_status launch_fwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&maps)[
 template <typename E>
 bool fwd_ws_maps(const fa__cuda_params &p, int kBN, CUtensorMap (&maps)[3]) {
   const char *env = getenv("FLASHATTN_CUDA_WS");
-  if ((env && strcmp(env, "0") == 0) || p.variant != 0) return false;
+  if ((env && strcmp(env, "0") == 0) || (p.variant != 0 && p.variant != 4)) return false;
   if (p.has_extras || p.varlen || p.seqlens_q || p.seqlens_k) return false;
   if (!tma_addressable(p.q, p.qs, p.B, p.Hq, p.Lq_rows, p.D) || !tma_addressable(p.k, p.ks, p.B, p.Hkv, p.Lk_rows, p.D) ||
       !tma_addressable(p.v, p.vs, p.B, p.Hkv, p.Lk_rows, p.Dv))
@@ -69,7 +76,9 @@ bool fwd_ws_maps(const fa__cuda_params &p, int kBN, CUtensorMap (&maps)[3]) {
 //   per-element options (mask, bias, ALiBi, softcap, dropout): 2 x 128, 2
 //   slots, one tile at a time (their scoring needs the pipeline's registers).
 // FLASHATTN_CUDA_VARIANT=1 (A/B timing in one process): 128 one tile at a time;
-// 2: 128 pipelined on cp.async (the warp-specialized kernel's predecessor).
+// 2: 128 pipelined on cp.async (the warp-specialized kernel's predecessor);
+// 4: the warp-specialized kernel with 176-key tiles without a band (FA3's;
+// here it spills 168 bytes).
 template <typename E>
 fa_status launch_fwd_wgmma(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err) {
   if (kd != 64 && kd != 128) {
@@ -80,11 +89,17 @@ fa_status launch_fwd_wgmma(const fa__cuda_params &p, int kd, cudaStream_t s, fa_
     return kd == 64 ? launch_fwd_wgmma_cfg<E, 64, 2, 128, 2, false, true>(p, s, err)
                     : launch_fwd_wgmma_cfg<E, 128, 2, 128, 2, false, true>(p, s, err);
   const bool band = p.wl >= 0 || p.wr >= 0;
-  if (kd == 64)
+  CUtensorMap maps[3];
+  if (kd == 64) {
+    if (fwd_ws_maps<E>(p, 128, maps)) return launch_fwd_ws_cfg<E, 64, 128, 3>(p, maps, s, err);
     return band ? launch_fwd_wgmma_cfg<E, 64, 3, 128, 3, false, false, true>(p, s, err)
                 : launch_fwd_wgmma_cfg<E, 64, 3, 128, 3, false, false, false>(p, s, err);
-  CUtensorMap maps[3];
-  if (fwd_ws_maps<E>(p, 128, maps)) return launch_fwd_ws_cfg<E, 128, 128, 2>(p, maps, s, err);
+  }
+  if (!band && p.variant == 4) {
+    if (fwd_ws_maps<E>(p, 176, maps)) return launch_fwd_ws_cfg<E, 128, 176, 2>(p, maps, s, err);
+  } else if (fwd_ws_maps<E>(p, 128, maps)) {
+    return launch_fwd_ws_cfg<E, 128, 128, 2>(p, maps, s, err);
+  }
   if (p.variant == 1) return launch_fwd_wgmma_cfg<E, 128, 2, 128, 2, false, false>(p, s, err);
   return launch_fwd_wgmma_cfg<E, 128, 2, 128, 2, true, false>(p, s, err);
 }
