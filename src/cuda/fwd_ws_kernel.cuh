@@ -1,7 +1,7 @@
 // Warp-specialized forward for Hopper (sm_90a), FlashAttention 3's structure:
-// a block is one producer warpgroup and two consumer warpgroups of 64 query
-// rows each, and stays resident (one block per multiprocessor), taking work
-// tiles of 128 query rows of one (sequence, head) in turn: tile w of
+// a block is one producer warpgroup and kCWG (2 or 3) consumer warpgroups of
+// 64 query rows each, and stays resident (one block per multiprocessor),
+// taking work tiles of 64 kCWG query rows of one (sequence, head) in turn: tile w of
 // B * Hq * row-tiles, heaviest row tiles first (the last rows, which a causal
 // band gives the most keys), blocks striding by the grid.
 //   producer   one thread issues the bulk tensor copies (TMA, tma.cuh): Q of
@@ -15,8 +15,8 @@
 //              it + 1 and P V of tile it issued together, the softmax of
 //              it + 1 under P V), waiting on barriers instead of a block-wide
 //              __syncthreads, and taking turns: a scheduler barrier lets the
-//              two warpgroups issue their products alternately, so that one's
-//              softmax runs while the other's products keep the tensor
+//              warpgroups issue their products in turn, so that one's
+//              softmax runs while another's products keep the tensor
 //              cores busy.
 // Scores, softmax, rescale and epilogue are fwd_tile.cuh's, as in the other
 // forward kernels. Band-only options (causal, window); dense batches (no
@@ -31,9 +31,13 @@
 
 namespace fa_cuda {
 
-template <int kD, int kBN, int kStages>
+template <int kD, int kBN, int kStages, int kCWG>
 struct fwd_ws_cfg {
-  static constexpr int kBM = 128, kThreads = 384, kConsumers = 256;
+  static constexpr int kBM = 64 * kCWG, kThreads = 128 * (kCWG + 1), kConsumers = 128 * kCWG;
+  // setmaxnreg shares: the producer's 24 and the consumers' within the
+  // 64 Ki registers of the multiprocessor (128 x 24 + 256 x 240, or
+  // 128 x 24 + 384 x 160)
+  static constexpr int kProducerRegs = 24, kConsumerRegs = kCWG == 2 ? 240 : 160;
   static constexpr uint32_t kQBytes = kBM * kD * 2, kTileBytes = kBN * kD * 2;
   // Q, the K and V rings, the barriers, and 1 KiB to align the tiles to
   // 1024 bytes (the swizzle pattern's period).
@@ -52,12 +56,12 @@ __device__ __forceinline__ bool fwd_ws_block(const fa__cuda_params &p, int64_t w
   return fwd_block_at<kBM, kBN>(p, w % bh_count, rt * kBM, fb);
 }
 
-template <typename E, int kD, int kBN, int kStages>
-__global__ void __launch_bounds__(384, 1)
+template <typename E, int kD, int kBN, int kStages, int kCWG>
+__global__ void __launch_bounds__(128 * (kCWG + 1), 1)
     fwd_ws_kernel(const __grid_constant__ fa__cuda_params p, const __grid_constant__ CUtensorMap tq,
                   const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv, int64_t row_tiles) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using cfg = fwd_ws_cfg<kD, kBN, kStages>;
+  using cfg = fwd_ws_cfg<kD, kBN, kStages, kCWG>;
   constexpr int kBM = cfg::kBM, kNB = kBN / 8, kDB = kD / 8, kAtoms = kD / 64;
   static_assert(kD % 64 == 0 && kBN % 16 == 0 && kBN <= 256, "wgmma tiles");
 
@@ -92,7 +96,7 @@ __global__ void __launch_bounds__(384, 1)
 
   if (warp < 4) {
     // Producer warpgroup: one thread issues every copy; the rest leave.
-    regs_dealloc<24>();
+    regs_dealloc<cfg::kProducerRegs>();
     if (warp == 0 && lane == 0) {
       tma_prefetch_map(&tq);
       tma_prefetch_map(&tk);
@@ -127,7 +131,7 @@ __global__ void __launch_bounds__(384, 1)
       // wait for every one.)
     }
   } else {
-    regs_alloc<240>();
+    regs_alloc<cfg::kConsumerRegs>();
     const int cw = warp - 4, wg = cw >> 2, g = lane >> 2, t = lane & 3;
     const int wrow = cw * 16;  // this warp's rows in the block
     const uint32_t q_base = sq + wg * 64 * 128;
@@ -139,14 +143,14 @@ __global__ void __launch_bounds__(384, 1)
     uint32_t pa[kBN / 16][4];  // P of the current tile as A fragments
 
     // Turn-taking: a warpgroup issues its products only in its turn, then
-    // hands the turn to the other (each named barrier: this warpgroup syncs,
-    // the other arrives). Warpgroup 0 has the first turn.
-    auto turn_wait = [&]() { named_sync(kWsTurn0 + wg, cfg::kConsumers); };
-    auto turn_pass = [&]() { named_arrive(kWsTurn0 + (wg ^ 1), cfg::kConsumers); };
+    // hands the turn to the next, round robin (each named barrier: its
+    // warpgroup syncs, the one before arrives). Warpgroup 0 has the first turn.
+    auto turn_wait = [&]() { named_sync(kWsTurn0 + wg, 256); };
+    auto turn_pass = [&]() { named_arrive(kWsTurn0 + (wg + 1) % kCWG, 256); };
     auto release = [&](uint32_t bar) {
       if (lane == 0) mbar_arrive(bar);
     };
-    if (wg == 1) named_arrive(kWsTurn0, cfg::kConsumers);
+    if (wg == kCWG - 1) named_arrive(kWsTurn0, 256);
 
     for (int64_t w = blockIdx.x; w < works; w += gridDim.x) {
       fwd_block fb;
@@ -239,9 +243,13 @@ __global__ void __launch_bounds__(384, 1)
         ++q_round;
         kv += n;
       }
-      fwd_store<E>(p, fb, o, row_m, row_l, m0 + wrow, g, t);
+      // The block's bookkeeping recomputed rather than kept live across the
+      // loop (fewer registers under the consumers' 160 with 3 warpgroups).
+      fwd_block fb_out;
+      fwd_ws_block<kBM, kBN>(p, w, row_tiles, &fb_out);
+      fwd_store<E>(p, fb_out, o, row_m, row_l, fb_out.m0 + wrow, g, t);
     }
-    // Warpgroup 1's last pass (or its opening one) is still pending on
+    // The last warpgroup's last pass (or its opening one) is still pending on
     // warpgroup 0's barrier: take it, so none is left behind.
     if (wg == 0) turn_wait();
   }

@@ -28,10 +28,10 @@ fa_status launch_fwd_wgmma_cfg(const fa__cuda_params &p, cudaStream_t s, fa__err
   return FA_OK;
 }
 
-template <typename E, int kD, int kBN, int kStages>
+template <typename E, int kD, int kBN, int kStages, int kCWG>
 fa_status launch_fwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&maps)[3], cudaStream_t s, fa__err *err) {
-  using cfg = fwd_ws_cfg<kD, kBN, kStages>;
-  auto kernel = fwd_ws_kernel<E, kD, kBN, kStages>;
+  using cfg = fwd_ws_cfg<kD, kBN, kStages, kCWG>;
+  auto kernel = fwd_ws_kernel<E, kD, kBN, kStages, kCWG>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "forward (warp-specialized): shared memory limit");
   // persistent: one block per multiprocessor (its shared memory allows no
   // second), or fewer when there are fewer work tiles
@@ -47,20 +47,20 @@ fa_status launch_fwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&maps)[
 }
 
 // Whether the warp-specialized kernel takes the call, and its tensor maps
-// (boxes of 128 query rows, kBN keys): band-only options on dense batches
+// (boxes of kBM query rows, kBN keys): band-only options on dense batches
 // (no seqlens, not packed: the copy engine's zeros past each sequence stand
 // for the cp.async loads' zero fill), tensors the copy engine can address.
 // FLASHATTN_CUDA_WS=0 keeps the cp.async kernels.
 template <typename E>
-bool fwd_ws_maps(const fa__cuda_params &p, int kBN, CUtensorMap (&maps)[3]) {
+bool fwd_ws_maps(const fa__cuda_params &p, int kBM, int kBN, CUtensorMap (&maps)[3]) {
   const char *env = getenv("FLASHATTN_CUDA_WS");
-  if ((env && strcmp(env, "0") == 0) || (p.variant != 0 && p.variant != 4)) return false;
+  if ((env && strcmp(env, "0") == 0) || (p.variant != 0 && p.variant != 4 && p.variant != 5)) return false;
   if (p.has_extras || p.varlen || p.seqlens_q || p.seqlens_k) return false;
   if (!tma_addressable(p.q, p.qs, p.B, p.Hq, p.Lq_rows, p.D) || !tma_addressable(p.k, p.ks, p.B, p.Hkv, p.Lk_rows, p.D) ||
       !tma_addressable(p.v, p.vs, p.B, p.Hkv, p.Lk_rows, p.Dv))
     return false;
   constexpr bool bf = std::is_same<E, bf16_t>::value;
-  return tma_map_4d(&maps[0], p.q, p.qs, p.B, p.Hq, p.Lq_rows, p.D, 128, bf) &&
+  return tma_map_4d(&maps[0], p.q, p.qs, p.B, p.Hq, p.Lq_rows, p.D, kBM, bf) &&
          tma_map_4d(&maps[1], p.k, p.ks, p.B, p.Hkv, p.Lk_rows, p.D, kBN, bf) &&
          tma_map_4d(&maps[2], p.v, p.vs, p.B, p.Hkv, p.Lk_rows, p.Dv, kBN, bf);
 }
@@ -78,7 +78,8 @@ bool fwd_ws_maps(const fa__cuda_params &p, int kBN, CUtensorMap (&maps)[3]) {
 // FLASHATTN_CUDA_VARIANT=1 (A/B timing in one process): 128 one tile at a time;
 // 2: 128 pipelined on cp.async (the warp-specialized kernel's predecessor);
 // 4: the warp-specialized kernel with 176-key tiles without a band (FA3's;
-// here it spills 168 bytes).
+// here it spills 168 bytes); 5: D 64 on 2 consumer warpgroups (128 rows)
+// instead of 3.
 template <typename E>
 fa_status launch_fwd_wgmma(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err) {
   if (kd != 64 && kd != 128) {
@@ -91,14 +92,18 @@ fa_status launch_fwd_wgmma(const fa__cuda_params &p, int kd, cudaStream_t s, fa_
   const bool band = p.wl >= 0 || p.wr >= 0;
   CUtensorMap maps[3];
   if (kd == 64) {
-    if (fwd_ws_maps<E>(p, 128, maps)) return launch_fwd_ws_cfg<E, 64, 128, 3>(p, maps, s, err);
+    if (p.variant == 5) {
+      if (fwd_ws_maps<E>(p, 128, 128, maps)) return launch_fwd_ws_cfg<E, 64, 128, 3, 2>(p, maps, s, err);
+    } else if (fwd_ws_maps<E>(p, 192, 128, maps)) {
+      return launch_fwd_ws_cfg<E, 64, 128, 3, 3>(p, maps, s, err);
+    }
     return band ? launch_fwd_wgmma_cfg<E, 64, 3, 128, 3, false, false, true>(p, s, err)
                 : launch_fwd_wgmma_cfg<E, 64, 3, 128, 3, false, false, false>(p, s, err);
   }
   if (!band && p.variant == 4) {
-    if (fwd_ws_maps<E>(p, 176, maps)) return launch_fwd_ws_cfg<E, 128, 176, 2>(p, maps, s, err);
-  } else if (fwd_ws_maps<E>(p, 128, maps)) {
-    return launch_fwd_ws_cfg<E, 128, 128, 2>(p, maps, s, err);
+    if (fwd_ws_maps<E>(p, 128, 176, maps)) return launch_fwd_ws_cfg<E, 128, 176, 2, 2>(p, maps, s, err);
+  } else if (fwd_ws_maps<E>(p, 128, 128, maps)) {
+    return launch_fwd_ws_cfg<E, 128, 128, 2, 2>(p, maps, s, err);
   }
   if (p.variant == 1) return launch_fwd_wgmma_cfg<E, 128, 2, 128, 2, false, false>(p, s, err);
   return launch_fwd_wgmma_cfg<E, 128, 2, 128, 2, true, false>(p, s, err);
