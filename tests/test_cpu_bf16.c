@@ -55,14 +55,15 @@ static const float SENT = -12345.0f;
 /* One product of fa__cpu_gemm_bf16 against exact products summed in
  * double. layout of A: 0 rows of pairs (csa = 2), 1 a pair panel read
  * across (rsa = 2, as P.V and dV/dK pass it), 2 pairs 4 elements apart
- * with odd row strides. mode: 0 plain, 1 alpha, 2 alpha and accumulate. */
+ * with odd row strides. mode: 0 plain, 1 alpha, 2 alpha and accumulate,
+ * 3 accumulate without alpha (amx: C tiles loaded from C and stored back). */
 static void check_gemm(const fa__cpu_kernels *kt, int m, int n, int kp, int layout, int mode) {
   ptrdiff_t rsa = 2 * kp + 3, csa = 2;
   if (layout == 1) rsa = 2, csa = 2 * (ptrdiff_t)(m + 3);
   if (layout == 2) rsa = 4 * (ptrdiff_t)kp + 5, csa = 4;
   const ptrdiff_t na = (m - 1) * rsa + (kp > 0 ? (kp - 1) * csa : 0) + 2 + 1;
   const ptrdiff_t ldb = n + 5, ldc = n + GUARD;
-  const float alpha = mode ? 0.3f : 1.0f;
+  const float alpha = mode == 1 || mode == 2 ? 0.3f : 1.0f;
   uint16_t *a = malloc(sizeof(uint16_t) * (size_t)na);
   uint32_t *b = malloc(sizeof(uint32_t) * (size_t)(kp * ldb + 1));
   float *c = malloc(sizeof(float) * (size_t)((m + 1) * ldc)), *c0 = malloc(sizeof(float) * (size_t)(m * ldc));
@@ -70,7 +71,7 @@ static void check_gemm(const fa__cpu_kernels *kt, int m, int n, int kp, int layo
   for (ptrdiff_t t = 0; t < kp * ldb + 1; ++t) b[t] = (uint32_t)rand_bf16() | (uint32_t)rand_bf16() << 16;
   for (ptrdiff_t t = 0; t < (m + 1) * ldc; ++t) c[t] = t < m * ldc && (t % ldc) < n ? (float)uniform() : SENT;
   memcpy(c0, c, sizeof(float) * (size_t)(m * ldc));
-  fa__cpu_gemm_bf16(kt, m, n, kp, a, rsa, csa, b, ldb, alpha, c, ldc, mode == 2);
+  fa__cpu_gemm_bf16(kt, m, n, kp, a, rsa, csa, b, ldb, alpha, c, ldc, mode >= 2);
   for (int i = 0; i < m; ++i)
     for (int x = 0; x < n; ++x) {
       double sum = 0, mag = 0;
@@ -81,7 +82,7 @@ static void check_gemm(const fa__cpu_kernels *kt, int m, int n, int kp, int layo
           sum += t;
           mag += fabs(t);
         }
-      const double want = (mode == 2 ? c0[i * ldc + x] : 0.0) + alpha * sum;
+      const double want = (mode >= 2 ? c0[i * ldc + x] : 0.0) + alpha * sum;
       const double tol = (2.0 * kp + 4) * 0x1p-24 * (mag + fabs(want));
       const double got = c[i * ldc + x];
       if (!(fabs(got - want) <= tol))
@@ -123,7 +124,40 @@ static void test_gemm_amx(void **state) {
     for (size_t in = 0; in < sizeof ns / sizeof *ns; ++in)
       for (size_t ik = 0; ik < sizeof kps / sizeof *kps; ++ik)
         for (int layout = 0; layout < 3; ++layout)
-          for (int mode = 0; mode < 3; ++mode) check_gemm(kt, ms[im], ns[in], kps[ik], layout, mode);
+          for (int mode = 0; mode < 4; ++mode) check_gemm(kt, ms[im], ns[in], kps[ik], layout, mode);
+}
+
+/* amx's transposed pair packer (V, dO and Q as rows of pairs) against its
+ * definition, bit for bit: odd rows, partial 16 x 16 blocks, nothing
+ * written past ceil(rows/2) in a row or past cols rows. */
+static void test_pack_t_amx(void **state) {
+  (void)state;
+  const fa__cpu_kernels *kt = bf16_table(FA_ISA_AMX);
+  if (!kt) skip();
+  assert_non_null(kt->pair_pack_bf16_t);
+  static const int rows_[] = {1, 2, 3, 31, 32, 33, 64, 77}, cols_[] = {1, 15, 16, 17, 33, 64};
+  for (size_t ir = 0; ir < sizeof rows_ / sizeof *rows_; ++ir)
+    for (size_t ic = 0; ic < sizeof cols_ / sizeof *cols_; ++ic) {
+      const int rows = rows_[ir], cols = cols_[ic], kp = (rows + 1) / 2;
+      const ptrdiff_t ldx = cols + 7, ldd = kp + GUARD;
+      uint16_t *x = malloc(sizeof(uint16_t) * (size_t)(rows * ldx));
+      uint32_t *d = malloc(sizeof(uint32_t) * (size_t)((cols + 1) * ldd));
+      for (ptrdiff_t t = 0; t < rows * ldx; ++t) x[t] = rand_bf16();
+      for (ptrdiff_t t = 0; t < (cols + 1) * ldd; ++t) d[t] = 0xdeadbeefu;
+      kt->pair_pack_bf16_t(d, ldd, x, ldx, rows, cols);
+      for (int c = 0; c <= cols; ++c)
+        for (int k = 0; k < ldd; ++k) {
+          uint32_t want = 0xdeadbeefu;
+          if (c < cols && k < kp) {
+            const uint16_t lo = x[2 * k * ldx + c], hi = 2 * k + 1 < rows ? x[(2 * k + 1) * ldx + c] : 0;
+            want = (uint32_t)lo | (uint32_t)hi << 16;
+          }
+          if (d[c * ldd + k] != want)
+            fail_msg("pair_pack_bf16_t rows=%d cols=%d: dst[%d][%d] = 0x%08x, want 0x%08x", rows, cols, c, k,
+                     (unsigned)d[c * ldd + k], (unsigned)want);
+        }
+      free(x), free(d);
+    }
 }
 
 /* The pair packers against their definitions, bit for bit, odd rows and
@@ -395,6 +429,7 @@ int main(void) {
       cmocka_unit_test(test_pack),
       cmocka_unit_test(test_forward_tails),
       cmocka_unit_test(test_gemm_amx),
+      cmocka_unit_test(test_pack_t_amx),
       cmocka_unit_test(test_forward_tails_amx),
       cmocka_unit_test(test_amx_absent_is_an_error),
   };

@@ -91,3 +91,14 @@ void fa__cpu_pack_pairs_rows(const fa__cpu_kernels *kt, uint32_t *dst, ptrdiff_t
     for (int c = 0; c < cols; ++c)
       dst[(r / 2) * ld + c] = pair(bits_at(x, r, c), r + 1 < rows ? bits_at(x, r + 1, c) : 0);
 }
+
+void fa__cpu_pack_pairs_rows_t(const fa__cpu_kernels *kt, uint32_t *dst, ptrdiff_t ld, const fa__cpu_mat *x, int rows,
+                               int cols) {
+  if (x->cs == 1 && kt->pair_pack_bf16_t) {
+    kt->pair_pack_bf16_t(dst, ld, (const uint16_t *)(const void *)x->base, x->rs, rows, cols);
+    return;
+  }
+  for (int c = 0; c < cols; ++c)
+    for (int r = 0; r < rows; r += 2)
+      dst[c * ld + r / 2] = pair(bits_at(x, r, c), r + 1 < rows ? bits_at(x, r + 1, c) : 0);
+}

@@ -44,4 +44,15 @@ fa__cpu_bf16_aop fa__cpu_bf16_operand(const fa__cpu_mat *x, int rows, int cols, 
 void fa__cpu_pack_pairs_rows(const fa__cpu_kernels *kt, uint32_t *dst, ptrdiff_t ld, const fa__cpu_mat *x, int rows,
                              int cols);
 
+/* The same pairs transposed: for c < cols, k < ceil(rows/2),
+ *   dst[c*ld + k] = pair(x(2k, c), x(2k+1, c)),  x(rows, c) = 0.
+ * Only where kt->pair_pack_bf16_t is set (amx): there the products take
+ * it with csa = 2, rsa = 2*ld, whole 16-pair steps straight into tiles;
+ * ld = fa__cpu_pairs_ld_t(rows) keeps the rows 64-byte multiples. */
+void fa__cpu_pack_pairs_rows_t(const fa__cpu_kernels *kt, uint32_t *dst, ptrdiff_t ld, const fa__cpu_mat *x, int rows,
+                               int cols);
+static inline int fa__cpu_pairs_ld_t(int rows) {
+  return ((rows + 1) / 2 + 15) / 16 * 16;
+}
+
 #endif

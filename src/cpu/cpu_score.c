@@ -16,6 +16,11 @@ static const void *bhij(const fa_tensor *x, int64_t b, int64_t h, int64_t i, int
          (ptrdiff_t)(b * x->stride[0] + h * x->stride[1] + i * x->stride[2] + j * x->stride[3]) * es;
 }
 
+/* x clamped to [0, n]: where a run of masked elements of a tile row starts or ends */
+static int clamp_run(int64_t x, int n) {
+  return x < 0 ? 0 : x > n ? n : (int)x;
+}
+
 void fa__cpu_score_tile(const fa__cpu_kernels *kt, const fa__cpu_tile *t, float *s, ptrdiff_t si, ptrdiff_t sj,
                         float *capped, int band_full) {
   const fa__problem *p = t->p;
@@ -57,24 +62,25 @@ void fa__cpu_score_tile(const fa__cpu_kernels *kt, const fa__cpu_tile *t, float 
         if (!*(const uint8_t *)bhij(&p->mask, t->b, t->h, t->i0 + ii, t->j0 + jj)) s[ii * si + jj * sj] = -INFINITY;
   }
   if (!band_full) {
-    /* one row (or column) of the band is an interval: mask what lies outside */
+    /* one row (or column) of the band is an interval [lo, hi): mask what
+     * lies outside, two runs of stores (no test per element) */
     if (sj == 1) {
       for (int ii = 0; ii < br; ++ii) {
         int64_t lo, hi;
         fa__band_cols(t->bd, t->i0 + ii, t->i0 + ii + 1, &lo, &hi);
-        for (int jj = 0; jj < bc; ++jj) {
-          const int64_t j = t->j0 + jj;
-          if (j < lo || j >= hi) s[ii * si + jj] = -INFINITY;
-        }
+        const int a = clamp_run(lo - t->j0, bc), e = clamp_run(hi - t->j0, bc);
+        float *row = s + ii * si;
+        for (int jj = 0; jj < a; ++jj) row[jj] = -INFINITY;
+        for (int jj = e; jj < bc; ++jj) row[jj] = -INFINITY;
       }
     } else {
       for (int jj = 0; jj < bc; ++jj) {
         int64_t lo, hi;
         fa__band_rows(t->bd, t->j0 + jj, t->j0 + jj + 1, &lo, &hi);
-        for (int ii = 0; ii < br; ++ii) {
-          const int64_t i = t->i0 + ii;
-          if (i < lo || i >= hi) s[ii * si + jj * sj] = -INFINITY;
-        }
+        const int a = clamp_run(lo - t->i0, br), e = clamp_run(hi - t->i0, br);
+        float *col = s + jj * sj;
+        for (int ii = 0; ii < a; ++ii) col[ii * si] = -INFINITY;
+        for (int ii = e; ii < br; ++ii) col[ii * si] = -INFINITY;
       }
     }
   }

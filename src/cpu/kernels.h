@@ -230,6 +230,11 @@ typedef struct fa__cpu_kernels {
   fa__cpu_ds_pairs_fn ds_pairs;
   fa__cpu_exp_rows_off_fn exp_rows_off;
   fa__cpu_gemm_bf16_block_fn gemm_bf16_block; /* NULL but on amx */
+  /* pair_pack_bf16 transposed, NULL but on amx: dst[c*ldd + k] = pair(x(2k, c),
+   * x(2k+1, c)) for c < cols, k < ceil(rows/2) (x(rows, c) = 0), nothing
+   * else written: V (forward) and dO, Q (backward) as rows of pairs, the
+   * A operand gemm_bf16_block reads straight into tiles (csa = 2). */
+  fa__cpu_pair_pack_bf16_fn pair_pack_bf16_t;
 } fa__cpu_kernels;
 
 /* Fill a table: the portable kernels first, then each ISA overrides what it

@@ -304,11 +304,17 @@ FA_INLINE void epilogue(float *c, ptrdiff_t ldc, const float *t, int rows, float
   }
 }
 
+/* One A tile's source: 16 rows of 16 pair words, `stride` bytes apart. */
+typedef struct a_src {
+  const void *p;
+  ptrdiff_t stride;
+} a_src;
+
 static void gemm_bf16_block_amx(int m, int n, int kp, const uint16_t *a, ptrdiff_t rsa, ptrdiff_t csa,
                                 const uint32_t *b, ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc,
                                 int accumulate) {
   if (m <= 0 || n <= 0) return;
-  const int kpp = (kp + 15) & ~15, nk = kpp / 16, ktail = kp % 16;
+  const int kpp = (kp + 15) & ~15, nk = kpp / 16, nkf = kp / 16, ktail = kp % 16;
   amx_scratch *s = scratch_get((size_t)32 * (size_t)kpp, ktail ? (size_t)16 * (size_t)n : 0);
   if (!s) {
     gemm_fallback(m, n, kp, a, rsa, csa, b, ldb, alpha, c, ldc, accumulate);
@@ -323,24 +329,64 @@ static void gemm_bf16_block_amx(int m, int n, int kp, const uint16_t *a, ptrdiff
         memset(s->b + (ptrdiff_t)r * n, 0, (size_t)n * 4);
     }
   }
-  const ptrdiff_t sa = (ptrdiff_t)kpp * 4, sb = ldb * 4, sbt = (ptrdiff_t)n * 4;
+  const ptrdiff_t sb = ldb * 4, sbt = (ptrdiff_t)n * 4, sc = ldc * 4;
+  /* C tiles of 16 whole rows without a scale start from C (accumulate) or
+   * zero and are stored to C: no copy through the buffer (the sum then
+   * starts from C instead of adding C last: f32 order only). */
+  const int c_direct = alpha == 1.0f;
+  MEM_BARRIER();
   T_LOADCFG(&g_cfg);
   for (int i0 = 0; i0 < m; i0 += 32) {
     const int mt = m - i0 < 32 ? m - i0 : 32, two_m = mt > 16;
-    pack_a(s->a, kpp, two_m ? 32 : 16, a + (ptrdiff_t)i0 * rsa, rsa, csa, mt, kp);
+    const uint16_t *ai = a + (ptrdiff_t)i0 * rsa;
+    /* Rows of pairs (csa = 2) in whole 16-row tiles are tile rows as they
+     * are: whole pair steps load from the caller's memory, only the tail
+     * step is copied (zero padded); anything else is packed. */
+    const int direct = csa == 2 && (mt == 16 || mt == 32);
+    if (direct) {
+      if (ktail) pack_a(s->a, 16, two_m ? 32 : 16, ai + (ptrdiff_t)nkf * 32, rsa, 2, mt, ktail);
+    } else {
+      pack_a(s->a, kpp, two_m ? 32 : 16, ai, rsa, csa, mt, kp);
+    }
     MEM_BARRIER();
+    const int r0 = two_m ? 16 : mt, r1 = mt - 16;
+    const int d0 = c_direct && r0 == 16, d1 = c_direct && r1 == 16;
     for (int x0 = 0; x0 < n; x0 += 32) {
       const int two_n = n - x0 > 16;
-      T_ZERO(0);
-      T_ZERO(1);
-      T_ZERO(2);
-      T_ZERO(3);
+      float *c0 = c + (ptrdiff_t)i0 * ldc + x0, *c1 = c0 + 16 * ldc;
+      if (d0 && accumulate) {
+        T_LOADD(0, c0, sc);
+        if (two_n) T_LOADD(1, c0 + 16, sc);
+      } else {
+        T_ZERO(0);
+        T_ZERO(1);
+      }
+      if (d1 && accumulate) {
+        T_LOADD(2, c1, sc);
+        if (two_n) T_LOADD(3, c1 + 16, sc);
+      } else {
+        T_ZERO(2);
+        T_ZERO(3);
+      }
       for (int kc = 0; kc < nk; ++kc) {
-        const uint32_t *ak = s->a + kc * 16;
+        a_src a0, a1;
+        if (direct && kc < nkf) {
+          a0.p = ai + (ptrdiff_t)kc * 32;
+          a0.stride = rsa * 2;
+          a1.p = ai + 16 * rsa + (ptrdiff_t)kc * 32;
+        } else if (direct) {
+          a0.p = s->a;
+          a0.stride = 64;
+          a1.p = s->a + 256;
+        } else {
+          a0.p = s->a + kc * 16;
+          a0.stride = (ptrdiff_t)kpp * 4;
+          a1.p = s->a + (ptrdiff_t)16 * kpp + kc * 16;
+        }
         const int tail = ktail && kc == nk - 1;
         const uint32_t *bk = tail ? s->b + x0 : b + (ptrdiff_t)kc * 16 * ldb + x0;
         const ptrdiff_t bs = tail ? sbt : sb;
-        T_LOADD(4, ak, sa);
+        T_LOADD(4, a0.p, a0.stride);
         T_LOADD(6, bk, bs);
         T_DP(0, 4, 6);
         if (two_n) {
@@ -348,25 +394,68 @@ static void gemm_bf16_block_amx(int m, int n, int kp, const uint16_t *a, ptrdiff
           T_DP(1, 4, 7);
         }
         if (two_m) {
-          T_LOADD(5, ak + (ptrdiff_t)16 * kpp, sa);
+          T_LOADD(5, a1.p, a0.stride);
           T_DP(2, 5, 6);
           if (two_n) T_DP(3, 5, 7);
         }
       }
-      T_STORED(0, s->c, 64);
-      if (two_n) T_STORED(1, s->c + 256, 64);
-      if (two_m) T_STORED(2, s->c + 512, 64);
-      if (two_m && two_n) T_STORED(3, s->c + 768, 64);
+      if (d0) {
+        T_STORED(0, c0, sc);
+        if (two_n) T_STORED(1, c0 + 16, sc);
+      } else {
+        T_STORED(0, s->c, 64);
+        if (two_n) T_STORED(1, s->c + 256, 64);
+      }
+      if (two_m && d1) {
+        T_STORED(2, c1, sc);
+        if (two_n) T_STORED(3, c1 + 16, sc);
+      } else if (two_m) {
+        T_STORED(2, s->c + 512, 64);
+        if (two_n) T_STORED(3, s->c + 768, 64);
+      }
       MEM_BARRIER();
-      float *c0 = c + (ptrdiff_t)i0 * ldc + x0;
-      const int r0 = two_m ? 16 : mt, r1 = mt - 16;
-      epilogue(c0, ldc, s->c, r0, alpha, accumulate);
-      if (two_n) epilogue(c0 + 16, ldc, s->c + 256, r0, alpha, accumulate);
-      if (two_m) epilogue(c0 + 16 * ldc, ldc, s->c + 512, r1, alpha, accumulate);
-      if (two_m && two_n) epilogue(c0 + 16 * ldc + 16, ldc, s->c + 768, r1, alpha, accumulate);
+      if (!d0) {
+        epilogue(c0, ldc, s->c, r0, alpha, accumulate);
+        if (two_n) epilogue(c0 + 16, ldc, s->c + 256, r0, alpha, accumulate);
+      }
+      if (two_m && !d1) {
+        epilogue(c1, ldc, s->c + 512, r1, alpha, accumulate);
+        if (two_n) epilogue(c1 + 16, ldc, s->c + 768, r1, alpha, accumulate);
+      }
     }
   }
   T_RELEASE();
+  MEM_BARRIER();
+}
+
+/* dst[c*ldd + k] = pair(x(2k, c), x(2k+1, c)) for c < cols, k < ceil(rows/2)
+ * (x(rows, c) = 0): V or dO as the A operand of the block kernel, rows of
+ * pairs along keys (query rows), so that the products read it with csa = 2
+ * straight into tiles instead of transposing a pair panel per call. 32
+ * rows x 16 columns at a time: the pair words of 16 columns for 16 key
+ * pairs, then a 16 x 16 transpose. */
+static void pair_pack_bf16_t_amx(uint32_t *dst, ptrdiff_t ldd, const uint16_t *x, ptrdiff_t ldx, int rows, int cols) {
+  const int kp = (rows + 1) / 2;
+  for (int c0 = 0; c0 < cols; c0 += 16) {
+    const int nc = cols - c0 < 16 ? cols - c0 : 16;
+    const __mmask16 cm = (__mmask16)((1u << nc) - 1u);
+    for (int k0 = 0; k0 < kp; k0 += 16) {
+      const int nk = kp - k0 < 16 ? kp - k0 : 16;
+      __m512i v[16];
+      for (int kk = 0; kk < 16; ++kk) {
+        const int r = 2 * (k0 + kk);
+        const __m512i lo = r < rows ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(cm, x + (ptrdiff_t)r * ldx + c0))
+                                    : _mm512_setzero_si512();
+        const __m512i hi = r + 1 < rows
+                               ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(cm, x + (ptrdiff_t)(r + 1) * ldx + c0))
+                               : _mm512_setzero_si512();
+        v[kk] = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+      }
+      transpose16(v);
+      const __mmask16 km = (__mmask16)((1u << nk) - 1u);
+      for (int cc = 0; cc < nc; ++cc) _mm512_mask_storeu_epi32(dst + (ptrdiff_t)(c0 + cc) * ldd + k0, km, v[cc]);
+    }
+  }
 }
 
 /* Over an avx512bf16 table: every bf16 product through the block kernel
@@ -379,4 +468,5 @@ void fa__cpu_kernels_amx(fa__cpu_kernels *kt) {
   g_micro_vl = kt->vl;
   kt->isa = FA_ISA_AMX;
   kt->gemm_bf16_block = gemm_bf16_block_amx;
+  kt->pair_pack_bf16_t = pair_pack_bf16_t_amx;
 }
