@@ -89,18 +89,8 @@ __global__ void __launch_bounds__(128 * kWG, 1) fwd_wgmma_kernel(const fa__cuda_
 
   float s[1][kNB][4];        // S of the next tile, then its P in f32
   uint32_t pa[kBN / 16][4];  // P of the current tile as A fragments
-  // S = Q K^T of tile it (K in slot it % kSlots): kD / 16 steps of k16; a step
-  // inside an atom is 32 bytes on. One wgmma group.
-  auto s_issue = [&](int it) {
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      const uint32_t in_atom = (kk & 3) * 32;
-      const uint32_t da = sw128_desc_lo(q_base + (kk >> 2) * (kBM * 128) + in_atom, 0);
-      const uint32_t db = sw128_desc_lo(k_base + (it % kSlots) * kSlot + (kk >> 2) * (kBN * 128) + in_atom, 0);
-      wgmma<E, kBN>::ss(s[0], da, db, kk > 0);
-    }
-    wgmma_commit();
-  };
+  // S = Q K^T of tile it (K in slot it % kSlots), one wgmma group
+  auto s_issue = [&](int it) { wgmma_qk<E, kD, kBM, kBN>(s[0], q_base, k_base + (it % kSlots) * kSlot); };
   // Once S of tile it is in: scores and softmax (P in s, alpha for O).
   auto s_softmax = [&](int it) {
     fence_regs(s[0]);
@@ -108,26 +98,15 @@ __global__ void __launch_bounds__(128 * kWG, 1) fwd_wgmma_kernel(const fa__cuda_
     fwd_scores<kFull>(p, c, s, m0 + wrow, n0, g, t);
     fwd_softmax<kFull>(p, c, s, alpha, row_m, row_l, m0 + wrow, n0, g, t);
   };
-  auto p_to_frags = [&]() {
-#pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk) fwd_p_frag<E>(pa[kk], s[0], kk);
-  };
+  auto p_to_frags = [&]() { wgmma_p_frags<E, kBN>(pa, s[0]); };
 
   auto tile_ready = [&]() {
     cp_async_wait<0>();
     fence_proxy_async();
     __syncthreads();
   };
-  // O += P V of tile it (V in slot it % kSlots): kBN / 16 steps of 16 keys = 16
-  // rows of 128 bytes. One wgmma group.
-  auto pv_issue = [&](int it) {
-#pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk) {
-      const uint32_t db = sw128_desc_lo(v_base + (it % kSlots) * kSlot + kk * 16 * 128, kBN * 128);
-      wgmma<E, kD>::template rs<1>(o[0], pa[kk], db, 1);
-    }
-    wgmma_commit();
-  };
+  // O += P V of tile it (V in slot it % kSlots), one wgmma group
+  auto pv_issue = [&](int it) { wgmma_pv<E, kD, kBN>(o[0], pa, v_base + (it % kSlots) * kSlot); };
 
   if constexpr (kPipe) {
     // Software pipeline (FlashAttention-3's intra-warpgroup overlap): the

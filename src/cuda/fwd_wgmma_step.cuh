@@ -11,6 +11,40 @@
 
 namespace fa_cuda {
 
+// The two products of a key tile, for one warpgroup's 64 query rows, on
+// tiles in swz_atoms layout (64-column atoms of 128-byte rows). Each is one
+// wgmma group, committed.
+// S = Q K^T: Q's rows at q_base inside a tile of kBM rows, K's kBN rows at
+// k_base; kD / 16 steps of k16, a step inside an atom 32 bytes on.
+template <typename E, int kD, int kBM, int kBN>
+__device__ __forceinline__ void wgmma_qk(float (&s)[kBN / 8][4], uint32_t q_base, uint32_t k_base) {
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    const uint32_t in_atom = (kk & 3) * 32;
+    const uint32_t da = sw128_desc_lo(q_base + (kk >> 2) * (kBM * 128) + in_atom, 0);
+    const uint32_t db = sw128_desc_lo(k_base + (kk >> 2) * (kBN * 128) + in_atom, 0);
+    wgmma<E, kBN>::ss(s, da, db, kk > 0);
+  }
+  wgmma_commit();
+}
+// O += P V: P as A fragments in registers, V's kBN rows at v_base (N-major);
+// kBN / 16 steps of 16 keys = 16 rows of 128 bytes.
+template <typename E, int kD, int kBN>
+__device__ __forceinline__ void wgmma_pv(float (&o)[kD / 8][4], const uint32_t (&pa)[kBN / 16][4], uint32_t v_base) {
+#pragma unroll
+  for (int kk = 0; kk < kBN / 16; ++kk) {
+    const uint32_t db = sw128_desc_lo(v_base + kk * 16 * 128, kBN * 128);
+    wgmma<E, kD>::template rs<1>(o, pa[kk], db, 1);
+  }
+  wgmma_commit();
+}
+// P (the softmax's f32 in the S accumulators) as the A fragments of P V.
+template <typename E, int kBN>
+__device__ __forceinline__ void wgmma_p_frags(uint32_t (&pa)[kBN / 16][4], const float (&s)[kBN / 8][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kBN / 16; ++kk) fwd_p_frag<E>(pa[kk], s, kk);
+}
+
 template <typename SIssue, typename SSoftmax, typename PFrags, typename PVIssue, int kDB>
 __device__ __forceinline__ void wgmma_fwd_step(int it, SIssue &s_issue, SSoftmax &s_softmax, PFrags &p_to_frags,
                                                PVIssue &pv_issue, float (&o)[1][kDB][4], const float (&alpha)[1][2]) {

@@ -26,6 +26,7 @@
 #define FA_CUDA_FWD_WS_KERNEL_CUH
 
 #include "fwd_tile.cuh"
+#include "fwd_wgmma_step.cuh"
 #include "tma.cuh"
 #include "wgmma.cuh"
 
@@ -165,26 +166,8 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
 
       auto slot = [&](int it) { return (kv + it) % kStages; };
       auto full_parity = [&](int it) { return static_cast<uint32_t>(((kv + it) / kStages) & 1); };
-      auto s_issue = [&](int it) {
-        const uint32_t k_slot = sk + slot(it) * cfg::kTileBytes;
-#pragma unroll
-        for (int kk = 0; kk < kD / 16; ++kk) {
-          const uint32_t in_atom = (kk & 3) * 32;
-          const uint32_t da = sw128_desc_lo(q_base + (kk >> 2) * (kBM * 128) + in_atom, 0);
-          const uint32_t db = sw128_desc_lo(k_slot + (kk >> 2) * (kBN * 128) + in_atom, 0);
-          wgmma<E, kBN>::ss(s[0], da, db, kk > 0);
-        }
-        wgmma_commit();
-      };
-      auto pv_issue = [&](int it) {
-        const uint32_t v_slot = sv + slot(it) * cfg::kTileBytes;
-#pragma unroll
-        for (int kk = 0; kk < kBN / 16; ++kk) {
-          const uint32_t db = sw128_desc_lo(v_slot + kk * 16 * 128, kBN * 128);
-          wgmma<E, kD>::template rs<1>(o[0], pa[kk], db, 1);
-        }
-        wgmma_commit();
-      };
+      auto s_issue = [&](int it) { wgmma_qk<E, kD, kBM, kBN>(s[0], q_base, sk + slot(it) * cfg::kTileBytes); };
+      auto pv_issue = [&](int it) { wgmma_pv<E, kD, kBN>(o[0], pa, sv + slot(it) * cfg::kTileBytes); };
       // S of tile it is in: its K slot is free, and after the tile's last S
       // the Q buffer too.
       auto s_done = [&](int it) {
@@ -197,10 +180,7 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
         fwd_scores<false>(p, c, s, m0 + wrow, n0, g, t);
         fwd_softmax<false>(p, c, s, alpha, row_m, row_l, m0 + wrow, n0, g, t);
       };
-      auto p_to_frags = [&]() {
-#pragma unroll
-        for (int kk = 0; kk < kBN / 16; ++kk) fwd_p_frag<E>(pa[kk], s[0], kk);
-      };
+      auto p_to_frags = [&]() { wgmma_p_frags<E, kBN>(pa, s[0]); };
 
       if (n > 0) {
         mbar_wait(full_q, q_round & 1);

@@ -56,7 +56,8 @@ bool fwd_ws_maps(const fa__cuda_params &p, int kBM, int kBN, CUtensorMap (&maps)
   const char *env = getenv("FLASHATTN_CUDA_WS");
   if ((env && strcmp(env, "0") == 0) || (p.variant != 0 && p.variant != 4 && p.variant != 5)) return false;
   if (p.has_extras || p.varlen || p.seqlens_q || p.seqlens_k) return false;
-  if (!tma_addressable(p.q, p.qs, p.B, p.Hq, p.Lq_rows, p.D) || !tma_addressable(p.k, p.ks, p.B, p.Hkv, p.Lk_rows, p.D) ||
+  if (!tma_addressable(p.q, p.qs, p.B, p.Hq, p.Lq_rows, p.D) ||
+      !tma_addressable(p.k, p.ks, p.B, p.Hkv, p.Lk_rows, p.D) ||
       !tma_addressable(p.v, p.vs, p.B, p.Hkv, p.Lk_rows, p.Dv))
     return false;
   constexpr bool bf = std::is_same<E, bf16_t>::value;

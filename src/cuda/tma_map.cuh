@@ -8,8 +8,8 @@
 #define FA_CUDA_TMA_MAP_CUH
 
 #include <cuda.h>
-#include <cuda_runtime.h>
 #include <cudaTypedefs.h>
+#include <cuda_runtime.h>
 #include <stdint.h>
 
 #include "params.cuh"
