@@ -264,7 +264,10 @@ static void bwd_tile(const bwd_ctx *c, bwd_scratch *s, int64_t b, int64_t hk, in
 static void bwd_item(const void *ctx, void *scratch, int64_t it) {
   const bwd_ctx *c = ctx;
   const int64_t b = fa__cpu_seq_of(c->kprefix, c->p->B, it), local = it - c->kprefix[b];
+  const int hold = c->bf16 && c->kt->tiles_hold; /* amx: one tile configuration for the item */
+  if (hold) c->kt->tiles_hold(1);
   bwd_tile(c, scratch, b, local / c->nk[b], local % c->nk[b]);
+  if (hold) c->kt->tiles_hold(0);
 }
 
 /* Di = rowsum(dO * O) and LSE for every row of every sequence, in the

@@ -265,6 +265,8 @@ static void fwd_item(const void *ctx, void *scratch, int64_t it) {
   const int64_t h = local / c->ng[b], gg = local % c->ng[b], nq = c->nq[b];
   s->sq = fa__seq_get(b, p->Lq, p->Lk, p->seqlens_q, p->seqlens_k, p->cu_seqlens_q, p->cu_seqlens_k);
   s->bd = fa__seq_band_at(&s->sq, p->window_left, p->window_right, p->bottom_right, p->q_offset - p->k_offset);
+  const int hold = c->bf16 && c->kt->tiles_hold; /* amx: one tile configuration for the item */
+  if (hold) c->kt->tiles_hold(1);
   int n = 0;
   for (int64_t rr = gg * c->group; rr < nq && n < c->group; ++rr, ++n)
     fwd_tile_begin(c, s, &s->q[n], b, h, c->heavy_last ? nq - 1 - rr : rr);
@@ -284,6 +286,7 @@ static void fwd_item(const void *ctx, void *scratch, int64_t it) {
       }
   }
   for (int g = 0; g < n; ++g) fwd_tile_end(c, s, &s->q[g]);
+  if (hold) c->kt->tiles_hold(0);
 }
 
 /* Padded layout: rows past a sequence's length get O = 0, LSE = -inf. */

@@ -235,6 +235,12 @@ typedef struct fa__cpu_kernels {
    * else written: V (forward) and dO, Q (backward) as rows of pairs, the
    * A operand gemm_bf16_block reads straight into tiles (csa = 2). */
   fa__cpu_pair_pack_bf16_fn pair_pack_bf16_t;
+  /* NULL but on amx. tiles_hold(1) ... tiles_hold(0) around a work item's
+   * products on one thread: gemm_bf16_block then finds the tile
+   * configuration loaded instead of loading and releasing it per call
+   * (microcoded, a few hundred cycles a pair); nothing else on the thread
+   * may use AMX in between. Nesting is not counted. */
+  void (*tiles_hold)(int on);
 } fa__cpu_kernels;
 
 /* Fill a table: the portable kernels first, then each ISA overrides what it

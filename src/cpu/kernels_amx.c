@@ -19,8 +19,9 @@
  *   - C goes through a 4 KiB buffer: alpha and accumulate are applied
  *     there as the avx512bf16 micro-kernel does (sum * alpha, then + C).
  * The tile configuration is per thread state: each call loads it first
- * and releases the tiles last, so OpenMP workers and other AMX users in
- * the process (PyTorch) never see ours.
+ * and releases the tiles last (or, between tiles_hold(1) and (0), one work
+ * item of the forward or backward does), so OpenMP workers and other AMX
+ * users in the process (PyTorch) never see ours.
  *
  * Compiled with -mamx-tile -mamx-bf16 and AVX-512 (packing, the C epilogue);
  * only called when the CPU has AMX-BF16 and Linux granted the tile data
@@ -310,6 +311,15 @@ typedef struct a_src {
   ptrdiff_t stride;
 } a_src;
 
+/* Set between tiles_hold(1) and tiles_hold(0): the configuration is loaded. */
+static _Thread_local int g_held;
+
+static void tiles_hold_amx(int on) {
+  if (on && !g_held) T_LOADCFG(&g_cfg);
+  if (!on && g_held) T_RELEASE();
+  g_held = on;
+}
+
 static void gemm_bf16_block_amx(int m, int n, int kp, const uint16_t *a, ptrdiff_t rsa, ptrdiff_t csa,
                                 const uint32_t *b, ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc,
                                 int accumulate) {
@@ -335,7 +345,8 @@ static void gemm_bf16_block_amx(int m, int n, int kp, const uint16_t *a, ptrdiff
    * starts from C instead of adding C last: f32 order only). */
   const int c_direct = alpha == 1.0f;
   MEM_BARRIER();
-  T_LOADCFG(&g_cfg);
+  const int own = !g_held;
+  if (own) T_LOADCFG(&g_cfg);
   for (int i0 = 0; i0 < m; i0 += 32) {
     const int mt = m - i0 < 32 ? m - i0 : 32, two_m = mt > 16;
     const uint16_t *ai = a + (ptrdiff_t)i0 * rsa;
@@ -424,7 +435,7 @@ static void gemm_bf16_block_amx(int m, int n, int kp, const uint16_t *a, ptrdiff
       }
     }
   }
-  T_RELEASE();
+  if (own) T_RELEASE();
   MEM_BARRIER();
 }
 
@@ -469,4 +480,5 @@ void fa__cpu_kernels_amx(fa__cpu_kernels *kt) {
   kt->isa = FA_ISA_AMX;
   kt->gemm_bf16_block = gemm_bf16_block_amx;
   kt->pair_pack_bf16_t = pair_pack_bf16_t_amx;
+  kt->tiles_hold = tiles_hold_amx;
 }

@@ -134,4 +134,5 @@ void fa__cpu_kernels_generic(fa__cpu_kernels *kt) {
   kt->exp_rows_off = NULL;
   kt->gemm_bf16_block = NULL;
   kt->pair_pack_bf16_t = NULL;
+  kt->tiles_hold = NULL;
 }
