@@ -10,7 +10,8 @@
 #      test_dispatch, test_kvcache, test_threads, test_cpu_philox,
 #      test_bad_input under FLASHATTN_ISA=amx
 #   4. flashattn info --peak (the tdpbf16ps peak next to vdpbf16ps and FMA)
-#   5. flashattn bench: bf16 forward and backward on amx and on avx512 (2 threads)
+#   5. flashattn bench: bf16 forward and backward on amx and on avx512 (2 threads),
+#      and the amx forward at block_k 128, 256 and 512
 #   6. bench/cpu_vs_torch.py --dtypes bfloat16 at 2 and 16 threads (ours on
 #      auto = amx, PyTorch's CPU SDPA in the same process); a float32 pass
 #      too if CPU_AMX_F32=1
@@ -102,6 +103,17 @@ for isa in amx avx512; do
     timeout 200 "$P/bin/flashattn" bench --backend cpu --isa $isa --dtype bf16 --b 1 --heads 8 --l 4096 --d $d \
       --threads 2 --pass fwd,bwd --reps 5 --no-peak --quiet >"$LOG/bench-$isa-d$d.txt" 2>&1
     say "  $isa D=$d rc $?: $(grep -E '^cpu ' "$LOG/bench-$isa-d$d.txt" | awk '{printf "%s %s ms %s GFLOP/s; ", $3, $7, $10}')"
+  done
+done
+
+# Which key tile suits the amx forward (the score tile in L1 or in L2)? The
+# default block_k is the first bench above; a few seconds each.
+stage "flashattn bench: amx bf16 forward, block_k 128 / 256 / 512, 2 threads"
+for d in 64 128; do
+  for bk in 128 256 512; do
+    timeout 100 "$P/bin/flashattn" bench --backend cpu --isa amx --dtype bf16 --b 1 --heads 8 --l 4096 --d $d \
+      --threads 2 --pass fwd --block-k $bk --reps 5 --no-peak --quiet >"$LOG/bench-amx-d$d-bk$bk.txt" 2>&1
+    say "  amx D=$d block_k $bk rc $?: $(grep -E '^cpu ' "$LOG/bench-amx-d$d-bk$bk.txt" | awk '{printf "%s %s ms %s GFLOP/s; ", $3, $7, $10}')"
   done
 done
 
