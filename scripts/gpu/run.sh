@@ -200,7 +200,7 @@ if [ "$MODE" = ws ]; then
     say "test_backend_cuda exit $?: $(suite_counts "$OUT/suite_cuda.log")"
   fi
   for c in bf16_d128_causal_L700 f16_d128_L333x517 bf16_d128_mqa_blhd f16_d96_Dv40_L200 f16_d64_window_br_dead \
-    bf16_d32_L1000; do
+    bf16_d32_L1000 bf16_d128_seqlens bf16_d64_varlen_causal_br; do
     for tool in memcheck racecheck; do
       timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/check_cuda" "$c" >>"$OUT/sanitizer.log" 2>&1
       say "$tool $c: exit $?"

@@ -19,9 +19,8 @@
 //              softmax runs while another's products keep the tensor
 //              cores busy.
 // Scores, softmax, rescale and epilogue are fwd_tile.cuh's, as in the other
-// forward kernels. Band-only options (causal, window); dense batches (no
-// seqlens, not packed: rows past a sequence arrive as the copy engine's
-// zeros); launch_fwd_wgmma.cuh decides.
+// forward kernels. Band-only options (causal, window, lengths: seqlens and
+// packed sequences too); launch_fwd_wgmma.cuh decides.
 #ifndef FA_CUDA_FWD_WS_KERNEL_CUH
 #define FA_CUDA_FWD_WS_KERNEL_CUH
 
@@ -45,8 +44,22 @@ struct fwd_ws_cfg {
   static constexpr size_t smem_bytes = kQBytes + 2 * kStages * (size_t)kTileBytes + 8 * (2 + 4 * kStages) + 1024;
 };
 
-// Named barriers of the consumers' turn-taking (0 is __syncthreads').
+// Named barriers of the consumers' turn-taking, 1 ... kCWG (0 is
+// __syncthreads'), then the one closing their zeroing of V rows.
 constexpr int kWsTurn0 = 1;
+
+// Rows [from, kRows) of a tile in swz_atoms layout (kAtoms atoms of kRows
+// rows of 128 bytes) set to zero by kThreads threads, thread `id` of them.
+template <int kRows, int kAtoms, int kThreads>
+__device__ __forceinline__ void zero_rows(uint32_t tile, int from, int id) {
+  constexpr int kChunks = kAtoms * kRows * 8;  // 16 bytes each
+#pragma unroll
+  for (int c0 = 0; c0 < kChunks; c0 += kThreads) {
+    const int c = c0 + id, row = (c / 8) % kRows;
+    if ((kChunks % kThreads == 0 || c < kChunks) && row >= from)
+      asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(tile + c * 16), "r"(0) : "memory");
+  }
+}
 
 // Work tile w of the persistent grid: row tiles from the last (the causal
 // band's heaviest) across all sequence-heads first.
@@ -111,11 +124,12 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
         if (q_round > 0) mbar_wait(empty_q, (q_round - 1) & 1);
         mbar_expect_tx(full_q, cfg::kQBytes);
 #pragma unroll
-        for (int a = 0; a < kAtoms; ++a) tma_load_4d(sq + a * kBM * 128, &tq, a * 64, (int)fb.m0, h, b, full_q);
+        for (int a = 0; a < kAtoms; ++a)
+          tma_load_4d(sq + a * kBM * 128, &tq, a * 64, static_cast<int>(fb.c.seq.q_row0 + fb.m0), h, b, full_q);
         ++q_round;
         for (int it = 0; it < fb.n_tiles; ++it, ++kv) {
           const int s = kv % kStages, use = kv / kStages;
-          const int n0 = (fb.nb_lo + it) * kBN;
+          const int n0 = static_cast<int>(fb.c.seq.k_row0) + (fb.nb_lo + it) * kBN;  // stored row
           if (use > 0) mbar_wait(empty_k(s), (use - 1) & 1);
           mbar_expect_tx(full_k(s), cfg::kTileBytes);
 #pragma unroll
@@ -159,6 +173,9 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
       const seq_ctx &c = fb.c;
       const int64_t m0 = fb.m0;
       const int n = fb.n_tiles;
+      // keys of the sequence in its last tile, where zeros must stand for rows past them (below)
+      const int v_rows =
+          p.seqlens_k || p.cu_k ? static_cast<int>(c.seq.lk - static_cast<int64_t>(fb.nb_lo + n - 1) * kBN) : kBN;
 #pragma unroll
       for (int db = 0; db < kDB; ++db) o[0][db][0] = o[0][db][1] = o[0][db][2] = o[0][db][3] = 0.f;
       row_m[0][0] = row_m[0][1] = -INFINITY;
@@ -213,6 +230,15 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
           p_to_frags();
         }
         mbar_wait(full_v(slot(n - 1)), full_parity(n - 1));
+        // The last tile may run past the sequence's keys into rows of the
+        // next sequence or of the padding (seqlens): P is 0 there, but 0 x
+        // Inf or NaN is not, so those rows of V become zeros, as the cp.async
+        // loads make them (past the tensor's end the copy engine's zeros do).
+        if (v_rows < kBN) {
+          zero_rows<kBN, kAtoms, cfg::kConsumers>(sv + slot(n - 1) * cfg::kTileBytes, v_rows, tid - 128);
+          fence_proxy_async();
+          named_sync(kWsTurn0 + kCWG, cfg::kConsumers);
+        }
         turn_wait();
         wgmma_fence();
         pv_issue(n - 1);

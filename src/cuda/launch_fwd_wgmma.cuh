@@ -47,23 +47,22 @@ fa_status launch_fwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&maps)[
 }
 
 // Whether the warp-specialized kernel takes the call, and its tensor maps
-// (boxes of kBM query rows, kBN keys): band-only options on dense batches
-// (no seqlens, not packed: the copy engine's zeros past each sequence stand
-// for the cp.async loads' zero fill), tensors the copy engine can address.
+// (boxes of kBM query rows, kBN keys): band-only options (seqlens and packed
+// sequences included), tensors the copy engine can address.
 // FLASHATTN_CUDA_WS=0 keeps the cp.async kernels.
 template <typename E>
 bool fwd_ws_maps(const fa__cuda_params &p, int kBM, int kBN, CUtensorMap (&maps)[3]) {
   const char *env = getenv("FLASHATTN_CUDA_WS");
   if ((env && strcmp(env, "0") == 0) || (p.variant != 0 && p.variant != 4 && p.variant != 5)) return false;
-  if (p.has_extras || p.varlen || p.seqlens_q || p.seqlens_k) return false;
-  if (!tma_addressable(p.q, p.qs, p.B, p.Hq, p.Lq_rows, p.D) ||
-      !tma_addressable(p.k, p.ks, p.B, p.Hkv, p.Lk_rows, p.D) ||
-      !tma_addressable(p.v, p.vs, p.B, p.Hkv, p.Lk_rows, p.Dv))
+  if (p.has_extras) return false;
+  const int64_t B = p.cu_q || p.cu_k ? 1 : p.B;  // packed sequences: one stored batch
+  if (!tma_addressable(p.q, p.qs, B, p.Hq, p.Lq_rows, p.D) || !tma_addressable(p.k, p.ks, B, p.Hkv, p.Lk_rows, p.D) ||
+      !tma_addressable(p.v, p.vs, B, p.Hkv, p.Lk_rows, p.Dv))
     return false;
   constexpr bool bf = std::is_same<E, bf16_t>::value;
-  return tma_map_4d(&maps[0], p.q, p.qs, p.B, p.Hq, p.Lq_rows, p.D, kBM, bf) &&
-         tma_map_4d(&maps[1], p.k, p.ks, p.B, p.Hkv, p.Lk_rows, p.D, kBN, bf) &&
-         tma_map_4d(&maps[2], p.v, p.vs, p.B, p.Hkv, p.Lk_rows, p.Dv, kBN, bf);
+  return tma_map_4d(&maps[0], p.q, p.qs, B, p.Hq, p.Lq_rows, p.D, kBM, bf) &&
+         tma_map_4d(&maps[1], p.k, p.ks, B, p.Hkv, p.Lk_rows, p.D, kBN, bf) &&
+         tma_map_4d(&maps[2], p.v, p.vs, B, p.Hkv, p.Lk_rows, p.Dv, kBN, bf);
 }
 
 // Tile shapes (warpgroups of 64 query rows x keys per tile, K/V slots),
