@@ -9,26 +9,17 @@
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
+#include "../src/cpu/amx_tiles.h"
 #include "peak.h"
 
-typedef struct amx_cfg {
-  uint8_t palette, start_row;
-  uint8_t reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-} amx_cfg;
-
 /* constant: GCC's _tile_loadconfig tells the compiler it reads 8 bytes */
-static const amx_cfg g_cfg __attribute__((aligned(64))) = {
+static const fa__amx_cfg g_cfg __attribute__((aligned(64))) = {
     1, 0, {0}, {64, 64, 64, 64, 64, 64, 64, 64, 0, 0, 0, 0, 0, 0, 0, 0}, {16, 16, 16, 16, 16, 16, 16, 16}};
 static const uint16_t g_zeros[16 * 32] __attribute__((aligned(64)));
 
 int fa_peak_amx_permit(void) {
-  /* ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA: per process, idempotent */
-  return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+  return fa__amx_request_tiles();
 }
 
 double fa_peak_kernel_amx(int64_t iters) {

@@ -36,24 +36,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__linux__)
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
-
+#include "amx_tiles.h"
 #include "kernels.h"
 
 #define FA_INLINE static inline __attribute__((always_inline))
 
-/* palette 1: byte 0 the palette, bytes 16-47 the bytes per row of tiles
- * 0-15, bytes 48-63 their rows */
-typedef struct amx_cfg {
-  uint8_t palette, start_row;
-  uint8_t reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-} amx_cfg;
-_Static_assert(sizeof(amx_cfg) == 64, "the tile configuration is 64 bytes");
+typedef fa__amx_cfg amx_cfg;
 
 /* Constant (GCC's _tile_loadconfig tells the compiler it reads 8 bytes:
  * the rest must not be stores the compiler may think dead). */
@@ -149,13 +137,8 @@ static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
 static void amx_request(void) {
 #ifdef FA_AMX_EMULATE
   g_amx_ok = 1;
-#elif defined(__linux__) && defined(SYS_arch_prctl)
-  /* ARCH_REQ_XCOMP_PERM with XFEATURE_XTILEDATA (Linux >= 5.16); the
-   * permission is the process's, for every thread, and asking again is
-   * harmless. */
-  g_amx_ok = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
 #else
-  g_amx_ok = 0;
+  g_amx_ok = fa__amx_request_tiles();
 #endif
 }
 
