@@ -79,7 +79,7 @@ static void bwd_carve(fa__cpu_arena *a, const void *ctx, void *scratch) {
   s->kp = c->bf16 ? (uint32_t *)fa__cpu_take(a, (size_t)(c->bk + 1) / 2 * (size_t)c->Dp * u32) : NULL;
   s->pp = c->bf16 ? (uint32_t *)fa__cpu_take(a, half_q * bkp * u32) : NULL;
   s->sp = c->bf16 ? (uint32_t *)fa__cpu_take(a, half_q * bkp * u32) : NULL;
-  /* as rows of pairs on amx (fa__cpu_pack_pairs_rows_t): a few more words */
+  /* room for either layout of fa__cpu_pack_pairs_a */
   const size_t ld_t = (size_t)fa__cpu_pairs_ld_t(c->bq);
   s->qp = c->bf16 ? (uint32_t *)fa__cpu_take(a, ld_t * D * u32) : NULL;
   s->op = c->bf16 ? (uint32_t *)fa__cpu_take(a, ld_t * Dv * u32) : NULL;
@@ -146,32 +146,16 @@ static void bwd_products_bf16(const bwd_ctx *c, bwd_scratch *s, const fa__seq *s
   const fa__cpu_mat om = fa__cpu_mat_of(&p->dout, sq->bidx, h, sq->q_row0 + i0);
   /* dV^T[e][j] += sum over row pairs of (dO[i][e], dO[i+1][e]) . (P[i][j], P[i+1][j]) */
   if (!packed) kt->pair_pack_f32(s->pp, bcp, pd, bcp, br, bcp);
-  /* amx: dO and Q as rows of pairs (csa = 2), which its tiles load as they
-   * are, instead of pair panels it would transpose per call */
-  const int rows_t = kt->pair_pack_bf16_t != NULL;
-  const ptrdiff_t ld_t = fa__cpu_pairs_ld_t(c->bq);
-  if (rows_t) {
-    fa__cpu_pack_pairs_rows_t(kt, s->op, ld_t, &om, br, Dv);
-    fa__cpu_gemm_bf16(kt, Dv, bcp, ip, (const uint16_t *)s->op, 2 * ld_t, 2, s->pp, bcp, 1.0f, s->dvt, bcp, !first);
-  } else {
-    fa__cpu_pack_pairs_rows(kt, s->op, Dv, &om, br, Dv);
-    fa__cpu_gemm_bf16(kt, Dv, bcp, ip, (const uint16_t *)s->op, 2, 2 * (ptrdiff_t)Dv, s->pp, bcp, 1.0f, s->dvt, bcp,
-                      !first);
-  }
+  const fa__cpu_pairs_a oa = fa__cpu_pack_pairs_a(kt, s->op, c->bq, &om, br, Dv);
+  fa__cpu_gemm_bf16(kt, Dv, bcp, ip, oa.a, oa.rsa, oa.csa, s->pp, bcp, 1.0f, s->dvt, bcp, !first);
   if (!packed) {
     if (p->softcap > 0) fa__cpu_softcap_grad(p, &s->w, br, bc, bcp);
     kt->pair_pack_f32(s->sp, bcp, s->w.dp, bcp, br, bcp);
     kt->to_bf16(s->ds16, s->w.dp, br * bcp);
   }
   /* dK^T[d][j] += sum over row pairs of (Q[i][d], Q[i+1][d]) . (dS[i][j], dS[i+1][j]) */
-  if (rows_t) {
-    fa__cpu_pack_pairs_rows_t(kt, s->qp, ld_t, &qm, br, D);
-    fa__cpu_gemm_bf16(kt, D, bcp, ip, (const uint16_t *)s->qp, 2 * ld_t, 2, s->sp, bcp, 1.0f, s->dkt, bcp, !first);
-  } else {
-    fa__cpu_pack_pairs_rows(kt, s->qp, D, &qm, br, D);
-    fa__cpu_gemm_bf16(kt, D, bcp, ip, (const uint16_t *)s->qp, 2, 2 * (ptrdiff_t)D, s->sp, bcp, 1.0f, s->dkt, bcp,
-                      !first);
-  }
+  const fa__cpu_pairs_a qa = fa__cpu_pack_pairs_a(kt, s->qp, c->bq, &qm, br, D);
+  fa__cpu_gemm_bf16(kt, D, bcp, ip, qa.a, qa.rsa, qa.csa, s->sp, bcp, 1.0f, s->dkt, bcp, !first);
   /* dQ_part[i][d] = scale sum over key pairs of (dS[i][j], dS[i][j+1]) . (K[j][d], K[j+1][d]) */
   fa__cpu_gemm_bf16(kt, br, Dp, (bc + 1) / 2, s->ds16, bcp, 2, s->kp, Dp, (float)p->scale, s->dqp, Dp, 0);
 }

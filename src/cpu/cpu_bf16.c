@@ -102,3 +102,17 @@ void fa__cpu_pack_pairs_rows_t(const fa__cpu_kernels *kt, uint32_t *dst, ptrdiff
     for (int r = 0; r < rows; r += 2)
       dst[c * ld + r / 2] = pair(bits_at(x, r, c), r + 1 < rows ? bits_at(x, r + 1, c) : 0);
 }
+
+fa__cpu_pairs_a fa__cpu_pack_pairs_a(const fa__cpu_kernels *kt, uint32_t *dst, int rows_max, const fa__cpu_mat *x,
+                                     int rows, int cols) {
+  fa__cpu_pairs_a r = {(const uint16_t *)dst, 2, 2 * (ptrdiff_t)cols};
+  if (kt->pair_pack_bf16_t) {
+    const ptrdiff_t ld = fa__cpu_pairs_ld_t(rows_max);
+    fa__cpu_pack_pairs_rows_t(kt, dst, ld, x, rows, cols);
+    r.rsa = 2 * ld;
+    r.csa = 2;
+  } else {
+    fa__cpu_pack_pairs_rows(kt, dst, cols, x, rows, cols);
+  }
+  return r;
+}

@@ -55,4 +55,17 @@ static inline int fa__cpu_pairs_ld_t(int rows) {
   return ((rows + 1) / 2 + 15) / 16 * 16;
 }
 
+/* x (rows x cols) as the A operand of fa__cpu_gemm_bf16 with m = cols and
+ * k = pairs of rows (V^T in P V, dO^T and Q^T in dV^T and dK^T), packed
+ * into dst (room for fa__cpu_pairs_ld_t(rows_max) * cols words) in the
+ * layout the kernel table loads best: rows of pairs where it has
+ * pair_pack_bf16_t (amx), else a pair panel. `a` gives the strides for
+ * the product. */
+typedef struct fa__cpu_pairs_a {
+  const uint16_t *a;
+  ptrdiff_t rsa, csa;
+} fa__cpu_pairs_a;
+fa__cpu_pairs_a fa__cpu_pack_pairs_a(const fa__cpu_kernels *kt, uint32_t *dst, int rows_max, const fa__cpu_mat *x,
+                                     int rows, int cols);
+
 #endif

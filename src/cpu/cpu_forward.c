@@ -66,6 +66,7 @@ typedef struct fwd_scratch {
   float *kbuf, *vbuf; /* K, V tiles converted to f32 (f16/bf16 inputs) */
   uint16_t *kb16;     /* bf16 products: K tile copied when not usable in place (bk x (D + 1)) */
   uint32_t *vp, *pp;  /* bf16 products: V tile and P^T as pairs along keys (ceil(bk/2) x Dv, x np) */
+  fa__cpu_pairs_a va; /* vp as the A operand of P V */
   const char *vp_of;  /* the V tile vp holds (its first element; bc keys of it), NULL: none */
   int vp_bc;
   float *row;    /* one row of max(D, Dv) */
@@ -96,7 +97,7 @@ static void fwd_carve(fa__cpu_arena *a, const void *ctx, void *scratch) {
   s->kbuf = conv ? fa__cpu_take_f(a, bk * (size_t)c->D) : NULL;
   s->vbuf = conv ? fa__cpu_take_f(a, bk * (size_t)c->Dv) : NULL;
   s->kb16 = c->bf16 ? (uint16_t *)fa__cpu_take(a, bk * (size_t)(c->D + 1) * sizeof(uint16_t)) : NULL;
-  /* amx holds V as rows of pairs (fa__cpu_pack_pairs_rows_t): a few more words */
+  /* room for either layout of fa__cpu_pack_pairs_a */
   const size_t ld_t = (size_t)fa__cpu_pairs_ld_t(c->bk);
   s->vp = c->bf16 ? (uint32_t *)fa__cpu_take(a, ld_t * (size_t)c->Dv * sizeof(uint32_t)) : NULL;
   s->pp = c->bf16 ? (uint32_t *)fa__cpu_take(a, pairs_k * np * sizeof(uint32_t)) : NULL;
@@ -201,24 +202,12 @@ static void fwd_tile_step(const fwd_ctx *c, fwd_scratch *s, fwd_qtile *t) {
   const fa__cpu_mat vm = fa__cpu_mat_of(&p->v, sq->bidx, hk, sq->k_row0 + j0);
   if (c->bf16) { /* O^T[e][i] += sum over key pairs of (V[j][e], V[j+1][e]) . (P[j][i], P[j+1][i]) */
     if (!pairs) kt->pair_pack_f32(s->pp, np, s->st, np, bc, np);
-    /* amx: V^T as rows of pairs (csa = 2), which its tiles load as they
-     * are; a pair panel (rsa = 2) would be transposed in every call */
-    const int rows_t = kt->pair_pack_bf16_t != NULL;
-    const ptrdiff_t ld_t = fa__cpu_pairs_ld_t(c->bk);
     if (vm.base != s->vp_of || bc != s->vp_bc) { /* the group's tiles take a key tile in turn: pack it once */
-      if (rows_t)
-        fa__cpu_pack_pairs_rows_t(kt, s->vp, ld_t, &vm, bc, Dv);
-      else
-        fa__cpu_pack_pairs_rows(kt, s->vp, Dv, &vm, bc, Dv);
+      s->va = fa__cpu_pack_pairs_a(kt, s->vp, c->bk, &vm, bc, Dv);
       s->vp_of = vm.base;
       s->vp_bc = bc;
     }
-    if (rows_t)
-      fa__cpu_gemm_bf16(kt, Dv, np, (bc + 1) / 2, (const uint16_t *)s->vp, 2 * ld_t, 2, s->pp, np, 1.0f, t->ot, np,
-                        !t->first);
-    else
-      fa__cpu_gemm_bf16(kt, Dv, np, (bc + 1) / 2, (const uint16_t *)s->vp, 2, 2 * (ptrdiff_t)Dv, s->pp, np, 1.0f, t->ot,
-                        np, !t->first);
+    fa__cpu_gemm_bf16(kt, Dv, np, (bc + 1) / 2, s->va.a, s->va.rsa, s->va.csa, s->pp, np, 1.0f, t->ot, np, !t->first);
   } else {
     const fa__cpu_aop va = fa__cpu_operand(kt, &vm, bc, Dv, s->vbuf);
     fa__cpu_gemm(kt, Dv, np, bc, va.a, va.cs, va.rs, s->st, np, t->ot, np, !t->first);
