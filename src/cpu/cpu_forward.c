@@ -13,10 +13,12 @@
  *
  * bf16 inputs on a table with bf16 kernels (cpu_bf16.h) run both products
  * on pairs: Q^T packed as pairs along d (unscaled; the scale is applied to
- * the f32 scores), K read in place, P^T rounded to bf16 pairs along keys,
+ * the f32 scores, or folded into the softmax's exponent when nothing else
+ * acts on them), K read in place, P^T rounded to bf16 pairs along keys,
  * V packed as pairs along keys per tile. The softmax, masks, dropout and
  * the row sums l stay in f32 (l sums the unrounded P, as the GPU kernels
- * do: docs/semantics.md). */
+ * do: docs/semantics.md); without dropout it runs in log2 units
+ * (kt->softmax_pairs). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +44,9 @@ typedef struct fwd_ctx {
   int64_t chunk;  /* keys of one K/V chunk the group's tiles take in turn */
   int D, Dv;
   int bf16;              /* products on kt->gemm_bf16 (fa__cpu_bf16_products) */
+  int pairs;             /* bf16 without dropout: kt->softmax_pairs, m in log2 units */
+  float alpha;           /* the factor of the score product (scale, or 1 when c holds it) */
+  float c;               /* pairs: the score product's output times c is in log2 units */
   int elementwise;       /* softcap, ALiBi, bias or mask on every tile */
   int heavy_last;        /* later query tiles see more keys (causal-like) */
   const int64_t *prefix; /* items before sequence b */
@@ -170,7 +175,7 @@ static void fwd_tile_step(const fwd_ctx *c, fwd_scratch *s, fwd_qtile *t) {
   const fa__cpu_mat km = fa__cpu_mat_of(&p->k, sq->bidx, hk, sq->k_row0 + j0);
   if (c->bf16) {
     const fa__cpu_bf16_aop ka = fa__cpu_bf16_operand(&km, bc, D, s->kb16);
-    fa__cpu_gemm_bf16(kt, bc, np, (D + 1) / 2, ka.a, ka.rs, 2, t->qp, np, (float)p->scale, s->st, np, 0);
+    fa__cpu_gemm_bf16(kt, bc, np, (D + 1) / 2, ka.a, ka.rs, 2, t->qp, np, c->alpha, s->st, np, 0);
   } else {
     const fa__cpu_aop ka = fa__cpu_operand(kt, &km, bc, D, s->kbuf);
     fa__cpu_gemm(kt, bc, np, D, ka.a, ka.rs, ka.cs, t->qt, np, s->st, np, 0);
@@ -182,10 +187,10 @@ static void fwd_tile_step(const fwd_ctx *c, fwd_scratch *s, fwd_qtile *t) {
     t->tile.bc = bc;
     fa__cpu_score_tile(kt, &t->tile, s->st, 1, np, NULL, full);
   }
-  /* bf16 without dropout: P goes straight to pair words (same bits as
-   * softmax then pair_pack_f32); dropout needs the f32 P first */
-  const int pairs = c->bf16 && !s->keep;
-  const int moved = pairs ? kt->softmax_pairs(s->st, np, bc, np, t->m, t->l, t->f, s->pp, np)
+  /* bf16 without dropout: P goes straight to pair words; dropout needs
+   * the f32 P first */
+  const int pairs = c->pairs;
+  const int moved = pairs ? kt->softmax_pairs(s->st, np, bc, np, c->c, t->m, t->l, t->f, s->pp, np)
                           : kt->softmax(s->st, np, bc, np, t->m, t->l, t->f);
   if (s->keep) { /* l counts P before dropout; only O sees the dropped P */
     t->tile.j0 = j0;
@@ -233,7 +238,8 @@ static void fwd_tile_end(const fwd_ctx *c, fwd_scratch *s, const fwd_qtile *t) {
       const float w = dscale / l;
       for (int e = 0; e < Dv; ++e) s->row[e] = t->ot[e * np + ii] * w;
       const double ref = t->tile.row_off ? (double)t->ref[ii] : 0.0;
-      write_lse(p, sq->bidx, h, sq->q_row0 + i0 + ii, (float)(ref + (double)t->m[ii] + log((double)l)));
+      const double m = c->pairs ? (double)t->m[ii] * 0.69314718055994530942 : (double)t->m[ii]; /* log2 units */
+      write_lse(p, sq->bidx, h, sq->q_row0 + i0 + ii, (float)(ref + m + log((double)l)));
     }
     fa__cpu_store_row(&om, ii, s->row, Dv);
   }
@@ -307,6 +313,18 @@ fa_status fa__cpu_forward(const fa__problem *p, const fa__cpu_kernels *kt, fa__e
   c.Dv = (int)p->Dv;
   c.bf16 = fa__cpu_bf16_products(p, kt);
   c.elementwise = fa__cpu_score_elementwise(p);
+  c.pairs = c.bf16 && !(p->dropout_p > 0);
+  c.alpha = (float)p->scale;
+  c.c = 1.44269504088896341f; /* log2 e */
+  const float folded = (float)(p->scale * 1.44269504088896341);
+  if (c.pairs && !c.elementwise && folded > 0.0f && isfinite(folded)) {
+    /* Nothing between the product and the softmax but masks (-inf at any
+     * scale): the scale goes into the softmax's exponent, an FMA it does
+     * anyway, instead of a multiply per score after the product (on AMX a
+     * pass through a tile buffer, kernels_amx.c; the same f32 accuracy). */
+    c.c = folded;
+    c.alpha = 1.0f;
+  }
   c.heavy_last = p->window_right >= 0;
   fa__cpu_forward_group(blk, p->D, p->Dv, p->Lk, fa_dtype_size(p->dtype), &c.group, &c.chunk);
   if (c.bf16) {

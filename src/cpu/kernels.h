@@ -164,13 +164,27 @@ typedef void (*fa__cpu_pair_pack_bf16_fn)(uint32_t *dst, ptrdiff_t ldd, const ui
 /* dst[t] = x[t] rounded to bf16 (nearest even; NaN stays NaN), t < n: a
  * row of f32 as the broadcast operand of gemm_bf16 (pairs along it). */
 typedef void (*fa__cpu_to_bf16_fn)(uint16_t *dst, const float *x, int n);
-/* The forward's softmax step with P for the bf16 P.V product: kt->softmax
- * exactly (m, l, f, the return value), except that P goes to pp as pair
- * words along keys, rounded to bf16 (pp[k*ldp + i] = pair(P[2k][i],
- * P[2k+1][i]), the odd row's partner 0, k < ceil(bc/2)) and s is left as
- * it was. The same bits as softmax followed by pair_pack_f32. */
-typedef int (*fa__cpu_softmax_pairs_fn)(const float *s, ptrdiff_t lds, int bc, int np, float *m, float *l, float *f,
-                                        uint32_t *pp, ptrdiff_t ldp);
+/* The forward's softmax step with P for the bf16 P.V product, in log2
+ * units: c * s[j*lds + i] is the score of query row i against key j in
+ * log2 units (c = scale * log2 e when s holds the unscaled products, log2 e
+ * when it holds the scores; c > 0), j < bc (>= 1), i < np (a multiple of
+ * FA_CPU_PANEL), and m holds the running maxima in log2 units. For every
+ * column i:
+ *   mn = max(m[i], c * max_j s[j][i]) (the product rounded);   mu = (mn == -inf) ? 0 : mn
+ *   f[i] = 2^(m[i] - mu)          (exactly 1 when m[i] = mn; 0 when m[i] = -inf)
+ *   P[j][i] = 2^(s[j][i] c - mu)  (the exponent rounded once: an FMA; 0 for -inf scores)
+ *   l[i] = l[i] * f[i] + sum_j P[j][i];   m[i] = mn
+ * with 2^x to f32 accuracy (about an ulp). P goes to pp as pair words along
+ * keys, rounded to bf16 (pp[k*ldp + i] = pair(P[2k][i], P[2k+1][i]), the
+ * odd row's partner 0, k < ceil(bc/2)); s is left as it was. Returns
+ * nonzero if some f[i] != 1. Rows that saw nothing keep m = -inf, l = 0.
+ * Log2 units because this is the forward's per-score work, which bounds it
+ * where the products are fast (AMX): with log2 e folded into c, 2^x needs no
+ * range reduction by ln 2, and with the scale folded too the score product
+ * needs no epilogue (cpu_forward.c). The same function as kt->softmax
+ * followed by rounding P to bf16, to f32 rounding. */
+typedef int (*fa__cpu_softmax_pairs_fn)(const float *s, ptrdiff_t lds, int bc, int np, float c, float *m, float *l,
+                                        float *f, uint32_t *pp, ptrdiff_t ldp);
 
 /* exp_rows with the LSE fold of the backward (cpu_bwd_tile.c) in it:
  *   s[r*lds + j] = exp(((s - off[r]) - off_lo[r]) - lse[r])   (0 where lse[r] = -inf)

@@ -29,18 +29,18 @@ FA_INLINE __m512 dp(__m512 acc, __m512i a, __m512i b) {
 }
 
 #define KB_ACC(m, v) c##m##v
-#define KB_FOR_ALL(X)                                                                                             \
-  X(0, 0)                                                                                                         \
-  X(0, 1)                                                                                                         \
-  X(0, 2)                                                                                                         \
-  X(1, 0)                                                                                                         \
-  X(1, 1)                                                                                                         \
-  X(1, 2)                                                                                                         \
-  X(2, 0)                                                                                                         \
-  X(2, 1)                                                                                                         \
-  X(2, 2)                                                                                                         \
-  X(3, 0) X(3, 1) X(3, 2) X(4, 0) X(4, 1) X(4, 2) X(5, 0) X(5, 1) X(5, 2) X(6, 0) X(6, 1) X(6, 2) X(7, 0) X(7, 1) \
-      X(7, 2)
+#define KB_FOR_ALL(X) \
+  X(0, 0)             \
+  X(0, 1)             \
+  X(0, 2)             \
+  X(1, 0)             \
+  X(1, 1)             \
+  X(1, 2)             \
+  X(2, 0)             \
+  X(2, 1)             \
+  X(2, 2)             \
+  X(3, 0)             \
+  X(3, 1) X(3, 2) X(4, 0) X(4, 1) X(4, 2) X(5, 0) X(5, 1) X(5, 2) X(6, 0) X(6, 1) X(6, 2) X(7, 0) X(7, 1) X(7, 2)
 
 FA_INLINE void mkbf(const int MR_, const int NV_, int kp, const uint16_t *a, ptrdiff_t rsa, ptrdiff_t csa,
                     const uint32_t *b, ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc, int accumulate) {
@@ -180,11 +180,12 @@ static void to_bf16_avx512(uint16_t *dst, const float *x, int n) {
   }
 }
 
-/* softmax_avx512 of kernels_avx512.c, two keys at a time (as it runs them),
- * each pair of rows of P converted and interleaved as pair_pack_f32 does. */
-static int softmax_pairs_avx512(const float *s, ptrdiff_t lds, int bc, int np, float *m, float *l, float *f,
+/* kernels.h's softmax_pairs: per 16 query rows, the column maximum over
+ * the key tile (two chains), then P = 2^(s c - mu) two keys at a time, each
+ * pair of rows of P converted and interleaved as pair_pack_f32 does. */
+static int softmax_pairs_avx512(const float *s, ptrdiff_t lds, int bc, int np, float c, float *m, float *l, float *f,
                                 uint32_t *pp, ptrdiff_t ldp) {
-  const __m512 ninf = _mm512_set1_ps(-INFINITY), one = _mm512_set1_ps(1.0f);
+  const __m512 ninf = _mm512_set1_ps(-INFINITY), one = _mm512_set1_ps(1.0f), cv = _mm512_set1_ps(c);
   const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
                                        5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   __mmask16 moved = 0;
@@ -198,20 +199,20 @@ static int softmax_pairs_avx512(const float *s, ptrdiff_t lds, int bc, int np, f
     }
     if (j < bc) mx0 = _mm512_max_ps(mx0, _mm512_loadu_ps(col + j * lds));
     const __m512 mold = _mm512_loadu_ps(m + i);
-    const __m512 mn = _mm512_max_ps(_mm512_max_ps(mx0, mx1), mold);
+    const __m512 mn = _mm512_max_ps(_mm512_mul_ps(_mm512_max_ps(mx0, mx1), cv), mold);
     const __m512 mu = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mn, ninf, _CMP_EQ_OQ), mn, _mm512_setzero_ps());
-    const __m512 fi = fa__cpu_exp512(_mm512_sub_ps(mold, mu));
+    const __m512 fi = fa__cpu_exp2_512(_mm512_sub_ps(mold, mu));
     __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
     for (j = 0; j + 1 < bc; j += 2) {
-      const __m512 p0 = fa__cpu_exp512(_mm512_sub_ps(_mm512_loadu_ps(col + j * lds), mu));
-      const __m512 p1 = fa__cpu_exp512(_mm512_sub_ps(_mm512_loadu_ps(col + (j + 1) * lds), mu));
+      const __m512 p0 = fa__cpu_exp2_512(_mm512_fmsub_ps(_mm512_loadu_ps(col + j * lds), cv, mu));
+      const __m512 p1 = fa__cpu_exp2_512(_mm512_fmsub_ps(_mm512_loadu_ps(col + (j + 1) * lds), cv, mu));
       const __m512bh h = _mm512_cvtne2ps_pbh(p1, p0);
       _mm512_storeu_si512((void *)(pp + (ptrdiff_t)(j / 2) * ldp + i), _mm512_permutexvar_epi16(idx, (__m512i)h));
       sum0 = _mm512_add_ps(sum0, p0);
       sum1 = _mm512_add_ps(sum1, p1);
     }
     if (j < bc) {
-      const __m512 p0 = fa__cpu_exp512(_mm512_sub_ps(_mm512_loadu_ps(col + j * lds), mu));
+      const __m512 p0 = fa__cpu_exp2_512(_mm512_fmsub_ps(_mm512_loadu_ps(col + j * lds), cv, mu));
       _mm512_storeu_si512((void *)(pp + (ptrdiff_t)(j / 2) * ldp + i),
                           _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(p0)));
       sum0 = _mm512_add_ps(sum0, p0);
