@@ -4,11 +4,12 @@
  * bit for bit (the appended rows rounded to the cache's dtype, every other
  * byte untouched), O and LSE within the dtype's tolerance; split counts
  * 1 .. many equal up to rounding, and a given split count the same bits
- * on 1 and 2 threads. cuda runs every case whose head dims are multiples
- * of 8 (f16, bf16, f32; any page size) and refuses the rest
- * (FA_ERR_UNSUPPORTED), leaving the cache alone. Then the bad inputs: each
- * status names the argument and the cache is untouched; and
- * fa_merge_states on cuda against the host merge. */
+ * on 1 and 2 threads (cuda: and the same bits whether the decode kernel
+ * merges the splits or the combine kernel does). cuda runs every case
+ * whose head dims are multiples of 8 (f16, bf16, f32; any page size) and
+ * refuses the rest (FA_ERR_UNSUPPORTED), leaving the cache alone. Then the
+ * bad inputs: each status names the argument and the cache is untouched;
+ * and fa_merge_states on cuda against the host merge. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +61,15 @@ static const kvcase cases[] = {
     {"long_contig_noncausal", .B = 2, .Hq = 2, .Hkv = 2, .Lq = 1, .D = 24, .Dv = 24, .cap = 700, .seqlens = {699, 300}},
     {"empty_rows_lq_gt_lk", .B = 2, .Hq = 2, .Hkv = 2, .Lq = 6, .D = 8, .Dv = 8, .cap = 8, .seqlens = {0, 3},
      .causal = 1},
+    /* cuda's split merge in the decode kernel at its sizes: 16 rows per kv
+     * head (one full tensor-core row block; f32: two of 8), D = 128 (64
+     * splits of 16 rows do not fit the block's shared memory at once: merged
+     * a few splits at a time), next to a sequence whose one key is in split
+     * 0 and whose first row sees no key; then D = 256 on CUDA cores, 8 rows,
+     * where the combine kernel cannot stage 64 splits (its other path) */
+    {"long_gqa16_d128_merge_chunks", .B = 2, .Hq = 16, .Hkv = 2, .Lq = 2, .Lnew = 1, .D = 128, .Dv = 128, .page = 32,
+     .cap = 2048, .seqlens = {1500, 0}, .shuffle = 1, .causal = 1},
+    {"long_gqa8_d256", .B = 1, .Hq = 8, .Hkv = 1, .Lq = 1, .D = 256, .Dv = 256, .cap = 1100, .seqlens = {1037}},
 };
 enum { NCASES = sizeof cases / sizeof cases[0] };
 
@@ -408,6 +418,49 @@ static double err_of(const double *x, const double *r, int64_t n) {
 
 static const fa_dtype all_dts[] = {FA_F32, FA_F64, FA_F16, FA_BF16};
 
+/* cuda merges a split call's partial results in the decode kernel (the last
+ * split block of each row block) unless FLASHATTN_CUDA_DECODE_FUSED_MERGE=0
+ * sends them to the combine kernel: both must give the same bits for a
+ * given num_splits. Returns the number of split counts where they differ;
+ * the variable is as it was afterwards. */
+static int merge_paths_differ(fa_context *ctx, int dev, const kvprob *P) {
+  static const char *const var = "FLASHATTN_CUDA_DECODE_FUSED_MERGE";
+  const kvcase *c = P->c;
+  const int64_t nrow = (int64_t)c->B * c->Hq * c->Lq;
+  const size_t ob = (size_t)(nrow * c->Dv) * sizeof(double), lb = (size_t)nrow * sizeof(double);
+  double *o1 = malloc(ob), *o2 = malloc(ob), *l1 = malloc(lb), *l2 = malloc(lb);
+  unsigned char *kc = malloc(P->kc_bytes), *vc = malloc(P->vc_bytes);
+  const char *was = getenv(var);
+  char *keep = was ? strdup(was) : NULL;
+  static const int splits[] = {2, 3, 7, 64, 0};
+  int bad = 0;
+  for (size_t si = 0; si < sizeof splits / sizeof splits[0]; ++si) {
+    assert_int_equal(setenv(var, "0", 1), 0);
+    const fa_status s1 = run_call(ctx, FA_BACKEND_CUDA, dev, P, splits[si], o1, l1, kc, vc);
+    assert_int_equal(setenv(var, "1", 1), 0);
+    const fa_status s2 = run_call(ctx, FA_BACKEND_CUDA, dev, P, splits[si], o2, l2, kc, vc);
+    if (s1 != FA_OK || s2 != FA_OK || memcmp(o1, o2, ob) != 0 || memcmp(l1, l2, lb) != 0) {
+      print_message("%s %s splits %d: the fused split merge (%s) and the combine kernel (%s) differ%s\n", c->name,
+                    fa_dtype_name(P->dt), splits[si], fa_status_name(s2), fa_status_name(s1),
+                    s1 == FA_OK && s2 == FA_OK ? " in bits" : "");
+      ++bad;
+    }
+  }
+  if (keep) {
+    assert_int_equal(setenv(var, keep, 1), 0);
+    free(keep);
+  } else {
+    assert_int_equal(unsetenv(var), 0);
+  }
+  free(o1);
+  free(o2);
+  free(l1);
+  free(l2);
+  free(kc);
+  free(vc);
+  return bad;
+}
+
 static void check_backend(const tb_backend *be, const tb_variant *var) {
   fa_context *ctx;
   assert_int_equal(fa_context_create(&ctx), FA_OK);
@@ -472,6 +525,7 @@ static void check_backend(const tb_backend *be, const tb_variant *var) {
         }
         tb_variant_apply(ctx, var);
       }
+      if (want == FA_OK && be->id == FA_BACKEND_CUDA) fails += merge_paths_differ(ctx, dev, &P);
       free(o);
       free(o1);
       free(lse);

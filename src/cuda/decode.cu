@@ -1,6 +1,8 @@
 // fa_forward_kvcache and fa_merge_states on the cuda backend: the host side
-// (checks, split count, scratch, launches), the append kernel and the two
-// merge kernels. The decode kernel itself is decode_kernel.cuh.
+// (checks, split count, scratch, split counters, launches), the append
+// kernel and the two merge kernels. The decode kernels themselves are
+// decode_kernel.cuh and decode_mma_kernel.cuh; the merge arithmetic is
+// decode_merge.cuh.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
@@ -9,11 +11,13 @@
 #include <string.h>
 
 #include <atomic>
+#include <mutex>
 
 #include "../rules/half.h"
 #include "../rules/kv_address.h"
 #include "../rules/online_softmax.h"
 #include "decode.cuh"
+#include "decode_merge.cuh"
 #include "host_call.cuh"
 #include "launch.cuh"
 #include "mma.cuh"
@@ -22,7 +26,9 @@
 
 namespace {
 
-constexpr int kMaxSplits = 256;  // a larger num_splits is taken as this many
+using fa_dec::kMaxSplits;  // a larger num_splits is taken as this many
+using fa_dec::merge_step;
+using fa_dec::merge_weights;
 
 // ---- append ---------------------------------------------------------------
 
@@ -85,35 +91,6 @@ __global__ void append_kernel(const append_params p) {
 
 // ---- merges ----------------------------------------------------------------
 
-// Warp 0 merges the n lse values: m = the largest (exact in any order),
-// w[k] = exp(lse_k - m) into shared memory, their sum l (each lane its parts
-// lane, lane + 32, ... in order, then a fixed butterfly, lane 0's bits taken:
-// the same for a given n on every run), then w[k] /= l; returns m + ln l on
-// every lane of warp 0. The same function as the left-to-right fold of
-// src/rules/online_softmax.h up to rounding in float64, but one exp per part
-// in parallel instead of a chain of two per merge: the fold's chain of ~16
-// float64 exps was the whole 10 us of a split call's combine kernel (ncu,
-// H200, 33 parts).
-template <typename F>
-__device__ __forceinline__ double merge_weights(int n, F lse_of, double *w) {
-  const int lane = threadIdx.x & 31;
-  double m = -INFINITY;
-  for (int k = lane; k < n; k += 32) m = fmax(m, lse_of(k));
-  for (int off = 16; off > 0; off >>= 1) m = fmax(m, __shfl_xor_sync(0xffffffffu, m, off));
-  double l = 0.0;
-  for (int k = lane; k < n; k += 32) {
-    const double x = lse_of(k);
-    const double e = x == -INFINITY || m == -INFINITY ? 0.0 : exp(x - m);
-    w[k] = e;
-    l += e;
-  }
-  for (int off = 16; off > 0; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
-  l = __shfl_sync(0xffffffffu, l, 0);  // the lanes summed in different orders: one lane's bits for all
-  const double inv = l > 0 ? 1.0 / l : 0.0;
-  for (int k = lane; k < n; k += 32) w[k] *= inv;  // each lane its own parts' weights
-  return l > 0 ? m + log(l) : -INFINITY;
-}
-
 struct combine_params {
   const float *part_o, *part_lse;  // [items][nsplit][R][Dv], [items][nsplit][R]
   void *o;
@@ -123,12 +100,15 @@ struct combine_params {
   int R, Dv, nsplit, dtype;
 };
 
-// One block per (sequence, kv head, row): the splits of the decode kernel,
-// summed in split order. The merge is a chain of round trips to L2 (the lse
-// values, the float64 weights, the values), the whole cost of a short split
-// call's tail: so the row's values of every split are first copied into
-// shared memory with cp.async (when they fit, kStageBytes), in flight while
-// warp 0 computes the weights, and summed from there.
+// The two-kernel merge (FLASHATTN_CUDA_DECODE_FUSED_MERGE=0; by default the
+// decode kernel's last split block merges, decode_parts.cuh's merge_splits,
+// with the same arithmetic in the same order: the same bits). One block per
+// (sequence, kv head, row): the splits of the decode kernel, summed in split
+// order. The merge is a chain of round trips to L2 (the lse values, the
+// float64 weights, the values), the whole cost of a short split call's
+// tail: so the row's values of every split are first copied into shared
+// memory with cp.async (when they fit, kStageBytes), in flight while warp 0
+// computes the weights, and summed from there.
 constexpr int kStageBytes = 40 * 1024;  // with the static 2 KiB: under the default 48 KiB
 __global__ void combine_kernel(const combine_params p) {
   extern __shared__ __align__(16) float staged[];  // [nsplit][Dv] when staged
@@ -161,14 +141,10 @@ __global__ void combine_kernel(const combine_params p) {
   for (int e = threadIdx.x; e < p.Dv; e += blockDim.x) {
     double acc = 0.0;
     if (stage) {
-      for (int k = 0; k < p.nsplit; ++k)
-        if (w[k] != 0.0) acc += w[k] * staged[k * p.Dv + e];
+      for (int k = 0; k < p.nsplit; ++k) acc = merge_step(acc, w[k], staged[k * p.Dv + e]);
     } else {  // unrolled: 8 splits' loads in flight, not one at a time
 #pragma unroll 8
-      for (int k = 0; k < p.nsplit; ++k) {
-        const float v = po[k * kstride + e];
-        if (w[k] != 0.0) acc += w[k] * v;
-      }
+      for (int k = 0; k < p.nsplit; ++k) acc = merge_step(acc, w[k], po[k * kstride + e]);
     }
     fa_cuda::store_any(p.o, b * p.os[0] + h * p.os[1] + i * p.os[2] + e, p.dtype, static_cast<float>(acc));
   }
@@ -324,6 +300,128 @@ int tile_keys(int kd, int rb) {
   return rb == 16 ? 64 : 128 / (kd / 8) * (rb >= 8 ? 2 : 4);
 }
 
+// ---- split counters ----------------------------------------------------------
+
+// FLASHATTN_CUDA_DECODE_FUSED_MERGE=0: a split call's partial results are
+// merged by the combine kernel (the two-kernel path, for A/B timing and to
+// test both); else by the decode kernel's last split block of each item
+// (decode_parts.cuh's finish_splits). Read at each call.
+bool fused_merge() {
+  const char *env = getenv("FLASHATTN_CUDA_DECODE_FUSED_MERGE");
+  return !(env && strcmp(env, "0") == 0);
+}
+
+// The fused merge's arrival counters (fa__dec_params::counters): one per
+// item, 0 when the decode kernel starts, put back to 0 by each item's last
+// split block, so they are 0 again when the kernel ends. A call finds them
+// ready, with no memset or allocation on the stream:
+//   - one buffer per stream (and device). Calls on one stream run one after
+//     the other: a decode kernel starts after the previous call's kernels
+//     have ended (it is launched plainly, or as the programmatic dependent
+//     of its own call's append kernel, which is launched plainly; it touches
+//     the counters only after its griddepcontrol.wait), so they may share
+//     counters; calls on two streams may run at once and must not. (Per
+//     call scratch would need a memset on the stream every call, as the
+//     pool hands back other calls' memory, not zeros: one more operation
+//     on the stream, where the fused merge is there to save one.) A stream
+//     is named by cudaStreamGetId (unique for the program's life: a new
+//     stream that reuses a destroyed one's handle gets its own buffer) and,
+//     for the default-stream handles (0, cudaStreamLegacy,
+//     cudaStreamPerThread), by the calling thread as well
+//     (cudaStreamPerThread is another stream in each thread).
+//   - allocated by cudaMallocAsync on that stream and zeroed by
+//     cudaMemsetAsync there on first use (stream-ordered before the kernel),
+//     doubled when a call needs more (the outgrown buffer is left allocated:
+//     another thread's call on the same stream may have it in a kernel in
+//     flight). Never freed: at most kCounterStreams buffers of a few KiB,
+//     whose streams may still have kernels queued.
+//   - not while the stream is being captured into a CUDA graph (a graph may
+//     be replayed on any stream, next to other replays or calls: its
+//     counters must be its own), nor past kCounterStreams streams or
+//     kMaxStreamCounters items, nor when an allocation fails: then (null
+//     here) the call's counters are part of its scratch, zeroed by a
+//     cudaMemsetAsync before the decode kernel (run_decode).
+// Counters left nonzero by a decode kernel that never finished (a fault)
+// come with a sticky error: the device context is unusable anyway.
+// cudaDeviceReset frees the buffers under this table: a process that resets
+// the device must not make split decode calls afterwards.
+constexpr int kCounterStreams = 64;
+constexpr int64_t kMaxStreamCounters = int64_t{1} << 16;
+constexpr int64_t kFirstStreamCounters = 4096;
+
+struct stream_counters {
+  int dev;
+  unsigned long long id;  // cudaStreamGetId
+  uint64_t thread;        // thread_token() for the default-stream handles, else 0
+  unsigned *buf;
+  int64_t n;
+};
+std::mutex counters_mu;
+stream_counters counters_table[kCounterStreams];
+int counters_used = 0;
+std::atomic<uint64_t> thread_tokens{0};
+
+uint64_t thread_token() {
+  thread_local const uint64_t token = thread_tokens.fetch_add(1, std::memory_order_relaxed) + 1;
+  return token;
+}
+
+// n zeroed counters that only calls on stream s use, or null (the call then
+// zeroes its own). *fresh: just allocated and zeroed on s in this call.
+unsigned *stream_counters_for(int dev, cudaStream_t s, int64_t n, bool *fresh) {
+  *fresh = false;
+  if (dev < 0 || n > kMaxStreamCounters) return nullptr;
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &cs) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  if (cs != cudaStreamCaptureStatusNone) return nullptr;
+  unsigned long long id = 0;
+#if CUDART_VERSION >= 12000
+  if (cudaStreamGetId(s, &id) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+#else
+  return nullptr;  // no stream ids before CUDA 12: every call zeroes its own
+#endif
+  const bool dflt = s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread;
+  const uint64_t thread = dflt ? thread_token() : 0;
+  std::lock_guard<std::mutex> lock(counters_mu);
+  stream_counters *e = nullptr;
+  for (int i = 0; i < counters_used && !e; ++i) {
+    stream_counters &c = counters_table[i];
+    if (c.dev == dev && c.id == id && c.thread == thread) e = &c;
+  }
+  if (e && e->n >= n) return e->buf;
+  if (!e && counters_used == kCounterStreams) return nullptr;
+  int64_t cap = e ? e->n : kFirstStreamCounters;
+  while (cap < n) cap *= 2;
+  void *buf = nullptr;
+  const size_t bytes = static_cast<size_t>(cap) * sizeof(unsigned);
+  if (cudaMallocAsync(&buf, bytes, s) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  if (cudaMemsetAsync(buf, 0, bytes, s) != cudaSuccess) {
+    (void)cudaGetLastError();
+    (void)cudaFreeAsync(buf, s);
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  if (!e) {
+    e = &counters_table[counters_used++];
+    e->dev = dev;
+    e->id = id;
+    e->thread = thread;
+  }
+  e->buf = static_cast<unsigned *>(buf);
+  e->n = cap;
+  *fresh = true;
+  return e->buf;
+}
+
 }  // namespace
 
 // num_splits = 0: the blocks of one wave. items = B * Hkv * row blocks; each
@@ -350,7 +448,7 @@ static int choose_splits(const fa__problem *p, int64_t items, int kd, int rb, in
   return n < 1 ? 1 : static_cast<int>(n);
 }
 
-// The split-KV decode (and the combine when split) over p's keys: the
+// The split-KV decode (and the split merge) over p's keys: the
 // kv-cache call's (kv set, after any append) or, kv NULL, the plain
 // forward's k and v (fa__cuda_decode_fits).
 static fa_status run_decode(const fa__problem *p, const fa__kv *kv, const fa__dec_bounds &bounds, cudaStream_t s,
@@ -366,10 +464,12 @@ static fa_status run_decode(const fa__problem *p, const fa__kv *kv, const fa__de
     (void)cudaGetLastError();
     dev = -1;
   }
-  // the combine always follows the decode kernel as its programmatic
-  // dependent; the decode kernel follows the append kernel so only in the
-  // same call (launched early after some other kernel, e.g. the previous
-  // step's, it measured slower: 0.30 vs 0.25 ms, MHA B=8 Lk=8192 on the H200)
+  // the combine (two-kernel merge) always follows the decode kernel as its
+  // programmatic dependent; the decode kernel follows the append kernel so
+  // only in the same call (launched early after some other kernel, e.g. the
+  // previous step's, it measured slower: 0.30 vs 0.25 ms, MHA B=8 Lk=8192 on
+  // the H200; and the split counters are shared with the previous call on
+  // the stream, which must have ended)
   const bool pdl = use_pdl(dev), pdl_decode = pdl && kv && kv->L_new > 0;
   int nsplit = kv && kv->num_splits > 0 ? kv->num_splits : choose_splits(p, items, kd, rb, dev);
   if (nsplit > kMaxSplits) nsplit = kMaxSplits;
@@ -421,19 +521,36 @@ static fa_status run_decode(const fa__problem *p, const fa__kv *kv, const fa__de
   dp.wl = p->window_left;
   dp.wr = p->window_right;
 
+  // with splits: the partial results in scratch, merged by the decode
+  // kernel's last split blocks through per-item counters (the stream's, or
+  // this call's own, zeroed here), or (FLASHATTN_CUDA_DECODE_FUSED_MERGE=0)
+  // by the combine kernel
   scratch part;
+  bool zeroed_here = false;  // a memset on s since the append kernel: launch the decode kernel plainly
   if (nsplit > 1) {
+    const bool fused = fused_merge();
+    if (fused) dp.counters = stream_counters_for(dev, s, items, &zeroed_here);
+    const bool own_counters = fused && !dp.counters;
     const size_t rows = static_cast<size_t>(p->B * p->Hkv) * static_cast<size_t>(nsplit) * static_cast<size_t>(R);
-    st = part.alloc(rows * static_cast<size_t>(p->Dv + 1) * sizeof(float), s, "the split-KV partial results", err);
+    const size_t part_bytes = rows * static_cast<size_t>(p->Dv + 1) * sizeof(float);
+    const size_t counters_at = (part_bytes + 255) / 256 * 256;
+    const size_t counters_bytes = static_cast<size_t>(items) * sizeof(unsigned);
+    st = part.alloc(own_counters ? counters_at + counters_bytes : part_bytes, s, "the split-KV partial results", err);
     if (st != FA_OK) return st;
     dp.part_o = static_cast<float *>(part.ptr);
     dp.part_lse = dp.part_o + rows * static_cast<size_t>(p->Dv);
+    if (own_counters) {
+      dp.counters = reinterpret_cast<unsigned *>(static_cast<unsigned char *>(part.ptr) + counters_at);
+      FA_CUDA_TRY(cudaMemsetAsync(dp.counters, 0, counters_bytes, s), "zeroing the split-KV counters");
+      zeroed_here = true;
+    }
   }
   const int64_t blocks = items * nsplit;
-  st = p->dtype == FA_BF16  ? fa__cuda_decode_launch_bf16(dp, kd, rb, pdl_decode, blocks, s, err)
-       : p->dtype == FA_F16 ? fa__cuda_decode_launch_f16(dp, kd, rb, pdl_decode, blocks, s, err)
-                            : fa__cuda_decode_launch_f32(dp, kd, rb, pdl_decode, blocks, s, err);
-  if (st != FA_OK || nsplit == 1) return st;
+  const bool pdl_dec = pdl_decode && !zeroed_here;
+  st = p->dtype == FA_BF16  ? fa__cuda_decode_launch_bf16(dp, kd, rb, pdl_dec, blocks, s, err)
+       : p->dtype == FA_F16 ? fa__cuda_decode_launch_f16(dp, kd, rb, pdl_dec, blocks, s, err)
+                            : fa__cuda_decode_launch_f32(dp, kd, rb, pdl_dec, blocks, s, err);
+  if (st != FA_OK || nsplit == 1 || dp.counters) return st;  // merged by the decode kernel
 
   combine_params cp;
   memset(&cp, 0, sizeof cp);

@@ -15,9 +15,16 @@
 //            instructions whatever R is), else on CUDA cores with f32
 //            arithmetic (decode_kernel.cuh: about 2 R multiply-adds per
 //            byte, enough at R = 1, issue-bound from R = 4);
-//   combine  the splits' partial (o, lse) merged in float64: the online-
-//            softmax merge (src/rules/online_softmax.h) with the weights
-//            exp(lse_k - max) summed in a fixed order (decode.cu).
+//   merge    with more than one split, the splits' partial (o, lse) merged
+//            in float64: the online-softmax merge (src/rules/online_softmax.h)
+//            with the weights exp(lse_k - max) summed in a fixed order
+//            (decode_merge.cuh). By default inside the decode kernel: every
+//            split block stores its partial rows and counts itself on a
+//            per-item counter; the last one to arrive merges all the splits
+//            of its rows in split order (merge_splits, decode_parts.cuh) and
+//            puts the counter back to 0. FLASHATTN_CUDA_DECODE_FUSED_MERGE=0
+//            runs the merge as its own kernel instead (combine_kernel,
+//            decode.cu: the same arithmetic, the same bits).
 // fa_merge_states is the combine over the caller's tensors.
 #ifndef FA_CUDA_DECODE_CUH
 #define FA_CUDA_DECODE_CUH
@@ -63,6 +70,10 @@ struct fa__dec_params {
   float *lse;       // may be NULL
   float *part_o;    // [items][nsplit][R][Dv] f32 when nsplit > 1
   float *part_lse;  // [items][nsplit][R]
+  // nsplit > 1: one arrival counter per (sequence, kv head, row block),
+  // [items][nrb], 0 on entry and put back to 0 by the last split block of
+  // each (decode.cu says where they live); NULL: the combine kernel merges
+  unsigned *counters;
   int64_t qs[3], os[3], lses[3], ks[3], vs[3];
   fa__kvmap map;
   const int32_t *cache_seqlens;  // NULL: every sequence has fixed_len keys (the plain forward)

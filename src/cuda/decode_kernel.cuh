@@ -90,6 +90,7 @@ struct cfg {
   static constexpr size_t red_bytes = (size_t)NG * NV * sizeof(float);
   static constexpr size_t big = pipe_bytes > merge_bytes ? pipe_bytes : merge_bytes;
   static constexpr size_t smem = big + q_bytes + red_bytes;
+  static_assert(smem >= merge_splits_min_smem(RB, KD), "the split merge fits in the block's shared memory");
 };
 
 template <typename T, int KD, int RB>
@@ -102,13 +103,13 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const fa__dec_params p
   float *red = qs + RB * KD;  // [NG][NV]: each key group's reduced scores of the tile
 
   const int tid = threadIdx.x;
-  fa_cuda::pdl_wait();     // as decode_mma_kernel: the cache is written
-  fa_cuda::pdl_trigger();  // the split combine may launch
-  const block_work w = block_work_of(p, BK);
+  const block_work w = block_work_of(p, BK);  // as decode_mma_kernel: before the wait, nothing the append writes
   const int64_t j1 = w.j1;
   const int ntiles = w.ntiles;
   typename C::stream kv;
   kv.init(p, w, pipe, tid);
+  fa_cuda::pdl_wait();     // the cache is written
+  fa_cuda::pdl_trigger();  // the split combine (two-kernel merge) may launch
 #pragma unroll
   for (int t = 0; t < STAGES - 1; ++t) kv.issue(t);
 
@@ -249,6 +250,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const fa__dec_params p
   }
   __syncthreads();
   store_merged<T>(p, w, ms, ls, as, C::NG, RB, KD, tid);
+  finish_splits<T, RB, KD>(p, w, smem, C::smem, tid);  // splits: the last one merges them
 }
 
 }  // namespace fa_dec

@@ -51,6 +51,7 @@ struct mma_cfg {
   static constexpr size_t q_bytes = (size_t)RB * KD * sizeof(T);
   static constexpr size_t smem = big + q_bytes;
   static_assert(KD == 64 || KD == 128, "the register tiles hold D <= 128");
+  static_assert(smem >= merge_splits_min_smem(RB, KD), "the split merge fits in the ring");
 };
 
 template <typename T, int KD>
@@ -63,11 +64,14 @@ __global__ void __launch_bounds__(kThreads, 2) decode_mma_kernel(const fa__dec_p
   T *qs = reinterpret_cast<T *>(smem + C::big);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  fa_cuda::pdl_wait();     // the kernel before (append, or the caller's) is done: the cache is written
-  fa_cuda::pdl_trigger();  // the split combine may launch (it waits for this grid's end itself)
+  // the block's keys and where its first rows lie (cache_seqlens, the block
+  // table: nothing the append kernel writes) found while that kernel may
+  // still run (launched as its programmatic dependent); the cache only after
   const block_work w = block_work_of(p, BK);
   typename C::stream kv;
   kv.init(p, w, pipe, tid);
+  fa_cuda::pdl_wait();     // the kernel before (the call's append) is done: the cache is written
+  fa_cuda::pdl_trigger();  // the split combine (FLASHATTN_CUDA_DECODE_FUSED_MERGE=0) may launch; it waits for our end
 #pragma unroll
   for (int t = 0; t < STAGES - 1; ++t) kv.issue(t);
 
@@ -95,8 +99,8 @@ __global__ void __launch_bounds__(kThreads, 2) decode_mma_kernel(const fa__dec_p
     const int r = w.rb * RB + gr + 8 * h;
     m[h] = -INFINITY;
     l[h] = 0.f;
-    irow[h] = r % p.Lq;
-    slope[h] = p.alibi && r < p.R ? p.alibi[w.kvh * p.group + r / p.Lq] : 0.f;
+    irow[h] = r % static_cast<int>(p.Lq);  // Lq <= R: 32-bit divisions
+    slope[h] = p.alibi && r < p.R ? p.alibi[w.kvh * p.group + r / static_cast<int>(p.Lq)] : 0.f;
   }
   const fa__band bd = w.bd;
 
@@ -228,6 +232,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_mma_kernel(const fa__dec_p
   }
   __syncthreads();
   store_merged<T>(p, w, ms, ls, as, C::kWarps, RB, KD, tid);
+  finish_splits<T, RB, KD>(p, w, smem, C::smem, tid);  // splits: the last one merges them
 }
 
 }  // namespace fa_dec

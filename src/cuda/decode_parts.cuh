@@ -1,7 +1,8 @@
 // What the two decode kernels share (decode_kernel.cuh on CUDA cores,
 // decode_mma_kernel.cuh on tensor cores; decode.cuh has the design): which
-// keys a block owns, the K/V tile stream, the query rows, and the final merge
-// of the block's partial softmax states into o (or the split's partial o).
+// keys a block owns, the K/V tile stream, the query rows, the final merge
+// of the block's partial softmax states into o (or the split's partial o),
+// and the merge of the splits by the last split block of an item.
 #ifndef FA_CUDA_DECODE_PARTS_CUH
 #define FA_CUDA_DECODE_PARTS_CUH
 
@@ -13,6 +14,7 @@
 #include "../rules/kv_address.h"
 #include "../rules/visibility.h"
 #include "decode.cuh"
+#include "decode_merge.cuh"
 #include "mma.cuh"
 #include "pdl.cuh"
 
@@ -63,13 +65,17 @@ struct block_work {
 
 __device__ __forceinline__ block_work block_work_of(const fa__dec_params &p, int BK) {
   block_work w;
-  int64_t x = blockIdx.x;
-  w.rb = static_cast<int>(x % p.nrb);
-  x /= p.nrb;
-  w.sp = static_cast<int>(x % p.nsplit);
-  x /= p.nsplit;
-  w.kvh = x % p.Hkv;
-  w.b = x / p.Hkv;
+  // 32-bit divisions (the grid is under 2^31 blocks): a 64-bit one is a
+  // called subroutine of ~100 instructions at every block's start
+  uint32_t x = blockIdx.x;
+  const uint32_t nrb = static_cast<uint32_t>(p.nrb), ns = static_cast<uint32_t>(p.nsplit),
+                 hkv = static_cast<uint32_t>(p.Hkv);
+  w.rb = static_cast<int>(x % nrb);
+  x /= nrb;
+  w.sp = static_cast<int>(x % ns);
+  x /= ns;
+  w.kvh = x % hkv;
+  w.b = x / hkv;
   w.len = p.cache_seqlens ? fa__dec_clamp(p.cache_seqlens[w.b], p.bounds.max_len) : p.fixed_len;
   const int64_t lk = w.len + p.L_new;
   w.bd.lq = p.Lq;
@@ -269,7 +275,8 @@ __device__ __forceinline__ void store_merged(const fa__dec_params &p, const bloc
     const float o = L > 0.f ? O / L : 0.f;
     const float lse = L > 0.f ? M * kLn2 + logf(L) : -INFINITY;
     if (p.nsplit == 1) {
-      const int64_t h = w.kvh * p.group + r / p.Lq, i = r % p.Lq;
+      const int lq = static_cast<int>(p.Lq);  // <= R: 32-bit divisions, not 64-bit subroutine calls
+      const int64_t h = w.kvh * p.group + r / lq, i = r % lq;
       static_cast<T *>(p.o)[w.b * p.os[0] + h * p.os[1] + i * p.os[2] + d] = from_f32<T>(o);
       if (d == 0 && p.lse) p.lse[w.b * p.lses[0] + h * p.lses[1] + i * p.lses[2]] = lse;
     } else {
@@ -278,6 +285,141 @@ __device__ __forceinline__ void store_merged(const fa__dec_params &p, const bloc
       if (d == 0) p.part_lse[row] = lse;
     }
   }
+}
+
+// Shared memory merge_splits needs at least (a kernel's whole dynamic
+// shared memory is free by then, and must hold this): the weights (float64)
+// and lse values (f32) of RB rows of kMaxSplits parts, the rows' merged lse
+// and output offsets, and one split's values of the RB rows.
+constexpr size_t merge_splits_min_smem(int RB, int KD) {
+  return static_cast<size_t>(RB) * kMaxSplits * (sizeof(double) + sizeof(float)) + 2 * RB * sizeof(double) + 16 +
+         static_cast<size_t>(RB) * KD * sizeof(float);
+}
+
+// The last split block of an item (rows w.rb * RB .. of kv head w.kvh of
+// sequence w.b) merges every split's partial rows into o and lse, with the
+// arithmetic of the combine kernel (decode.cu) on the same values in the same
+// order, so the bits are the combine's. It runs at the end of the call's
+// critical path, so its round trips to L2 overlap and its 128 threads share
+// the work:
+//   - split k's partial values of the block's nr rows are one contiguous run
+//     of nr * Dv floats in part_o; the runs are copied into shared memory
+//     with cp.async, as many splits at a time as fit (all of them but for
+//     many splits of long rows); meanwhile
+//   - the nr x nsplit lse values are loaded (one load each, all in flight)
+//     into shared memory, and then warp rr % 4 computes row rr's float64
+//     weights from there (merge_weights) while the values still arrive;
+//   - thread t owns the merged values t, t + 128, ... of the nr x Dv rows
+//     (register accumulators) and sums the splits in split order.
+// Partials of other blocks are read from L2 only (__ldcg, cp.async.cg): a
+// line this multiprocessor's L1 holds may predate their stores.
+// smem / smem_bytes: the kernel's dynamic shared memory, free at this point
+// (merge_splits_min_smem at least), 16-byte aligned.
+template <typename T, int RB, int KD>
+__device__ __forceinline__ void merge_splits(const fa__dec_params &p, const block_work &w, unsigned char *smem,
+                                             size_t smem_bytes, int tid) {
+  constexpr int MAXO = (RB * KD + kThreads - 1) / kThreads;  // merged values per thread (Dv <= KD)
+  const int n = p.nsplit, Dv = p.Dv, r0 = w.rb * RB;
+  const int nr = p.R - r0 < RB ? p.R - r0 : RB;  // >= 1: row blocks start below R
+  const int run = nr * Dv, upr = run / 4;        // floats and 16-byte units of one split's rows (Dv % 8 == 0)
+  const int64_t item = w.b * p.Hkv + w.kvh, kstride = static_cast<int64_t>(p.R) * Dv;
+  const float *plse = p.part_lse + item * n * p.R + r0;     // split k, row r0 + rr: plse[k * R + rr]
+  const float *po = p.part_o + (item * n * p.R + r0) * Dv;  // split k's run: po + k * kstride
+  double *wts = reinterpret_cast<double *>(smem);           // [nr][n]
+  double *lse = wts + nr * n;                               // [nr]: the merged rows' lse
+  int64_t *orow = reinterpret_cast<int64_t *>(lse + nr);    // [nr]: where row r0 + rr of o starts
+  float *lsv = reinterpret_cast<float *>(orow + nr);        // [nr][n]: the splits' lse
+  const size_t hdr =
+      (static_cast<size_t>(nr) * n * (sizeof(double) + sizeof(float)) + 2 * nr * sizeof(double) + 15) / 16 * 16;
+  float *staged = reinterpret_cast<float *>(smem + hdr);  // [kc][run]
+  const int kc = static_cast<int>((smem_bytes - hdr) / (static_cast<size_t>(run) * sizeof(float)));
+  const int lq = static_cast<int>(p.Lq);  // <= R: 32-bit divisions
+  int row[MAXO];                          // the row (0 .. nr - 1) of each owned value
+  double acc[MAXO];
+#pragma unroll
+  for (int i = 0; i < MAXO; ++i) {
+    const int o = tid + i * kThreads;
+    row[i] = o < run ? o / Dv : 0;
+    acc[i] = 0.0;
+  }
+  for (int k0 = 0; k0 < n; k0 += kc) {
+    const int kn = n - k0 < kc ? n - k0 : kc;
+    for (int u = tid; u < kn * upr; u += kThreads) {
+      const int k = u / upr, c = (u - k * upr) * 4;
+      fa_cuda::cp_async16(fa_cuda::smem_addr(staged + k * run + c), po + (k0 + k) * kstride + c, 16);
+    }
+    fa_cuda::cp_async_commit();
+    if (k0 == 0) {
+      for (int e = tid; e < nr * n; e += kThreads) {
+        const int k = e / nr, rr = e - k * nr;
+        lsv[rr * n + k] = __ldcg(plse + static_cast<int64_t>(k) * p.R + rr);
+      }
+      if (tid < nr) {
+        const int r = r0 + tid;
+        orow[tid] = w.b * p.os[0] + (w.kvh * p.group + r / lq) * p.os[1] + (r % lq) * p.os[2];
+      }
+      __syncthreads();
+      for (int rr = tid >> 5; rr < nr; rr += kThreads / 32) {  // whole warps: merge_weights shuffles
+        const float *lr = lsv + rr * n;
+        const double l = merge_weights(
+            n, [&](int k) { return static_cast<double>(lr[k]); }, wts + rr * n);
+        if ((tid & 31) == 0) lse[rr] = l;
+      }
+    }
+    fa_cuda::cp_async_wait<0>();
+    __syncthreads();
+    // (kept rolled: unrolled, it costs the decode kernels' main loops registers)
+#pragma unroll 1
+    for (int k = 0; k < kn; ++k) {
+      const float *sk = staged + k * run;
+#pragma unroll
+      for (int i = 0; i < MAXO; ++i) {
+        const int o = tid + i * kThreads;
+        if (o < run) acc[i] = merge_step(acc[i], wts[row[i] * n + k0 + k], sk[o]);
+      }
+    }
+    __syncthreads();  // the next chunk's copies overwrite staged
+  }
+#pragma unroll
+  for (int i = 0; i < MAXO; ++i) {
+    const int o = tid + i * kThreads;
+    if (o < run) static_cast<T *>(p.o)[orow[row[i]] + (o - row[i] * Dv)] = from_f32<T>(static_cast<float>(acc[i]));
+  }
+  if (tid < nr && p.lse) {
+    const int r = r0 + tid;
+    p.lse[w.b * p.lses[0] + (w.kvh * p.group + r / lq) * p.lses[1] + (r % lq) * p.lses[2]] =
+        static_cast<float>(lse[tid]);
+  }
+}
+
+// After store_merged, with splits and counters (p.counters): the block
+// counts itself on its item's counter (a semaphore, as CUTLASS's serial
+// split-K and stream-K fix-up do); the block that arrives last, when every
+// split's partial rows are in memory, merges them (merge_splits) and puts the
+// counter back to 0 for the next call on the stream. Every thread of the
+// block calls it (it has barriers); blocks never leave the kernel early, so
+// every split of an item arrives. Ordering: each thread's partial stores are
+// fenced (__threadfence, device scope) before the barrier that precedes
+// thread 0's atomic; the last block fences again after its atomic and reads
+// the other splits' partials only through L2 (__ldcg, cp.async.cg).
+template <typename T, int RB, int KD>
+__device__ __forceinline__ void finish_splits(const fa__dec_params &p, const block_work &w, unsigned char *smem,
+                                              size_t smem_bytes, int tid) {
+  if (p.nsplit == 1 || !p.counters) return;
+  unsigned *const counter = p.counters + (w.b * p.Hkv + w.kvh) * p.nrb + w.rb;
+  __threadfence();
+  __syncthreads();  // every thread's partial rows stored and fenced; store_merged's shared reads done
+  int last = 0;
+  if (tid == 0) {
+    last = atomicAdd(counter, 1u) == static_cast<unsigned>(p.nsplit - 1);
+    if (last) {
+      atomicExch(counter, 0u);  // every split has counted: free for the next call
+      __threadfence();
+    }
+  }
+  if (!__syncthreads_or(last)) return;
+  __threadfence();
+  merge_splits<T, RB, KD>(p, w, smem, smem_bytes, tid);
 }
 
 }  // namespace fa_dec
