@@ -11,9 +11,10 @@
 #   scripts/gpu/run.sh dev     build + check (Hopper and mma.sync forward) +
 #                              test_backend_cuda + anchors with $ANCHOR_ARGS
 #   scripts/gpu/run.sh bwd     the backward: build, check_cuda and the cuda
-#                              suite (Hopper and, FLASHATTN_CUDA_WGMMA_BWD=0,
-#                              mma.sync backward), memcheck / racecheck,
-#                              backward anchors, both kernels (variants 0,mbwd)
+#                              suite (default; FLASHATTN_CUDA_WS_BWD=0: the
+#                              cp.async wgmma backward; FLASHATTN_CUDA_WGMMA_BWD=0:
+#                              mma.sync), memcheck / racecheck / synccheck on
+#                              $BWD_SAN, backward anchors ($BWD_VARIANTS, $BWD_L)
 #   scripts/gpu/run.sh suite   build + ctest without the compile-only tests
 #   scripts/gpu/run.sh decode  build + the kv-cache and merge tests (test_kvcache,
 #                              test_online_softmax), test_backend_cuda, memcheck of
@@ -300,22 +301,31 @@ fi
 
 if [ "$MODE" = bwd ]; then
   stage "backward (Hopper; FLASHATTN_CUDA_WGMMA_BWD=0: mma.sync)"
-  timeout 200 "$BUILD/check_cuda" >"$OUT/check.log" 2>&1
-  say "check_cuda exit $?: $(tail -1 "$OUT/check.log")"
+  timeout 90 "$BUILD/check_cuda" >"$OUT/check.log" 2>&1
+  rc=$?
+  say "check_cuda exit $rc: $(tail -1 "$OUT/check.log")"
   grep -E "FAIL" "$OUT/check.log" | head -20 | tee -a "$SUMMARY"
+  # a wrong or hung kernel: stop here rather than spend the device time on the rest
+  [ $rc -ne 0 ] && [ -z "${BWD_GO_ON:-}" ] && say "stopped: check_cuda failed" && exit 1
   SUITE=$OUT/suite_cuda.log
   timeout 200 "$BUILD/tests/test_backend_cuda" >"$SUITE" 2>&1
   say "test_backend_cuda (wgmma backward) exit $?: $(suite_counts "$SUITE")"
+  FLASHATTN_CUDA_WS_BWD=0 timeout 200 "$BUILD/tests/test_backend_cuda" >"$BUILD/suite_wgmma.log" 2>&1
+  say "test_backend_cuda (cp.async wgmma backward) exit $?: $(suite_counts "$BUILD/suite_wgmma.log")"
   FLASHATTN_CUDA_WGMMA_BWD=0 timeout 200 "$BUILD/tests/test_backend_cuda" >"$BUILD/suite_mma.log" 2>&1
   say "test_backend_cuda (mma.sync backward) exit $?: $(suite_counts "$BUILD/suite_mma.log")"
-  for tool in memcheck racecheck; do
-    timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/check_cuda" \
-      bf16_d128_seqlens >>"$OUT/sanitizer.log" 2>&1
-    say "$tool bf16_d128_seqlens (wgmma backward): exit $?"
+  # the warp-specialized backward's cases (dense, band-only), then the cp.async one's
+  for c in ${BWD_SAN:-f16_d128_L333x517 f16_d64_gqa_causal_blhd f16_d96_Dv40_L200 bf16_d128_seqlens}; do
+    for tool in memcheck racecheck synccheck; do
+      timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/check_cuda" \
+        "$c" >>"$OUT/sanitizer.log" 2>&1
+      say "$tool $c: exit $?"
+    done
   done
-  stage "anchors (backward: wgmma = fa, mma.sync = fa-vmbwd)"
-  timeout 240 python3 bench/gpu/anchors.py --lib "$BUILD/libflashattn.so" --out "$OUT" --passes bwd \
-    --variants 0,mbwd --reps 10 --l 2048,4096,16384 2>&1 | tee "$OUT/anchors.txt"
+  stage "anchors (backward variants ${BWD_VARIANTS:-0,mbwd}: 0 = default, 2 = cp.async wgmma, 6 = ws 3 slots, mbwd = mma.sync)"
+  # shellcheck disable=SC2086
+  timeout 300 python3 bench/gpu/anchors.py --lib "$BUILD/libflashattn.so" --out "$OUT" --passes bwd \
+    --variants ${BWD_VARIANTS:-0,mbwd} --reps 10 --l ${BWD_L:-2048,4096,16384} 2>&1 | tee "$OUT/anchors.txt"
   stage "done"
   exit 0
 fi

@@ -324,10 +324,24 @@ fa_status cuda_backward(const fa__problem *p, fa__err *err) {
   st = dsum.alloc(rows * sizeof(float), s, "the backward's row sums", err);
   if (st != FA_OK) return st;
   pp.dsum = static_cast<float *>(dsum.ptr);
+  const int dmax = static_cast<int>(p->D > p->Dv ? p->D : p->Dv);
+  scratch ws_stats;
+#if defined(FA_HAVE_SM90A)
+  // the warp-specialized backward's padded copy of LSE and dsum, where it may
+  // take the call (launch_bwd_wgmma.cuh has the rest of the test)
+  if (fast_ok(p) && dmax <= 128 && !p->deterministic && wgmma_bwd_ok(bucket_of(dmax)) && !pp.has_extras &&
+      !pp.seqlens_q && !pp.seqlens_k && !pp.cu_q && !pp.cu_k && !pp.varlen) {
+    const int64_t pitch = (p->q.shape[2] + 127) / 128 * 128;
+    st = ws_stats.alloc(static_cast<size_t>(bt * p->Hq * 2 * pitch) * sizeof(float), s,
+                        "the backward's padded row statistics", err);
+    if (st != FA_OK) return st;
+    pp.ws_stats = static_cast<float *>(ws_stats.ptr);
+    pp.ws_pitch = pitch;
+  }
+#endif
   st = fa__cuda_dsum(pp, s, err);
   if (st != FA_OK) return st;
 
-  const int dmax = static_cast<int>(p->D > p->Dv ? p->D : p->Dv);
   scratch dq_acc;
   if (fast_ok(p) && dmax <= 128) {
     const int kd = bucket_of(dmax);

@@ -211,16 +211,17 @@ struct bwd_block {
   int mb_lo, n_mt, total, k_valid;
 };
 
-// false: the block's keys lie past the sequence (nothing to do).
+// false: the block's keys lie past the sequence (nothing to do). bkv: the
+// (sequence, kv head), kt: the tile of keys (blockIdx.x and .y by default).
 template <int kBN, int kBM>
-__device__ __forceinline__ bool bwd_block_init(const fa__cuda_params &p, bwd_block *k) {
-  const int64_t bkv = blockIdx.x;
+__device__ __forceinline__ bool bwd_block_init(const fa__cuda_params &p, bwd_block *k, int64_t bkv = blockIdx.x,
+                                               int64_t kt = blockIdx.y) {
   k->b = bkv / p.Hkv;
   k->kvh = bkv % p.Hkv;
   k->seq = fa__seq_get(k->b, p.Lq, p.Lk, p.seqlens_q, p.seqlens_k, p.cu_q, p.cu_k);
   k->bd = fa__seq_band_at(&k->seq, p.wl, p.wr, p.bottom_right, p.q_off - p.k_off);
   k->rows_k = p.varlen ? k->seq.lk : p.Lk;
-  k->n0 = static_cast<int64_t>(blockIdx.y) * kBN;
+  k->n0 = kt * kBN;
   if (k->n0 >= k->rows_k) return false;
   int64_t i0, i1;
   fa__band_rows(&k->bd, k->n0, k->n0 + kBN, &i0, &i1);

@@ -35,8 +35,10 @@ __global__ void __launch_bounds__(kT) dsum_kernel(const fa__cuda_params p) {
   const int64_t bh = blockIdx.x, b = bh / p.Hq, h = bh % p.Hq;
   const fa__seq seq = fa__seq_get(b, p.Lq, p.Lk, p.seqlens_q, p.seqlens_k, p.cu_q, p.cu_k);
   const int64_t rows = p.varlen ? seq.lq : p.Lq;
+  // with ws_stats (dense calls only) the padded copy's rows past Lq get zeros too
+  const int64_t walk = p.ws_stats ? p.ws_pitch : rows;
   // one warp per row; the grid's y is capped at 65535 (rows_blocks), so blocks stride
-  for (int64_t i = static_cast<int64_t>(blockIdx.y) * 4 + warp; i < rows; i += static_cast<int64_t>(gridDim.y) * 4) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.y) * 4 + warp; i < walk; i += static_cast<int64_t>(gridDim.y) * 4) {
     float s = 0.f;
     if (i < seq.lq) {
       const int64_t ob = seq.bidx * p.os.b + h * p.os.h + (seq.q_row0 + i) * p.os.r;
@@ -44,7 +46,13 @@ __global__ void __launch_bounds__(kT) dsum_kernel(const fa__cuda_params p) {
       for (int d = lane; d < p.Dv; d += 32) s += load_any(p.o, ob + d, p.dtype) * load_any(p.dout, db + d, p.dtype);
     }
     s = warp_sum(s);
-    if (lane == 0) p.dsum[(seq.bidx * p.Hq + h) * p.Lq_rows + seq.q_row0 + i] = s;
+    if (lane != 0) continue;
+    if (i < rows) p.dsum[(seq.bidx * p.Hq + h) * p.Lq_rows + seq.q_row0 + i] = s;
+    if (p.ws_stats) {
+      float *st = p.ws_stats + (seq.bidx * p.Hq + h) * 2 * p.ws_pitch;
+      st[i] = i < seq.lq ? p.lse[seq.bidx * p.lses.b + h * p.lses.h + (seq.q_row0 + i) * p.lses.r] : 0.f;
+      st[p.ws_pitch + i] = s;
+    }
   }
 }
 

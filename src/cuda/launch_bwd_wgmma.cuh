@@ -2,17 +2,77 @@
 // deterministic mode, the wgmma dQ kernel after it) for one
 // element type; launch_bwd_wgmma_<dtype>.cu instantiate it for sm_90a only.
 // Preconditions as launch_bwd: dsum filled, dq_acc zero when fused.
+// Band-only, fused calls without per-sequence lengths take the
+// warp-specialized kernel (bwd_ws_kernel.cuh) where the copy engine can
+// address the tensors; FLASHATTN_CUDA_WS=0 or FLASHATTN_CUDA_WS_BWD=0 keep
+// bwd_wgmma_kernel for them.
 #ifndef FA_CUDA_LAUNCH_BWD_WGMMA_CUH
 #define FA_CUDA_LAUNCH_BWD_WGMMA_CUH
 
+#include <stdlib.h>
+#include <string.h>
+
+#include <type_traits>
+
 #include "bwd_dq_wgmma_kernel.cuh"
 #include "bwd_wgmma_kernel.cuh"
+#include "bwd_ws_kernel.cuh"
 #include "launch.cuh"
+#include "tma_map.cuh"
 
 namespace fa_cuda {
 
+template <typename E, int kD, int kBM, int kStages>
+fa_status launch_bwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&m)[5], cudaStream_t s, fa__err *err) {
+  using cfg = bwd_ws_cfg<kD, kBM, kStages>;
+  auto kernel = bwd_ws_kernel<E, kD, kBM, kStages>;
+  FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "backward (warp-specialized): shared memory limit");
+  const int64_t key_tiles = (p.Lk + cfg::kBN - 1) / cfg::kBN, blocks = p.B * p.Hkv * key_tiles;
+  if (blocks > 2147483647) {
+    fa__err_set(err, "cuda: backward dK/dV (warp-specialized): %lld blocks are over CUDA's grid limit",
+                (long long)blocks);
+    return FA_ERR_UNSUPPORTED;
+  }
+  kernel<<<static_cast<unsigned>(blocks), cfg::kThreads, cfg::smem_bytes, s>>>(p, m[0], m[1], m[2], m[3], m[4],
+                                                                               static_cast<unsigned>(key_tiles));
+  FA_CUDA_CHECK_LAUNCH("backward (warp-specialized) kernel launch");
+  return FA_OK;
+}
+
+static inline bool env_off(const char *name) {
+  const char *v = getenv(name);
+  return v && strcmp(v, "0") == 0;
+}
+
+// Whether the warp-specialized backward takes the call, and its tensor maps
+// (Q, K, V, dO in boxes of kBM or 128 rows; the f32 dQ accumulator).
+template <typename E>
+bool bwd_ws_maps(const fa__cuda_params &p, int kBM, CUtensorMap (&m)[5]) {
+  if (env_off("FLASHATTN_CUDA_WS") || env_off("FLASHATTN_CUDA_WS_BWD") || p.variant == 2) return false;
+  if (p.has_extras || !p.dq_acc || !p.ws_stats || p.seqlens_q || p.seqlens_k || p.cu_q || p.cu_k || p.varlen)
+    return false;
+  if (!tma_addressable(p.q, p.qs, p.B, p.Hq, p.Lq_rows, p.D) ||
+      !tma_addressable(p.k, p.ks, p.B, p.Hkv, p.Lk_rows, p.D) ||
+      !tma_addressable(p.v, p.vs, p.B, p.Hkv, p.Lk_rows, p.Dv) ||
+      !tma_addressable(p.dout, p.dos, p.B, p.Hq, p.Lq_rows, p.Dv))
+    return false;
+  constexpr bool bf = std::is_same<E, bf16_t>::value;
+  return tma_map_4d(&m[0], p.q, p.qs, p.B, p.Hq, p.Lq_rows, p.D, kBM, bf) &&
+         tma_map_4d(&m[1], p.k, p.ks, p.B, p.Hkv, p.Lk_rows, p.D, 128, bf) &&
+         tma_map_4d(&m[2], p.v, p.vs, p.B, p.Hkv, p.Lk_rows, p.Dv, 128, bf) &&
+         tma_map_4d(&m[3], p.dout, p.dos, p.B, p.Hq, p.Lq_rows, p.Dv, kBM, bf) &&
+         tma_map_f32_rows(&m[4], p.dq_acc, p.B, p.Hq, p.Lq_rows, p.D, kBM);
+}
+
 template <typename E, int kD, int kBM, bool kFull>
 fa_status launch_bwd_wgmma_cfg(const fa__cuda_params &p, int deterministic, cudaStream_t s, fa__err *err) {
+  if constexpr (!kFull) {
+    CUtensorMap maps[5];
+    if (!deterministic && bwd_ws_maps<E>(p, kBM, maps)) {
+      if (p.variant == 6) return launch_bwd_ws_cfg<E, kD, kBM, 3>(p, maps, s, err);
+      return launch_bwd_ws_cfg<E, kD, kBM, 2>(p, maps, s, err);
+    }
+  }
   using cfg = bwd_wgmma_cfg<kD, kBM>;
   auto kernel = deterministic ? bwd_wgmma_kernel<E, kD, kBM, kFull, false> : bwd_wgmma_kernel<E, kD, kBM, kFull, true>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "backward (wgmma): shared memory limit");

@@ -26,6 +26,11 @@ struct fa__cuda_params {
   fa__cuda_strides dos, dqs, dks, dvs;
   float *dq_acc;  // [Bt, Hq, Lq_rows, D] f32, fused backward only
   float *dsum;    // [Bt, Hq, Lq_rows] f32: rowsum(dO * O) (the D of the paper)
+  // the warp-specialized backward's copy of LSE and dsum, [Bt * Hq][2][ws_pitch]
+  // (rows padded to whole tiles with zeros, so that a tile is one aligned bulk
+  // copy), or NULL
+  float *ws_stats;
+  int64_t ws_pitch;
 
   // boolean mask and additive bias, [B, Hq, Lq, Lk] logical, stride 0 broadcasts
   const uint8_t *mask;

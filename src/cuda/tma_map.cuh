@@ -63,6 +63,25 @@ inline bool tma_map_4d(CUtensorMap *map, const void *base, const fa__cuda_stride
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// The map of an f32 [B, H, L, D] array with contiguous rows of D (the
+// backward's dQ accumulator), boxes of 32 columns (128 bytes, one swizzle
+// row) x `rows` rows in the 128-byte swizzle, for reductions into it.
+inline bool tma_map_f32_rows(CUtensorMap *map, float *base, int64_t B, int64_t H, int64_t L, int D, int rows) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tma_encode_fn();
+  if (!encode || (reinterpret_cast<uintptr_t>(base) & 15) || (D * 4) % 16 || L >= (int64_t(1) << 31) ||
+      H >= (int64_t(1) << 31) || B >= (int64_t(1) << 31))
+    return false;
+  const int64_t row_b = int64_t(D) * 4, head_b = row_b * L, batch_b = head_b * H;
+  if (batch_b >= (int64_t(1) << 40)) return false;
+  const cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)L, (cuuint64_t)H, (cuuint64_t)B};
+  const cuuint64_t strides[3] = {(cuuint64_t)row_b, (cuuint64_t)head_b, (cuuint64_t)batch_b};
+  const cuuint32_t box[4] = {32, (cuuint32_t)rows, 1, 1};
+  const cuuint32_t elem[4] = {1, 1, 1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, base, dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 }  // namespace fa_cuda
 
 #endif

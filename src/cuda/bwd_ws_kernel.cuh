@@ -1,0 +1,295 @@
+// Warp-specialized backward for Hopper (sm_90a), FlashAttention 3's
+// structure around the products of bwd_wgmma_kernel.cuh. A block owns kBN =
+// 128 keys of one (sequence, kv head), keeps their dK and dV in registers and
+// walks the query tiles of kBM rows (every query head of the group) that can
+// see them, as bwd_wgmma_kernel does; what changes is who moves the bytes:
+//   producer   one thread: K and V once, then each query tile's Q and dO
+//              by bulk tensor copies (TMA, tma.cuh) and its LSE and dsum rows
+//              by two bulk copies (from p.ws_stats, the dsum kernel's padded
+//              copy) into a ring of kStages slots, each guarded by a full
+//              and an empty barrier. Its warpgroup gives most of its
+//              registers to the consumers (setmaxnreg).
+//   consumers  2 warpgroups of 64 keys: S^T, dP^T, P^T, dV, dS^T, dK as in
+//              bwd_wgmma_kernel (bwd_tile.cuh's arithmetic), then dQ = dS K
+//              (each warpgroup a 64 x 64 block) into a shared f32 tile, which
+//              one thread adds into the dQ accumulator with one bulk tensor
+//              reduction (cp.reduce.async.bulk .add) instead of 16
+//              red.global.add.v2 per thread; the reduction runs while the
+//              next tile's products do.
+// No block-wide barrier in the loop: the consumers meet twice a tile on named
+// barriers (dS^T complete and the dQ tile's buffer free; the dQ tile
+// written), and wait for their slots on the ring's barriers.
+// Band-only calls without per-sequence lengths (seqlens, packed sequences)
+// and not deterministic; backend.cu (p.ws_stats) and launch_bwd_wgmma.cuh
+// decide.
+#ifndef FA_CUDA_BWD_WS_KERNEL_CUH
+#define FA_CUDA_BWD_WS_KERNEL_CUH
+
+#include "bwd_tile.cuh"
+#include "tma.cuh"
+#include "wgmma.cuh"
+
+namespace fa_cuda {
+
+template <int kD, int kBM, int kStages>
+struct bwd_ws_cfg {
+  static constexpr int kBN = 128, kThreads = 384, kConsumers = 256;
+  // setmaxnreg shares of what the launch gives the block (384 x 168): 128 x
+  // 24 + 256 x 240; asking for more than that waits forever
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  static constexpr uint32_t kKVBytes = kBN * kD * 2;  // K (or V)
+  static constexpr uint32_t kQBytes = kBM * kD * 2;   // Q (or dO) of one slot
+  static constexpr uint32_t kDsBytes = kBN * kBM * 2;
+  static constexpr uint32_t kDqBytes = kBM * kD * 4;
+  static constexpr uint32_t kStatBytes = 2 * kBM * 4;  // LSE and dsum of one slot
+  // K, V, the Q and dO rings, dS^T, the dQ tile, the row statistics, the
+  // barriers; 1 KiB to align the tiles to 1024 bytes (the swizzle's period)
+  static constexpr size_t smem_bytes = 2 * (size_t)kKVBytes + 2 * kStages * (size_t)kQBytes + kDsBytes + kDqBytes +
+                                       kStages * (size_t)kStatBytes + 8 * (1 + 2 * kStages) + 1024;
+};
+
+// Named barriers of the consumers (0 is __syncthreads').
+constexpr int kBwdWsDsReady = 1, kBwdWsDqReady = 2;
+
+// Byte offset of element (row, col) in a tile of f32 stored as the copy
+// engine's 128-byte swizzle over boxes of 32 columns x kRows rows.
+template <int kRows>
+__device__ __forceinline__ uint32_t swz_f32(int row, int col) {
+  return static_cast<uint32_t>((col >> 5) * kRows * 128 + row * 128 + ((((col & 31) >> 2) ^ (row & 7)) << 4) +
+                               (col & 3) * 4);
+}
+
+template <typename E, int kD, int kBM, int kStages>
+__global__ void __launch_bounds__(384, 1)
+    bwd_ws_kernel(const __grid_constant__ fa__cuda_params p, const __grid_constant__ CUtensorMap tq,
+                  const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
+                  const __grid_constant__ CUtensorMap tdo, const __grid_constant__ CUtensorMap tdq,
+                  unsigned key_tiles) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using cfg = bwd_ws_cfg<kD, kBM, kStages>;
+  constexpr int kBN = cfg::kBN, kMB = kBM / 8, kDB = kD / 8, kAtoms = kD / 64;
+  static_assert((kBM == 128 && kD == 64) || (kBM == 64 && kD == 128), "tile shapes with a 64 x 64 dQ block each");
+  // D = 64 (128 query rows): S^T and dP^T are 64 registers each, so P^T and
+  // dS^T are made together before dV is issued, not P^T under dP^T, which
+  // spilled 48 bytes at the consumers' 240 registers
+  constexpr bool kEarlyDs = kD == 64;
+
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t pad = (1024 - (smem_addr(smem_raw) & 1023)) & 1023;
+  unsigned char *smem = smem_raw + pad;
+  const uint32_t sk = smem_addr(smem);                  // [kAtoms][kBN][64]
+  const uint32_t sv = sk + cfg::kKVBytes;               // [kAtoms][kBN][64]
+  const uint32_t sq = sv + cfg::kKVBytes;               // [kStages][kAtoms][kBM][64]
+  const uint32_t sdo = sq + kStages * cfg::kQBytes;     // [kStages][kAtoms][kBM][64]
+  const uint32_t sds = sdo + kStages * cfg::kQBytes;    // [kBM / 64][kBN][64]: dS^T [key][query]
+  const uint32_t sdq = sds + cfg::kDsBytes;             // [kD / 32][kBM][32] f32, swz_f32
+  const uint32_t stats_off = sdq + cfg::kDqBytes - sk;  // [kStages][LSE kBM, dsum kBM] f32
+  float *stats = reinterpret_cast<float *>(smem + stats_off);
+  const uint32_t bars = sk + stats_off + kStages * cfg::kStatBytes;
+  const uint32_t full_kv = bars;
+  auto full = [&](int s) { return bars + 8 * (1 + s); };
+  auto empty = [&](int s) { return bars + 8 * (1 + kStages + s); };
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  // Block x: key tile x % key_tiles of (sequence, kv head) x / key_tiles, so
+  // that the blocks running at once share a few heads' Q, dO and dQ rows in
+  // L2 (with the heads outermost, every block of a wave streamed its own Q,
+  // dO and dQ accumulator from memory: at L = 2048 that was memory-bound)
+  bwd_block blk;
+  if (!bwd_block_init<kBN, kBM>(p, &blk, blockIdx.x / key_tiles, blockIdx.x % key_tiles))
+    return;  // the same for every thread of the block
+  const fa__seq &seq = blk.seq;
+  const int total = blk.total;
+
+  if (tid == 0) {
+    mbar_init(full_kv, 1);
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full(s), 1);
+      mbar_init(empty(s), cfg::kConsumers / 32);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (warp < 4) {
+    regs_dealloc<cfg::kProducerRegs>();
+    const int b = static_cast<int>(seq.bidx);
+    if (warp == 0 && lane == 0) {
+      tma_prefetch_map(&tq);
+      tma_prefetch_map(&tdo);
+      if (total > 0) {
+        const int n0 = static_cast<int>(seq.k_row0 + blk.n0), kvh = static_cast<int>(blk.kvh);
+        mbar_expect_tx(full_kv, 2 * cfg::kKVBytes);
+#pragma unroll
+        for (int a = 0; a < kAtoms; ++a) {
+          tma_load_4d(sk + a * kBN * 128, &tk, a * 64, n0, kvh, b, full_kv);
+          tma_load_4d(sv + a * kBN * 128, &tv, a * 64, n0, kvh, b, full_kv);
+        }
+      }
+      for (int it = 0; it < total; ++it) {
+        const int s = it % kStages, use = it / kStages;
+        int64_t h, m0;
+        bwd_block_tile<kBM>(p, blk, it, &h, &m0);
+        if (use > 0) mbar_wait(empty(s), (use - 1) & 1);
+        mbar_expect_tx(full(s), 2 * cfg::kQBytes + cfg::kStatBytes);
+        const int row = static_cast<int>(seq.q_row0 + m0);
+        const float *st = p.ws_stats + (seq.bidx * p.Hq + h) * 2 * p.ws_pitch + row;
+        const uint32_t ss = sk + stats_off + s * cfg::kStatBytes;
+        bulk_load(ss, st, kBM * 4, full(s));
+        bulk_load(ss + kBM * 4, st + p.ws_pitch, kBM * 4, full(s));
+#pragma unroll
+        for (int a = 0; a < kAtoms; ++a) {
+          tma_load_4d(sq + s * cfg::kQBytes + a * kBM * 128, &tq, a * 64, row, static_cast<int>(h), b, full(s));
+          tma_load_4d(sdo + s * cfg::kQBytes + a * kBM * 128, &tdo, a * 64, row, static_cast<int>(h), b, full(s));
+        }
+      }
+    }
+  } else {
+    regs_alloc<cfg::kConsumerRegs>();
+    const int cw = warp - 4, wg = cw >> 2, g = lane >> 2, t = lane & 3;
+    const int wkey = cw * 16;  // = 64 wg + 16 (cw % 4): this warp's keys in the block
+    const bool issuer = tid == 128;
+    // this warpgroup's dQ block: query rows dq_r0.., head-dim columns dq_c0..
+    const int dq_r0 = kBM == 128 ? wg * 64 : 0, dq_c0 = kBM == 64 ? wg * 64 : 0;
+
+    float dk[kDB][4], dv[kDB][4];
+#pragma unroll
+    for (int db = 0; db < kDB; ++db)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dk[db][e] = dv[db][e] = 0.f;
+    if (total > 0) mbar_wait(full_kv, 0);
+
+    for (int it = 0; it < total; ++it) {
+      const int s = it % kStages;
+      mbar_wait(full(s), static_cast<uint32_t>((it / kStages) & 1));
+      int64_t h, m0;
+      bwd_block_tile<kBM>(p, blk, it, &h, &m0);
+      const float *l_s = stats + s * 2 * kBM;
+      const float *ds_s = l_s + kBM;
+      const uint32_t q_st = sq + s * cfg::kQBytes, do_st = sdo + s * cfg::kQBytes;
+
+      // S^T = K Q^T and dP^T = V dO^T as two groups (P^T under dP^T)
+      float st[kMB][4], dpt[kMB][4];
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        const uint32_t off_k = (kk >> 2) * (kBN * 128) + wg * 64 * 128 + (kk & 3) * 32;
+        const uint32_t off_q = (kk >> 2) * (kBM * 128) + (kk & 3) * 32;
+        wgmma<E, kBM>::ss(st, sw128_desc_lo(sk + off_k, 0), sw128_desc_lo(q_st + off_q, 0), kk > 0);
+      }
+      wgmma_commit();
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        const uint32_t off_k = (kk >> 2) * (kBN * 128) + wg * 64 * 128 + (kk & 3) * 32;
+        const uint32_t off_q = (kk >> 2) * (kBM * 128) + (kk & 3) * 32;
+        wgmma<E, kBM>::ss(dpt, sw128_desc_lo(sv + off_k, 0), sw128_desc_lo(do_st + off_q, 0), kk > 0);
+      }
+      wgmma_commit();
+      uint32_t ap[kBM / 16][4], as[kBM / 16][4];
+      if constexpr (kEarlyDs) {
+        // P^T and dS^T both before dV: S^T and dP^T die sooner
+        wgmma_wait<0>();
+        fence_regs(st);
+        fence_regs(dpt);
+        bwd_p_band(blk.bd, st, l_s, p.scale_log2, m0, blk.n0 + wkey, g, t);
+        bwd_ds_band(st, dpt, ds_s, t);
+#pragma unroll
+        for (int kk = 0; kk < kBM / 16; ++kk) {
+          c_to_a_frag<E>(ap[kk], st[2 * kk], st[2 * kk + 1]);
+          c_to_a_frag<E>(as[kk], dpt[2 * kk], dpt[2 * kk + 1]);
+        }
+        fence_regs(dv);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBM / 16; ++kk)
+          wgmma<E, kD>::template rs<1>(dv, ap[kk], sw128_desc_lo(do_st + kk * 16 * 128, kBM * 128), 1);
+        wgmma_commit();
+      } else {
+        // P^T, then dV += P^T dO while dS^T is computed
+        wgmma_wait<1>();
+        fence_regs(st);
+        bwd_p_band(blk.bd, st, l_s, p.scale_log2, m0, blk.n0 + wkey, g, t);
+#pragma unroll
+        for (int kk = 0; kk < kBM / 16; ++kk) c_to_a_frag<E>(ap[kk], st[2 * kk], st[2 * kk + 1]);
+        fence_regs(dv);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBM / 16; ++kk)
+          wgmma<E, kD>::template rs<1>(dv, ap[kk], sw128_desc_lo(do_st + kk * 16 * 128, kBM * 128), 1);
+        wgmma_commit();
+        wgmma_wait<1>();
+        fence_regs(dpt);
+        bwd_ds_band(st, dpt, ds_s, t);
+#pragma unroll
+        for (int kk = 0; kk < kBM / 16; ++kk) c_to_a_frag<E>(as[kk], dpt[2 * kk], dpt[2 * kk + 1]);
+      }
+      // dS^T -> shared memory [key][query], the M-major A of dQ (free: the
+      // last tile's dQ products are done, see the dQ barrier below)
+#pragma unroll
+      for (int kk = 0; kk < kBM / 16; ++kk)
+#pragma unroll
+        for (int x = 0; x < 4; ++x)
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(
+                           sds + 2 * swz_atoms<kBN>(wkey + g + (x & 1) * 8, kk * 16 + (x >> 1) * 8 + 2 * t)),
+                       "r"(as[kk][x])
+                       : "memory");
+      fence_proxy_async();
+
+      // dK += dS^T Q
+      fence_regs(dk);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBM / 16; ++kk)
+        wgmma<E, kD>::template rs<1>(dk, as[kk], sw128_desc_lo(q_st + kk * 16 * 128, kBM * 128), 1);
+      wgmma_commit();
+
+      // all of dS^T is in; the dQ tile's last reduction has read its buffer
+      if (issuer) bulk_wait_read<0>();
+      named_sync(kBwdWsDsReady, cfg::kConsumers);
+
+      // dQ block = dS K over the block's kBN keys, 16 keys a step
+      float dq[8][4];
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) {
+        const uint32_t a = sds + (dq_r0 / 64) * (kBN * 128) + kk * 16 * 128;
+        const uint32_t bk = sk + (dq_c0 / 64) * (kBN * 128) + kk * 16 * 128;
+        wgmma<E, 64>::ss_mn(dq, sw128_desc_lo(a, kBN * 128), sw128_desc_lo(bk, kBN * 128), kk > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(dq);
+      fence_regs(dv);
+      fence_regs(dk);
+      if (lane == 0) mbar_arrive(empty(s));  // every product of the tile is done with Q and dO
+
+        // the block of dQ -> the shared f32 tile; one thread adds it to dq_acc
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int il = dq_r0 + (cw & 3) * 16 + g + r * 8;
+#pragma unroll
+        for (int x = 0; x < 8; ++x)
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(sdq + swz_f32<kBM>(il, dq_c0 + x * 8 + 2 * t)),
+                       "f"(dq[x][2 * r]), "f"(dq[x][2 * r + 1])
+                       : "memory");
+      }
+      fence_proxy_async();
+      named_sync(kBwdWsDqReady, cfg::kConsumers);
+      if (issuer) {
+        const int row = static_cast<int>(seq.q_row0 + m0);
+#pragma unroll
+        for (int c = 0; c < kD / 32; ++c)
+          if (c * 32 < p.D)
+            tma_reduce_add_4d(&tdq, sdq + c * kBM * 128, c * 32, row, static_cast<int>(h), static_cast<int>(seq.bidx));
+        bulk_commit();
+      }
+    }
+    if (issuer) bulk_wait<0>();
+    bwd_store_dkdv<E>(p, blk, blk.n0 + wkey + g, dk, dv, t);
+  }
+#endif
+}
+
+}  // namespace fa_cuda
+
+#endif
