@@ -1,6 +1,9 @@
 #include "cpu_bf16.h"
 
+#include <math.h>
 #include <string.h>
+
+#include "cpu_score.h"
 
 static uint16_t bits_at(const fa__cpu_mat *x, int64_t r, int64_t c) {
   uint16_t h;
@@ -14,6 +17,14 @@ static uint32_t pair(uint16_t lo, uint16_t hi) {
 
 int fa__cpu_bf16_products(const fa__problem *p, const fa__cpu_kernels *kt) {
   return p->dtype == FA_BF16 && kt->gemm_bf16 != NULL;
+}
+
+float fa__cpu_bf16_log2_scale(const fa__problem *p, const fa__cpu_kernels *kt) {
+  if (!fa__cpu_bf16_products(p, kt) || fa__cpu_score_elementwise(p) || !kt->softmax_pairs || !kt->exp2_rows_off ||
+      !kt->exp2_cols)
+    return 0.0f;
+  const float c = (float)(p->scale * 1.44269504088896341);
+  return c > 0.0f && isfinite(c) ? c : 0.0f;
 }
 
 void fa__cpu_gemm_bf16(const fa__cpu_kernels *kt, int m, int n, int kp, const uint16_t *a, ptrdiff_t rsa, ptrdiff_t csa,

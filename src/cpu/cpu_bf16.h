@@ -16,6 +16,22 @@
  * inputs and a table that has them; f32 and f16 never do.) */
 int fa__cpu_bf16_products(const fa__problem *p, const fa__cpu_kernels *kt);
 
+/* The factor c = scale * log2 e by which the f32 sums of the score
+ * product become scores in log2 units, when p's bf16 products may leave
+ * the scale out of that product (nothing but masks acts on the scores:
+ * no softcap, ALiBi, bias or boolean mask; c finite and > 0; a table
+ * with the log2 kernels); else 0. The forward's softmax and the backward's
+ * P (both passes, so that they stay the same P~) then take it in their FMA
+ * and the products run at alpha 1 (kernels.h: softmax_pairs,
+ * exp2_rows_off, exp2_cols). */
+float fa__cpu_bf16_log2_scale(const fa__problem *p, const fa__cpu_kernels *kt);
+
+/* A row's LSE in log2 units, as both backward passes take it (the same
+ * bits in both: P~ stays the same); non-finite values as they are. */
+static inline float fa__cpu_lse_log2(float lse) {
+  return lse - lse == 0.0f ? (float)((double)lse * 1.44269504088896341) : lse;
+}
+
 /* C[i*ldc + x] (+)= alpha * sum_{k < kp} pair products of A(i, k) and
  * b[k*ldb + x] (kt->gemm_bf16's contract), i < m, x < n; n a multiple of
  * FA_CPU_PANEL. Cut into strips and micro-tiles as fa__cpu_gemm does. */

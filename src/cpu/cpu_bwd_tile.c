@@ -50,10 +50,15 @@ void fa__cpu_bwd_p_dp(const fa__cpu_kernels *kt, fa__cpu_tile *t, const fa__seq 
   const fa__problem *p = t->p;
   const int br = t->br, bc = t->bc, D = (int)p->D, Dv = (int)p->Dv;
 
+  /* bf16 products with nothing but masks on the scores: P in log2 units
+   * with the scale in the exponent's FMA (fa__cpu_bf16_log2_scale; the
+   * row-statistics pass then gave lse_lo in log2 units too) */
+  const float c2 = kv->ktp ? fa__cpu_bf16_log2_scale(p, kt) : 0.0f;
   const fa__cpu_mat qm = fa__cpu_mat_of(&p->q, sq->bidx, t->h, sq->q_row0 + t->i0);
   if (kv->ktp) {
     const fa__cpu_bf16_aop a16 = fa__cpu_bf16_operand(&qm, br, D, w->q16);
-    fa__cpu_gemm_bf16(kt, br, bcp, (D + 1) / 2, a16.a, a16.rs, 2, kv->ktp, bcp, (float)p->scale, w->s, bcp, 0);
+    const float alpha = c2 > 0.0f ? 1.0f : (float)p->scale;
+    fa__cpu_gemm_bf16(kt, br, bcp, (D + 1) / 2, a16.a, a16.rs, 2, kv->ktp, bcp, alpha, w->s, bcp, 0);
     qa->a = NULL, qa->rs = qa->cs = 0;
   } else {
     *qa = fa__cpu_operand(kt, &qm, br, D, w->qbuf);
@@ -64,28 +69,42 @@ void fa__cpu_bwd_p_dp(const fa__cpu_kernels *kt, fa__cpu_tile *t, const fa__seq 
    * transform (see row_off) and exp() then sees offsets of 0; rows with
    * LSE = -inf (nothing visible) keep it, so that exp_rows zeroes them. */
   const int fold = p->bias.data != NULL || lse_lo_seq != NULL;
-  for (int ii = 0; ii < br; ++ii) {
+  const int full = fa__band_tile_full(t->bd, t->i0, t->i0 + br, t->j0, t->j0 + bc);
+  if (c2 > 0.0f) {
+    for (int ii = 0; ii < br; ++ii) {
+      const float lse = lse_seq[t->i0 + ii];
+      w->off[ii] = fa__cpu_lse_log2(lse);
+      w->off_lo[ii] = lse_lo_seq && isfinite(lse) ? lse_lo_seq[t->i0 + ii] : 0.0f;
+    }
+    t->row_off = t->row_off_lo = NULL;
+    if (!full) fa__cpu_score_tile(kt, t, w->s, bcp, 1, w->capped, full); /* masks only */
+    for (int ii = 0; ii < br; ++ii)
+      for (int jj = bc; jj < bcp; ++jj) w->s[ii * bcp + jj] = -INFINITY;
+    kt->exp2_rows_off(w->s, bcp, br, bcp, c2, w->off, w->off_lo);
+  }
+  for (int ii = 0; c2 == 0.0f && ii < br; ++ii) {
     const float lse = lse_seq[t->i0 + ii];
     const int fin = isfinite(lse);
     w->off[ii] = fold && fin ? lse : 0.0f;
     w->off_lo[ii] = fold && fin && lse_lo_seq ? lse_lo_seq[t->i0 + ii] : 0.0f;
     w->lse[ii] = fold && fin ? 0.0f : lse;
   }
-  t->row_off = fold ? w->off : NULL;
-  t->row_off_lo = fold ? w->off_lo : NULL;
-  const int full = fa__band_tile_full(t->bd, t->i0, t->i0 + br, t->j0, t->j0 + bc);
-  const int elementwise = fa__cpu_score_elementwise(p);
-  /* The LSE fold alone (no transform, no mask, inside the band) is a
-   * subtraction per row: fused into the exp where the table has it. */
-  const int fused = fold && !elementwise && full && kt->exp_rows_off;
-  if (!fused && (fold || elementwise || !full)) fa__cpu_score_tile(kt, t, w->s, bcp, 1, w->capped, full);
-  if (bc < bcp)
-    for (int ii = 0; ii < br; ++ii)
-      for (int jj = bc; jj < bcp; ++jj) w->s[ii * bcp + jj] = -INFINITY;
-  if (fused)
-    kt->exp_rows_off(w->s, bcp, br, bcp, w->lse, w->off, w->off_lo);
-  else
-    kt->exp_rows(w->s, bcp, br, bcp, w->lse);
+  if (c2 == 0.0f) {
+    t->row_off = fold ? w->off : NULL;
+    t->row_off_lo = fold ? w->off_lo : NULL;
+    const int elementwise = fa__cpu_score_elementwise(p);
+    /* The LSE fold alone (no transform, no mask, inside the band) is a
+     * subtraction per row: fused into the exp where the table has it. */
+    const int fused = fold && !elementwise && full && kt->exp_rows_off;
+    if (!fused && (fold || elementwise || !full)) fa__cpu_score_tile(kt, t, w->s, bcp, 1, w->capped, full);
+    if (bc < bcp)
+      for (int ii = 0; ii < br; ++ii)
+        for (int jj = bc; jj < bcp; ++jj) w->s[ii * bcp + jj] = -INFINITY;
+    if (fused)
+      kt->exp_rows_off(w->s, bcp, br, bcp, w->lse, w->off, w->off_lo);
+    else
+      kt->exp_rows(w->s, bcp, br, bcp, w->lse);
+  }
 
   const fa__cpu_mat om = fa__cpu_mat_of(&p->dout, sq->bidx, t->h, sq->q_row0 + t->i0);
   if (kv->vtp) {

@@ -316,8 +316,8 @@ fa_status fa__cpu_forward(const fa__problem *p, const fa__cpu_kernels *kt, fa__e
   c.pairs = c.bf16 && !(p->dropout_p > 0);
   c.alpha = (float)p->scale;
   c.c = 1.44269504088896341f; /* log2 e */
-  const float folded = (float)(p->scale * 1.44269504088896341);
-  if (c.pairs && !c.elementwise && folded > 0.0f && isfinite(folded)) {
+  const float folded = fa__cpu_bf16_log2_scale(p, kt);
+  if (c.pairs && folded > 0.0f) {
     /* Nothing between the product and the softmax but masks (-inf at any
      * scale): the scale goes into the softmax's exponent, an FMA it does
      * anyway, instead of a multiply per score after the product (on AMX a

@@ -31,6 +31,7 @@ typedef struct rs_ctx {
   const fa__problem *p;
   const fa__cpu_kernels *kt;
   int bq, bk, bkp, bf16;
+  float c2; /* fa__cpu_bf16_log2_scale: P~ and lse_lo in log2 units when > 0 */
   const float *lse;
   float *lse_lo, *di;
   const int64_t *prefix, *nq;
@@ -92,9 +93,10 @@ static void rs_sums_t(const rs_ctx *c, rs_scratch *s, const fa__seq *sq, const f
     const float lse = i < br ? c->lse[rows + i0 + i] : -INFINITY;
     const int fin = isfinite(lse);
     s->off[i] = fold && fin ? lse : 0.0f;
-    s->lsev[i] = fold && fin ? 0.0f : lse;
+    s->lsev[i] = c->c2 > 0.0f ? fa__cpu_lse_log2(lse) : fold && fin ? 0.0f : lse;
     s->sum_p[i] = s->sum_pdp[i] = 0.0;
   }
+  const float alpha = c->c2 > 0.0f ? 1.0f : (float)p->scale; /* log2 units: the scale in exp2_cols' FMA */
   const int elementwise = fa__cpu_score_elementwise(p);
   const float dscale = (float)p->dropout_scale;
   int64_t jlo, jhi;
@@ -104,11 +106,14 @@ static void rs_sums_t(const rs_ctx *c, rs_scratch *s, const fa__seq *sq, const f
     const fa__cpu_mat km = fa__cpu_mat_of(&p->k, sq->bidx, hk, sq->k_row0 + j0);
     const fa__cpu_mat vm = fa__cpu_mat_of(&p->v, sq->bidx, hk, sq->k_row0 + j0);
     const fa__cpu_bf16_aop ka = fa__cpu_bf16_operand(&km, bc, D, s->kb16);
-    fa__cpu_gemm_bf16(kt, bc, np, (D + 1) / 2, ka.a, ka.rs, 2, s->qp, np, (float)p->scale, s->st, np, 0);
+    fa__cpu_gemm_bf16(kt, bc, np, (D + 1) / 2, ka.a, ka.rs, 2, s->qp, np, alpha, s->st, np, 0);
     fa__cpu_tile tile = {p, bd, b, h, i0, j0, br, bc, fold ? s->off : NULL, NULL};
     const int full = fa__band_tile_full(bd, i0, i0 + br, j0, j0 + bc);
     if (fold || elementwise || !full) fa__cpu_score_tile(kt, &tile, s->st, 1, np, NULL, full);
-    kt->exp_cols(s->st, np, bc, np, s->lsev);
+    if (c->c2 > 0.0f)
+      kt->exp2_cols(s->st, np, bc, np, c->c2, s->lsev);
+    else
+      kt->exp_cols(s->st, np, bc, np, s->lsev);
     const fa__cpu_bf16_aop va = fa__cpu_bf16_operand(&vm, bc, Dv, s->vb16);
     fa__cpu_gemm_bf16(kt, bc, np, (Dv + 1) / 2, va.a, va.rs, 2, s->op, np, 1.0f, s->dpt, np, 0);
     if (s->keep) { /* dP as O saw it: times keep / (1-p) */
@@ -174,7 +179,7 @@ static void rs_tile(const rs_ctx *c, rs_scratch *s, int64_t b, int64_t h, int64_
     const double l = s->sum_p[ii];
     c->lse_lo[rows + i0 + ii] = 0.0f;
     if (!(l > 0)) continue; /* nothing visible (or NaN): keep LSE and Di */
-    c->lse_lo[rows + i0 + ii] = (float)log(l);
+    c->lse_lo[rows + i0 + ii] = (float)(c->c2 > 0.0f ? log2(l) : log(l));
     c->di[rows + i0 + ii] = (float)(s->sum_pdp[ii] / l);
   }
 }
@@ -195,6 +200,7 @@ fa_status fa__cpu_rowstats(const fa__problem *p, const fa__cpu_kernels *kt, int 
   c.bk = bk;
   c.bkp = fa__cpu_pad(bk);
   c.bf16 = fa__cpu_bf16_products(p, kt);
+  c.c2 = fa__cpu_bf16_log2_scale(p, kt);
   if (c.bf16) c.bq = bq = 96; /* query rows are the vector lanes here: two strips of 3 vectors */
   c.lse = lse;
   c.lse_lo = lse_lo;

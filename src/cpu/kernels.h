@@ -212,6 +212,19 @@ typedef void (*fa__cpu_ds_pairs_fn)(const float *p, const float *pd, const float
  *   colsum2:   sp[i] += sum_j p[j][i],  spd[i] += sum_j p[j][i] dp[j][i], in
  *              double (each product exact), j < rows, i < np. */
 typedef void (*fa__cpu_exp_cols_fn)(float *s, ptrdiff_t lds, int rows, int np, const float *lse);
+
+/* The backward's P in log2 units (fa__cpu_bf16_log2_scale: s holds the
+ * unscaled sums, c = scale * log2 e > 0; the row's LSE in log2 units is
+ * given in two parts, off + off_lo), both passes with the same exponent:
+ *   exp2_rows_off: s[r*lds + j] = 2^(fma(s, c, -off[r]) - off_lo[r]),  r < rows, j < n
+ *                  (n a multiple of FA_CPU_PANEL; 0 where off[r] = -inf);
+ *   exp2_cols:     s[j*lds + i] = 2^(fma(s, c, -off[i])),  j < rows, i < np
+ *                  (0 where off[i] = -inf),
+ * 2^x as softmax_pairs computes it (an ulp; -inf scores give 0). NULL
+ * where a table lacks them. */
+typedef void (*fa__cpu_exp2_rows_off_fn)(float *s, ptrdiff_t lds, int rows, int n, float c, const float *off,
+                                         const float *off_lo);
+typedef void (*fa__cpu_exp2_cols_fn)(float *s, ptrdiff_t lds, int rows, int np, float c, const float *off);
 typedef void (*fa__cpu_colsum2_fn)(const float *p, const float *dp, ptrdiff_t ld, int rows, int np, double *sp,
                                    double *spd);
 
@@ -243,6 +256,8 @@ typedef struct fa__cpu_kernels {
   fa__cpu_softmax_pairs_fn softmax_pairs;
   fa__cpu_ds_pairs_fn ds_pairs;
   fa__cpu_exp_rows_off_fn exp_rows_off;
+  fa__cpu_exp2_rows_off_fn exp2_rows_off;
+  fa__cpu_exp2_cols_fn exp2_cols;
   fa__cpu_gemm_bf16_block_fn gemm_bf16_block; /* NULL but on amx */
   /* pair_pack_bf16 transposed, NULL but on amx: dst[c*ldd + k] = pair(x(2k, c),
    * x(2k+1, c)) for c < cols, k < ceil(rows/2) (x(rows, c) = 0), nothing

@@ -276,6 +276,35 @@ static void exp_cols_avx512(float *s, ptrdiff_t lds, int rows, int np, const flo
   }
 }
 
+static void exp2_rows_off_avx512(float *s, ptrdiff_t lds, int rows, int n, float c, const float *off,
+                                 const float *off_lo) {
+  const __m512 cv = _mm512_set1_ps(c);
+  for (int r = 0; r < rows; ++r) {
+    float *row = s + (ptrdiff_t)r * lds;
+    if (off[r] == -INFINITY) {
+      for (int j = 0; j < n; j += KB_VL) _mm512_storeu_ps(row + j, _mm512_setzero_ps());
+      continue;
+    }
+    const __m512 o = _mm512_set1_ps(off[r]), lo = _mm512_set1_ps(off_lo[r]);
+    for (int j = 0; j < n; j += KB_VL) {
+      const __m512 x = _mm512_sub_ps(_mm512_fmsub_ps(_mm512_loadu_ps(row + j), cv, o), lo);
+      _mm512_storeu_ps(row + j, fa__cpu_exp2_512(x));
+    }
+  }
+}
+
+static void exp2_cols_avx512(float *s, ptrdiff_t lds, int rows, int np, float c, const float *off) {
+  const __m512 cv = _mm512_set1_ps(c);
+  for (int i = 0; i < np; i += KB_VL) {
+    const __m512 o = _mm512_loadu_ps(off + i);
+    const __mmask16 live = _mm512_cmp_ps_mask(o, _mm512_set1_ps(-INFINITY), _CMP_NEQ_UQ);
+    for (int j = 0; j < rows; ++j) {
+      float *x = s + (ptrdiff_t)j * lds + i;
+      _mm512_storeu_ps(x, _mm512_maskz_mov_ps(live, fa__cpu_exp2_512(_mm512_fmsub_ps(_mm512_loadu_ps(x), cv, o))));
+    }
+  }
+}
+
 FA_INLINE __m512d lo_pd(__m512 x) {
   return _mm512_cvtps_pd(_mm512_castps512_ps256(x));
 }
@@ -363,4 +392,6 @@ void fa__cpu_kernels_avx512bf16(fa__cpu_kernels *kt) {
   kt->softmax_pairs = softmax_pairs_avx512;
   kt->ds_pairs = ds_pairs_avx512;
   kt->exp_rows_off = exp_rows_off_avx512;
+  kt->exp2_rows_off = exp2_rows_off_avx512;
+  kt->exp2_cols = exp2_cols_avx512;
 }

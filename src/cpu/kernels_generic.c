@@ -132,6 +132,8 @@ void fa__cpu_kernels_generic(fa__cpu_kernels *kt) {
   kt->softmax_pairs = NULL;
   kt->ds_pairs = NULL;
   kt->exp_rows_off = NULL;
+  kt->exp2_rows_off = NULL;
+  kt->exp2_cols = NULL;
   kt->gemm_bf16_block = NULL;
   kt->pair_pack_bf16_t = NULL;
   kt->tiles_hold = NULL;
