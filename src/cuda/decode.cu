@@ -100,7 +100,7 @@ struct combine_params {
   int R, Dv, nsplit, dtype;
 };
 
-// The two-kernel merge (FLASHATTN_CUDA_DECODE_FUSED_MERGE=0; by default the
+// The two-kernel merge (the default; FLASHATTN_CUDA_DECODE_FUSED_MERGE=1: the
 // decode kernel's last split block merges, decode_parts.cuh's merge_splits,
 // with the same arithmetic in the same order: the same bits). One block per
 // (sequence, kv head, row): the splits of the decode kernel, summed in split
@@ -302,13 +302,19 @@ int tile_keys(int kd, int rb) {
 
 // ---- split counters ----------------------------------------------------------
 
-// FLASHATTN_CUDA_DECODE_FUSED_MERGE=0: a split call's partial results are
-// merged by the combine kernel (the two-kernel path, for A/B timing and to
-// test both); else by the decode kernel's last split block of each item
-// (decode_parts.cuh's finish_splits). Read at each call.
+// A split call's partial results are merged by the combine kernel, or, with
+// FLASHATTN_CUDA_DECODE_FUSED_MERGE=1, by the decode kernel's last split
+// block of each item (decode_parts.cuh's finish_splits). Read at each call.
+// The combine is the default: on the H200 (bf16, D 128, GQA 32/8, 2026-12-01,
+// bench/results/2026-12-01-h200-decode-fused-merge.txt) the fused merge made
+// B = 1 calls slower (Lk 32768: 0.066 against 0.052 ms a call; 131072: 0.156
+// against 0.143): its few last blocks merge 4 rows each, one after another,
+// on the call's tail, where the combine runs a block per row in parallel
+// (and, launched as a programmatic dependent, starts while the decode
+// kernel drains); B = 8 came out even.
 bool fused_merge() {
   const char *env = getenv("FLASHATTN_CUDA_DECODE_FUSED_MERGE");
-  return !(env && strcmp(env, "0") == 0);
+  return env && strcmp(env, "1") == 0;
 }
 
 // The fused merge's arrival counters (fa__dec_params::counters): one per
@@ -523,7 +529,7 @@ static fa_status run_decode(const fa__problem *p, const fa__kv *kv, const fa__de
 
   // with splits: the partial results in scratch, merged by the decode
   // kernel's last split blocks through per-item counters (the stream's, or
-  // this call's own, zeroed here), or (FLASHATTN_CUDA_DECODE_FUSED_MERGE=0)
+  // this call's own, zeroed here), or (by default)
   // by the combine kernel
   scratch part;
   bool zeroed_here = false;  // a memset on s since the append kernel: launch the decode kernel plainly

@@ -18,13 +18,14 @@
 //   merge    with more than one split, the splits' partial (o, lse) merged
 //            in float64: the online-softmax merge (src/rules/online_softmax.h)
 //            with the weights exp(lse_k - max) summed in a fixed order
-//            (decode_merge.cuh). By default inside the decode kernel: every
-//            split block stores its partial rows and counts itself on a
-//            per-item counter; the last one to arrive merges all the splits
-//            of its rows in split order (merge_splits, decode_parts.cuh) and
-//            puts the counter back to 0. FLASHATTN_CUDA_DECODE_FUSED_MERGE=0
-//            runs the merge as its own kernel instead (combine_kernel,
-//            decode.cu: the same arithmetic, the same bits).
+//            (decode_merge.cuh), as its own kernel (combine_kernel,
+//            decode.cu). FLASHATTN_CUDA_DECODE_FUSED_MERGE=1 merges inside
+//            the decode kernel instead: every split block stores its partial
+//            rows and counts itself on a per-item counter; the last one to
+//            arrive merges all the splits of its rows in split order
+//            (merge_splits, decode_parts.cuh: the same arithmetic, the same
+//            bits) and puts the counter back to 0 (slower on the H200: see
+//            fused_merge in decode.cu).
 // fa_merge_states is the combine over the caller's tensors.
 #ifndef FA_CUDA_DECODE_CUH
 #define FA_CUDA_DECODE_CUH

@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_mma_kernel(const fa__dec_p
   typename C::stream kv;
   kv.init(p, w, pipe, tid);
   fa_cuda::pdl_wait();     // the kernel before (the call's append) is done: the cache is written
-  fa_cuda::pdl_trigger();  // the split combine (FLASHATTN_CUDA_DECODE_FUSED_MERGE=0) may launch; it waits for our end
+  fa_cuda::pdl_trigger();  // the split combine may launch; it waits for our end
 #pragma unroll
   for (int t = 0; t < STAGES - 1; ++t) kv.issue(t);
 
