@@ -107,8 +107,11 @@ static void ktiles_of(const fa__band *bd, int64_t r, int bq, int bk, int64_t *t0
   *t1 = (j1 - 1) / bk + 1;
 }
 
+/* dQ += w * dqp (w = 1: the f32 products have the scale in K already; the
+ * bf16 ones apply it here, the same bits as in the product's epilogue, so
+ * that the product runs at alpha 1: on AMX its tiles are stored straight). */
 static void dq_add(const bwd_ctx *c, atomic_int *ticket, int64_t t, int64_t bidx, int64_t h, int64_t row0,
-                   const float *dqp, int br) {
+                   const float *dqp, int br, float w) {
   const int det = c->p->deterministic;
   unsigned spins = 0;
   if (det) {
@@ -124,7 +127,9 @@ static void dq_add(const bwd_ctx *c, atomic_int *ticket, int64_t t, int64_t bidx
   for (int ii = 0; ii < br; ++ii) {
     float *dst = base + ii * c->dq_s2;
     const float *src = dqp + (ptrdiff_t)ii * c->Dp;
-    if (c->dq_s3 == 1) {
+    if (w != 1.0f) {
+      for (int d = 0; d < c->D; ++d) dst[d * c->dq_s3] += w * src[d];
+    } else if (c->dq_s3 == 1) {
       for (int d = 0; d < c->D; ++d) dst[d] += src[d];
     } else {
       for (int d = 0; d < c->D; ++d) dst[d * c->dq_s3] += src[d];
@@ -156,8 +161,8 @@ static void bwd_products_bf16(const bwd_ctx *c, bwd_scratch *s, const fa__seq *s
   /* dK^T[d][j] += sum over row pairs of (Q[i][d], Q[i+1][d]) . (dS[i][j], dS[i+1][j]) */
   const fa__cpu_pairs_a qa = fa__cpu_pack_pairs_a(kt, s->qp, c->bq, &qm, br, D);
   fa__cpu_gemm_bf16(kt, D, bcp, ip, qa.a, qa.rsa, qa.csa, s->sp, bcp, 1.0f, s->dkt, bcp, !first);
-  /* dQ_part[i][d] = scale sum over key pairs of (dS[i][j], dS[i][j+1]) . (K[j][d], K[j+1][d]) */
-  fa__cpu_gemm_bf16(kt, br, Dp, (bc + 1) / 2, s->ds16, bcp, 2, s->kp, Dp, (float)p->scale, s->dqp, Dp, 0);
+  /* dQ_part[i][d] = sum over key pairs of (dS[i][j], dS[i][j+1]) . (K[j][d], K[j+1][d]) (dq_add scales it) */
+  fa__cpu_gemm_bf16(kt, br, Dp, (bc + 1) / 2, s->ds16, bcp, 2, s->kp, Dp, 1.0f, s->dqp, Dp, 0);
 }
 
 /* K/V tile t of sequence b, kv head hk (one work item). */
@@ -229,7 +234,7 @@ static void bwd_tile(const bwd_ctx *c, bwd_scratch *s, int64_t b, int64_t hk, in
         /* dQ_part[i][d] = sum_j dS[i][j] scale K[j][d] */
         fa__cpu_gemm(kt, br, Dp, bc, s->w.dp, bcp, 1, s->ks, Dp, s->dqp, Dp, 0);
       }
-      dq_add(c, tickets + r, t, sq.bidx, h, sq.q_row0 + i0, s->dqp, br);
+      dq_add(c, tickets + r, t, sq.bidx, h, sq.q_row0 + i0, s->dqp, br, c->bf16 ? scale : 1.0f);
       first = 0;
     }
   }
