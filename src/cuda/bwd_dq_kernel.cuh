@@ -34,10 +34,12 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dq_kernel(const fa__cuda_para
   T *sV = sK + 2 * kBN * kD;            // [2][kBN][kD]
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int64_t bh = blockIdx.x, b = bh / p.Hq, h = bh % p.Hq, kvh = h / p.group;
+  int64_t bh, tile;
+  tile_major_block(&bh, &tile);
+  const int64_t b = bh / p.Hq, h = bh % p.Hq, kvh = h / p.group;
   const seq_ctx c = make_seq_ctx(p, b, h);
   const int64_t rows = p.varlen ? c.seq.lq : p.Lq;
-  const int64_t m0 = static_cast<int64_t>(gridDim.y - 1 - blockIdx.y) * kBM;
+  const int64_t m0 = static_cast<int64_t>(gridDim.y - 1 - tile) * kBM;
   if (m0 >= rows) return;
 
   int64_t j0, j1;

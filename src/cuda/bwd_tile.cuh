@@ -6,6 +6,7 @@
 #ifndef FA_CUDA_BWD_TILE_CUH
 #define FA_CUDA_BWD_TILE_CUH
 
+#include "grid_order.cuh"
 #include "mma.cuh"
 #include "rules.cuh"
 
@@ -212,10 +213,9 @@ struct bwd_block {
 };
 
 // false: the block's keys lie past the sequence (nothing to do). bkv: the
-// (sequence, kv head), kt: the tile of keys (blockIdx.x and .y by default).
+// (sequence, kv head), kt: the tile of keys.
 template <int kBN, int kBM>
-__device__ __forceinline__ bool bwd_block_init(const fa__cuda_params &p, bwd_block *k, int64_t bkv = blockIdx.x,
-                                               int64_t kt = blockIdx.y) {
+__device__ __forceinline__ bool bwd_block_init(const fa__cuda_params &p, bwd_block *k, int64_t bkv, int64_t kt) {
   k->b = bkv / p.Hkv;
   k->kvh = bkv % p.Hkv;
   k->seq = fa__seq_get(k->b, p.Lq, p.Lk, p.seqlens_q, p.seqlens_k, p.cu_q, p.cu_k);
@@ -230,6 +230,15 @@ __device__ __forceinline__ bool bwd_block_init(const fa__cuda_params &p, bwd_blo
   k->total = k->n_mt * static_cast<int>(p.group);
   k->k_valid = static_cast<int>(k->seq.lk - k->n0 < kBN ? k->seq.lk - k->n0 : kBN);
   return true;
+}
+
+// The same for this CUDA block of a grid dim3(B * Hkv, key tiles), tile-major
+// (grid_order.cuh).
+template <int kBN, int kBM>
+__device__ __forceinline__ bool bwd_block_init(const fa__cuda_params &p, bwd_block *k) {
+  int64_t bkv, kt;
+  tile_major_block(&bkv, &kt);
+  return bwd_block_init<kBN, kBM>(p, k, bkv, kt);
 }
 
 // Query head and first row of the block's query tile it.

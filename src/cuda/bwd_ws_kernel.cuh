@@ -63,8 +63,7 @@ template <typename E, int kD, int kBM, int kStages>
 __global__ void __launch_bounds__(384, 1)
     bwd_ws_kernel(const __grid_constant__ fa__cuda_params p, const __grid_constant__ CUtensorMap tq,
                   const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
-                  const __grid_constant__ CUtensorMap tdo, const __grid_constant__ CUtensorMap tdq,
-                  unsigned key_tiles) {
+                  const __grid_constant__ CUtensorMap tdo, const __grid_constant__ CUtensorMap tdq) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using cfg = bwd_ws_cfg<kD, kBM, kStages>;
   constexpr int kBN = cfg::kBN, kMB = kBM / 8, kDB = kD / 8, kAtoms = kD / 64;
@@ -91,13 +90,10 @@ __global__ void __launch_bounds__(384, 1)
   auto empty = [&](int s) { return bars + 8 * (1 + kStages + s); };
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  // Block x: key tile x % key_tiles of (sequence, kv head) x / key_tiles, so
-  // that the blocks running at once share a few heads' Q, dO and dQ rows in
-  // L2 (with the heads outermost, every block of a wave streamed its own Q,
-  // dO and dQ accumulator from memory: at L = 2048 that was memory-bound)
+  // tile-major (grid_order.cuh): the blocks running at once share a few
+  // heads' Q, dO and dQ rows in L2
   bwd_block blk;
-  if (!bwd_block_init<kBN, kBM>(p, &blk, blockIdx.x / key_tiles, blockIdx.x % key_tiles))
-    return;  // the same for every thread of the block
+  if (!bwd_block_init<kBN, kBM>(p, &blk)) return;  // the same for every thread of the block
   const fa__seq &seq = blk.seq;
   const int total = blk.total;
 

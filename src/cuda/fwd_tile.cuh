@@ -6,6 +6,7 @@
 #ifndef FA_CUDA_FWD_TILE_CUH
 #define FA_CUDA_FWD_TILE_CUH
 
+#include "grid_order.cuh"
 #include "mma.cuh"
 #include "rules.cuh"
 
@@ -41,11 +42,14 @@ __device__ __forceinline__ bool fwd_block_at(const fa__cuda_params &p, int64_t b
   return true;
 }
 
-// The block of this CUDA block: blockIdx.x the sequence-head, blockIdx.y the
-// row tile counted from the last.
+// The block of this CUDA block of a grid dim3(B * Hq, row tiles): a
+// sequence-head and a row tile counted from the last (the heaviest under a
+// causal band first), tile-major (grid_order.cuh).
 template <int kBM, int kBN>
 __device__ __forceinline__ bool fwd_block_init(const fa__cuda_params &p, fwd_block *fb) {
-  return fwd_block_at<kBM, kBN>(p, blockIdx.x, static_cast<int64_t>(gridDim.y - 1 - blockIdx.y) * kBM, fb);
+  int64_t bh, tile;
+  tile_major_block(&bh, &tile);
+  return fwd_block_at<kBM, kBN>(p, bh, static_cast<int64_t>(gridDim.y - 1 - tile) * kBM, fb);
 }
 
 // The key tiles [*lo, *hi) of a block (numbered from its first, fb.nb_lo)

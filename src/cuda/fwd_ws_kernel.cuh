@@ -2,8 +2,9 @@
 // a block is one producer warpgroup and kCWG (2 or 3) consumer warpgroups of
 // 64 query rows each, and stays resident (one block per multiprocessor),
 // taking work tiles of 64 kCWG query rows of one (sequence, head) in turn: tile w of
-// B * Hq * row-tiles, heaviest row tiles first (the last rows, which a causal
-// band gives the most keys), blocks striding by the grid.
+// B * Hq * row-tiles, a head's row tiles side by side and heaviest first (the
+// last rows, which a causal band gives the most keys), blocks striding by
+// the grid.
 //   producer   one thread issues the bulk tensor copies (TMA, tma.cuh): Q of
 //              each work tile into one buffer (refilled once the consumers
 //              have issued their last S = Q K^T of the tile before), K and V
@@ -61,13 +62,14 @@ __device__ __forceinline__ void zero_rows(uint32_t tile, int from, int id) {
   }
 }
 
-// Work tile w of the persistent grid: row tiles from the last (the causal
-// band's heaviest) across all sequence-heads first.
+// Work tile w of the persistent grid: the row tiles of one sequence-head
+// side by side, from the last (the causal band's heaviest), so that the
+// tiles in flight share a few heads' K and V in L2 (grid_order.cuh says
+// why; heads outermost made every block stream its own head's K and V).
 template <int kBM, int kBN>
 __device__ __forceinline__ bool fwd_ws_block(const fa__cuda_params &p, int64_t w, int64_t row_tiles, fwd_block *fb) {
-  const int64_t bh_count = p.B * p.Hq;
-  const int64_t rt = row_tiles - 1 - w / bh_count;
-  return fwd_block_at<kBM, kBN>(p, w % bh_count, rt * kBM, fb);
+  const int64_t rt = row_tiles - 1 - w % row_tiles;
+  return fwd_block_at<kBM, kBN>(p, w / row_tiles, rt * kBM, fb);
 }
 
 template <typename E, int kD, int kBN, int kStages, int kCWG>

@@ -27,14 +27,8 @@ fa_status launch_bwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&m)[5],
   using cfg = bwd_ws_cfg<kD, kBM, kStages>;
   auto kernel = bwd_ws_kernel<E, kD, kBM, kStages>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "backward (warp-specialized): shared memory limit");
-  const int64_t key_tiles = (p.Lk + cfg::kBN - 1) / cfg::kBN, blocks = p.B * p.Hkv * key_tiles;
-  if (blocks > 2147483647) {
-    fa__err_set(err, "cuda: backward dK/dV (warp-specialized): %lld blocks are over CUDA's grid limit",
-                (long long)blocks);
-    return FA_ERR_UNSUPPORTED;
-  }
-  kernel<<<static_cast<unsigned>(blocks), cfg::kThreads, cfg::smem_bytes, s>>>(p, m[0], m[1], m[2], m[3], m[4],
-                                                                               static_cast<unsigned>(key_tiles));
+  FA_CUDA_ROWS_GRID(grid, p.B * p.Hkv, p.Lk, cfg::kBN, "backward dK/dV (warp-specialized)");
+  kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p, m[0], m[1], m[2], m[3], m[4]);
   FA_CUDA_CHECK_LAUNCH("backward (warp-specialized) kernel launch");
   return FA_OK;
 }

@@ -1,0 +1,27 @@
+// Which (sequence-head, tile) a CUDA block of a (B * H) x tiles grid takes.
+// The hardware starts blocks in linear order, blockIdx.x fastest; with x the
+// sequence-head, the blocks running at once would each be a different head
+// and stream that head's K and V (or Q and dO) from memory on their own.
+// Counting the linear index tile-fastest instead puts the tiles of a few
+// heads side by side, so they share those reads in L2 (FlashAttention's
+// grids order m_block fastest for the same reason): on the H200 at L = 2048,
+// B = 8, the backward was memory-bound the other way
+// (bench/results/2026-12-01-h200-ws-bwd.txt).
+#ifndef FA_CUDA_GRID_ORDER_CUH
+#define FA_CUDA_GRID_ORDER_CUH
+
+#include <stdint.h>
+
+namespace fa_cuda {
+
+// The sequence-head and tile (0 = the first the grid starts) of this block
+// of a grid dim3(B * H, tiles).
+__device__ __forceinline__ void tile_major_block(int64_t *bh, int64_t *tile) {
+  const int64_t l = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+  *bh = l / gridDim.y;
+  *tile = l % gridDim.y;
+}
+
+}  // namespace fa_cuda
+
+#endif
