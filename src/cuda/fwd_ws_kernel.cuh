@@ -2,9 +2,7 @@
 // a block is one producer warpgroup and kCWG (2 or 3) consumer warpgroups of
 // 64 query rows each, and stays resident (one block per multiprocessor),
 // taking work tiles of 64 kCWG query rows of one (sequence, head) in turn: tile w of
-// B * Hq * row-tiles, a head's row tiles side by side and heaviest first (the
-// last rows, which a causal band gives the most keys), blocks striding by
-// the grid.
+// B * Hq * row-tiles (fwd_ws_block's order), blocks striding by the grid.
 //   producer   one thread issues the bulk tensor copies (TMA, tma.cuh): Q of
 //              each work tile into one buffer (refilled once the consumers
 //              have issued their last S = Q K^T of the tile before), K and V
@@ -62,20 +60,34 @@ __device__ __forceinline__ void zero_rows(uint32_t tile, int from, int id) {
   }
 }
 
-// Work tile w of the persistent grid: the row tiles of one sequence-head
-// side by side, from the last (the causal band's heaviest), so that the
-// tiles in flight share a few heads' K and V in L2 (grid_order.cuh says
-// why; heads outermost made every block stream its own head's K and V).
+// Work tile w of the persistent grid, in one of two orders:
+//   heads_inner  row tiles from the last (the causal band's heaviest) across
+//                all sequence-heads: every round of the grid takes tiles of
+//                about the same cost, so a causal band stays balanced
+//                across the blocks (a static round robin cannot balance the
+//                other order: with 132 blocks and 11 or 22 row tiles a head,
+//                each block got the same row tile of every head, 0.44x
+//                cuDNN at D = 64, L = 2048, causal);
+//   else         the row tiles of one sequence-head side by side, heaviest
+//                first, so that the tiles in flight share a few heads' K and
+//                V in L2 (grid_order.cuh says why): at D = 128 without a
+//                band 464 -> 572 TFLOP/s at L = 2048 on the H200, but D = 64
+//                lost 20% (bench/results/2026-12-01-h200-ws-bwd.txt).
 template <int kBM, int kBN>
-__device__ __forceinline__ bool fwd_ws_block(const fa__cuda_params &p, int64_t w, int64_t row_tiles, fwd_block *fb) {
-  const int64_t rt = row_tiles - 1 - w % row_tiles;
-  return fwd_block_at<kBM, kBN>(p, w / row_tiles, rt * kBM, fb);
+__device__ __forceinline__ bool fwd_ws_block(const fa__cuda_params &p, int64_t w, int64_t row_tiles, bool heads_inner,
+                                             fwd_block *fb) {
+  if (heads_inner) {
+    const int64_t bh_count = p.B * p.Hq;
+    return fwd_block_at<kBM, kBN>(p, w % bh_count, (row_tiles - 1 - w / bh_count) * kBM, fb);
+  }
+  return fwd_block_at<kBM, kBN>(p, w / row_tiles, (row_tiles - 1 - w % row_tiles) * kBM, fb);
 }
 
 template <typename E, int kD, int kBN, int kStages, int kCWG>
 __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
     fwd_ws_kernel(const __grid_constant__ fa__cuda_params p, const __grid_constant__ CUtensorMap tq,
-                  const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv, int64_t row_tiles) {
+                  const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv, int64_t row_tiles,
+                  bool heads_inner) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using cfg = fwd_ws_cfg<kD, kBN, kStages, kCWG>;
   constexpr int kBM = cfg::kBM, kNB = kBN / 8, kDB = kD / 8, kAtoms = kD / 64;
@@ -121,7 +133,7 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
       int kv = 0;       // K / V tiles so far (uses of the ring)
       for (int64_t w = blockIdx.x; w < works; w += gridDim.x) {
         fwd_block fb;
-        if (!fwd_ws_block<kBM, kBN>(p, w, row_tiles, &fb) || fb.n_tiles == 0) continue;
+        if (!fwd_ws_block<kBM, kBN>(p, w, row_tiles, heads_inner, &fb) || fb.n_tiles == 0) continue;
         const int b = static_cast<int>(fb.c.seq.bidx), h = static_cast<int>(fb.h), kvh = static_cast<int>(fb.kvh);
         if (q_round > 0) mbar_wait(empty_q, (q_round - 1) & 1);
         mbar_expect_tx(full_q, cfg::kQBytes);
@@ -171,7 +183,7 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
 
     for (int64_t w = blockIdx.x; w < works; w += gridDim.x) {
       fwd_block fb;
-      if (!fwd_ws_block<kBM, kBN>(p, w, row_tiles, &fb)) continue;
+      if (!fwd_ws_block<kBM, kBN>(p, w, row_tiles, heads_inner, &fb)) continue;
       const seq_ctx &c = fb.c;
       const int64_t m0 = fb.m0;
       const int n = fb.n_tiles;
@@ -254,7 +266,7 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
       // The block's bookkeeping recomputed rather than kept live across the
       // loop (fewer registers under the consumers' 160 with 3 warpgroups).
       fwd_block fb_out;
-      fwd_ws_block<kBM, kBN>(p, w, row_tiles, &fb_out);
+      fwd_ws_block<kBM, kBN>(p, w, row_tiles, heads_inner, &fb_out);
       fwd_store<E>(p, fb_out, o, row_m, row_l, fb_out.m0 + wrow, g, t);
     }
     // The last warpgroup's last pass (or its opening one) is still pending on

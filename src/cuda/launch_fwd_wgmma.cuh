@@ -41,7 +41,10 @@ fa_status launch_fwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&maps)[
               "forward (warp-specialized): multiprocessor count");
   const int64_t row_tiles = (p.Lq + cfg::kBM - 1) / cfg::kBM, works = p.B * p.Hq * row_tiles;
   const unsigned grid = static_cast<unsigned>(works < sms ? works : sms);
-  kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p, maps[0], maps[1], maps[2], row_tiles);
+  // fwd_ws_block's orders: a head's tiles side by side only where every tile
+  // costs the same and that measured faster (D = 128, no band)
+  const bool heads_inner = kD != 128 || p.wl >= 0 || p.wr >= 0 || p.seqlens_q || p.seqlens_k || p.cu_q || p.cu_k;
+  kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p, maps[0], maps[1], maps[2], row_tiles, heads_inner);
   FA_CUDA_CHECK_LAUNCH("forward (warp-specialized) kernel launch");
   return FA_OK;
 }
