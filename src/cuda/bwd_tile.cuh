@@ -202,7 +202,7 @@ __device__ __forceinline__ void bwd_ds_rows(const fa__cuda_params &p, const seq_
 }
 
 // A dK/dV block's bookkeeping, shared by the mma.sync and wgmma kernels:
-// blockIdx.x = (sequence, kv head), blockIdx.y = its tile of kBN keys from
+// the block is (sequence, kv head) and its tile of kBN keys from
 // n0; it walks `total` query tiles of kBM rows, n_mt per query head of the
 // group (only those the band lets see its keys).
 struct bwd_block {

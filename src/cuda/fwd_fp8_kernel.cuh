@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(128 * kWG, 1) fwd_fp8_kernel(const fa__cuda_pa
   fwd_block fb;
   if (!fwd_block_init<kBM, kBN>(p, &fb)) return;
   const seq_ctx &c = fb.c;
-  const int64_t m0 = fb.m0, b = blockIdx.x / p.Hq;
+  const int64_t m0 = fb.m0, b = fb.b;
 
   // Byte addresses, read as 16-bit units (rows are 16-byte aligned, strides even).
   const unsigned char *q8 = static_cast<const unsigned char *>(p.q);

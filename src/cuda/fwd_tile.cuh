@@ -17,21 +17,21 @@ namespace fa_cuda {
 // a causal band gives the most keys, get the lowest blockIdx.y.
 struct fwd_block {
   seq_ctx c;
-  int64_t h, kvh;
-  int64_t rows;  // query rows of this sequence (stored rows when packed)
-  int64_t m0;    // first query row of the block
-  int nb_lo;     // first key tile (in tiles of kBN)
-  int n_tiles;   // key tiles the band leaves
+  int64_t b, h, kvh;  // sequence (logical, as the descales and lengths count them), query and kv head
+  int64_t rows;       // query rows of this sequence (stored rows when packed)
+  int64_t m0;         // first query row of the block
+  int nb_lo;          // first key tile (in tiles of kBN)
+  int n_tiles;        // key tiles the band leaves
 };
 
 // The block of sequence-head bh (b * Hq + h) from query row m0; false when
 // m0 is past the sequence's rows.
 template <int kBM, int kBN>
 __device__ __forceinline__ bool fwd_block_at(const fa__cuda_params &p, int64_t bh, int64_t m0, fwd_block *fb) {
-  const int64_t b = bh / p.Hq;
+  fb->b = bh / p.Hq;
   fb->h = bh % p.Hq;
   fb->kvh = fb->h / p.group;
-  fb->c = make_seq_ctx(p, b, fb->h);
+  fb->c = make_seq_ctx(p, fb->b, fb->h);
   fb->rows = p.varlen ? fb->c.seq.lq : p.Lq;
   fb->m0 = m0;
   if (fb->m0 >= fb->rows) return false;
