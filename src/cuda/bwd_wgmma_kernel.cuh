@@ -22,6 +22,7 @@
 #define FA_CUDA_BWD_WGMMA_KERNEL_CUH
 
 #include "bwd_tile.cuh"
+#include "bwd_wgmma_step.cuh"
 #include "wgmma.cuh"
 
 namespace fa_cuda {
@@ -103,21 +104,8 @@ __global__ void __launch_bounds__(256, 1) bwd_wgmma_kernel(const fa__cuda_params
     // S^T = K Q^T and dP^T = V dO^T (this warpgroup's 64 keys x kBM
     // queries) as two groups, so that P^T is computed while dP^T runs
     float st[kMB][4], dpt[kMB][4];
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      const uint32_t off_k = (kk >> 2) * (kBN * 128) + wg * 64 * 128 + (kk & 3) * 32;
-      const uint32_t off_q = (kk >> 2) * (kBM * 128) + (kk & 3) * 32;
-      wgmma<E, kBM>::ss(st, sw128_desc_lo(k_base + off_k, 0), sw128_desc_lo(q_st + off_q, 0), kk > 0);
-    }
-    wgmma_commit();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      const uint32_t off_k = (kk >> 2) * (kBN * 128) + wg * 64 * 128 + (kk & 3) * 32;
-      const uint32_t off_q = (kk >> 2) * (kBM * 128) + (kk & 3) * 32;
-      wgmma<E, kBM>::ss(dpt, sw128_desc_lo(v_base + off_k, 0), sw128_desc_lo(do_st + off_q, 0), kk > 0);
-    }
-    wgmma_commit();
+    bwd_wgmma_kt<E, kD, kBM, kBN>(st, k_base, q_st, wg);
+    bwd_wgmma_kt<E, kD, kBM, kBN>(dpt, v_base, do_st, wg);
     wgmma_wait<1>();
     fence_regs(st);
 
@@ -134,12 +122,7 @@ __global__ void __launch_bounds__(256, 1) bwd_wgmma_kernel(const fa__cuda_params
     }
 #pragma unroll
     for (int kk = 0; kk < kBM / 16; ++kk) c_to_a_frag<E>(ap[kk], st[2 * kk], st[2 * kk + 1]);
-    fence_regs(dv);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBM / 16; ++kk)
-      wgmma<E, kD>::template rs<1>(dv, ap[kk], sw128_desc_lo(do_st + kk * 16 * 128, kBM * 128), 1);
-    wgmma_commit();
+    bwd_wgmma_acc<E, kD, kBM>(dv, ap, do_st);
     if (!kFull) {
       wgmma_wait<1>();
       fence_regs(dpt);
@@ -148,37 +131,19 @@ __global__ void __launch_bounds__(256, 1) bwd_wgmma_kernel(const fa__cuda_params
 #pragma unroll
     for (int kk = 0; kk < kBM / 16; ++kk) c_to_a_frag<E>(as[kk], dpt[2 * kk], dpt[2 * kk + 1]);
     if (kFuseDq) {
-      // dS^T -> shared memory [key][query]: the A of dQ, M-major
-#pragma unroll
-      for (int kk = 0; kk < kBM / 16; ++kk)
-#pragma unroll
-        for (int x = 0; x < 4; ++x)
-          *reinterpret_cast<uint32_t *>(sdS + swz_atoms<kBN>(wkey + g + (x & 1) * 8, kk * 16 + (x >> 1) * 8 + 2 * t)) =
-              as[kk][x];
+      bwd_store_ds_t<kBM, kBN>(ds_base, as, wkey, g, t);  // the A of dQ
       fence_proxy_async();
     }
 
     // dK += dS^T Q
-    fence_regs(dk);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBM / 16; ++kk)
-      wgmma<E, kD>::template rs<1>(dk, as[kk], sw128_desc_lo(q_st + kk * 16 * 128, kBM * 128), 1);
-    wgmma_commit();
+    bwd_wgmma_acc<E, kD, kBM>(dk, as, q_st);
 
     if constexpr (kFuseDq) {
       __syncthreads();  // all of dS^T is in shared memory
       // dQ block = dS K over the block's kBN keys, 16 keys (rows of dS^T
       // and of K) a step
       float dq[8][4];
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk) {
-        const uint32_t a = ds_base + (dq_r0 / 64) * (kBN * 128) + kk * 16 * 128;
-        const uint32_t bk = k_base + (dq_c0 / 64) * (kBN * 128) + kk * 16 * 128;
-        wgmma<E, 64>::ss_mn(dq, sw128_desc_lo(a, kBN * 128), sw128_desc_lo(bk, kBN * 128), kk > 0);
-      }
-      wgmma_commit();
+      bwd_wgmma_dq<E, kBN>(dq, ds_base, k_base, dq_r0, dq_c0);
       wgmma_wait<0>();
       fence_regs(dq);
       fence_regs(dv);

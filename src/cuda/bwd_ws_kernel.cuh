@@ -26,6 +26,7 @@
 #define FA_CUDA_BWD_WS_KERNEL_CUH
 
 #include "bwd_tile.cuh"
+#include "bwd_wgmma_step.cuh"
 #include "tma.cuh"
 #include "wgmma.cuh"
 
@@ -166,21 +167,8 @@ __global__ void __launch_bounds__(384, 1)
 
       // S^T = K Q^T and dP^T = V dO^T as two groups (P^T under dP^T)
       float st[kMB][4], dpt[kMB][4];
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kD / 16; ++kk) {
-        const uint32_t off_k = (kk >> 2) * (kBN * 128) + wg * 64 * 128 + (kk & 3) * 32;
-        const uint32_t off_q = (kk >> 2) * (kBM * 128) + (kk & 3) * 32;
-        wgmma<E, kBM>::ss(st, sw128_desc_lo(sk + off_k, 0), sw128_desc_lo(q_st + off_q, 0), kk > 0);
-      }
-      wgmma_commit();
-#pragma unroll
-      for (int kk = 0; kk < kD / 16; ++kk) {
-        const uint32_t off_k = (kk >> 2) * (kBN * 128) + wg * 64 * 128 + (kk & 3) * 32;
-        const uint32_t off_q = (kk >> 2) * (kBM * 128) + (kk & 3) * 32;
-        wgmma<E, kBM>::ss(dpt, sw128_desc_lo(sv + off_k, 0), sw128_desc_lo(do_st + off_q, 0), kk > 0);
-      }
-      wgmma_commit();
+      bwd_wgmma_kt<E, kD, kBM, kBN>(st, sk, q_st, wg);
+      bwd_wgmma_kt<E, kD, kBM, kBN>(dpt, sv, do_st, wg);
       uint32_t ap[kBM / 16][4], as[kBM / 16][4];
       if constexpr (kEarlyDs) {
         // P^T and dS^T both before dV: S^T and dP^T die sooner
@@ -194,12 +182,7 @@ __global__ void __launch_bounds__(384, 1)
           c_to_a_frag<E>(ap[kk], st[2 * kk], st[2 * kk + 1]);
           c_to_a_frag<E>(as[kk], dpt[2 * kk], dpt[2 * kk + 1]);
         }
-        fence_regs(dv);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kBM / 16; ++kk)
-          wgmma<E, kD>::template rs<1>(dv, ap[kk], sw128_desc_lo(do_st + kk * 16 * 128, kBM * 128), 1);
-        wgmma_commit();
+        bwd_wgmma_acc<E, kD, kBM>(dv, ap, do_st);
       } else {
         // P^T, then dV += P^T dO while dS^T is computed
         wgmma_wait<1>();
@@ -207,52 +190,26 @@ __global__ void __launch_bounds__(384, 1)
         bwd_p_band(blk.bd, st, l_s, p.scale_log2, m0, blk.n0 + wkey, g, t);
 #pragma unroll
         for (int kk = 0; kk < kBM / 16; ++kk) c_to_a_frag<E>(ap[kk], st[2 * kk], st[2 * kk + 1]);
-        fence_regs(dv);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kBM / 16; ++kk)
-          wgmma<E, kD>::template rs<1>(dv, ap[kk], sw128_desc_lo(do_st + kk * 16 * 128, kBM * 128), 1);
-        wgmma_commit();
+        bwd_wgmma_acc<E, kD, kBM>(dv, ap, do_st);
         wgmma_wait<1>();
         fence_regs(dpt);
         bwd_ds_band(st, dpt, ds_s, t);
 #pragma unroll
         for (int kk = 0; kk < kBM / 16; ++kk) c_to_a_frag<E>(as[kk], dpt[2 * kk], dpt[2 * kk + 1]);
       }
-      // dS^T -> shared memory [key][query], the M-major A of dQ (free: the
-      // last tile's dQ products are done, see the dQ barrier below)
-#pragma unroll
-      for (int kk = 0; kk < kBM / 16; ++kk)
-#pragma unroll
-        for (int x = 0; x < 4; ++x)
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(
-                           sds + 2 * swz_atoms<kBN>(wkey + g + (x & 1) * 8, kk * 16 + (x >> 1) * 8 + 2 * t)),
-                       "r"(as[kk][x])
-                       : "memory");
+      // dS^T -> shared memory (free: the last tile's dQ products are done,
+      // see the dQ barrier below), then dK += dS^T Q
+      bwd_store_ds_t<kBM, kBN>(sds, as, wkey, g, t);
       fence_proxy_async();
-
-      // dK += dS^T Q
-      fence_regs(dk);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBM / 16; ++kk)
-        wgmma<E, kD>::template rs<1>(dk, as[kk], sw128_desc_lo(q_st + kk * 16 * 128, kBM * 128), 1);
-      wgmma_commit();
+      bwd_wgmma_acc<E, kD, kBM>(dk, as, q_st);
 
       // all of dS^T is in; the dQ tile's last reduction has read its buffer
       if (issuer) bulk_wait_read<0>();
       named_sync(kBwdWsDsReady, cfg::kConsumers);
 
-      // dQ block = dS K over the block's kBN keys, 16 keys a step
+      // dQ block = dS K over the block's kBN keys
       float dq[8][4];
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk) {
-        const uint32_t a = sds + (dq_r0 / 64) * (kBN * 128) + kk * 16 * 128;
-        const uint32_t bk = sk + (dq_c0 / 64) * (kBN * 128) + kk * 16 * 128;
-        wgmma<E, 64>::ss_mn(dq, sw128_desc_lo(a, kBN * 128), sw128_desc_lo(bk, kBN * 128), kk > 0);
-      }
-      wgmma_commit();
+      bwd_wgmma_dq<E, kBN>(dq, sds, sk, dq_r0, dq_c0);
       wgmma_wait<0>();
       fence_regs(dq);
       fence_regs(dv);
