@@ -29,8 +29,14 @@ float fa__cpu_bf16_log2_scale(const fa__problem *p, const fa__cpu_kernels *kt) {
 
 void fa__cpu_gemm_bf16(const fa__cpu_kernels *kt, int m, int n, int kp, const uint16_t *a, ptrdiff_t rsa, ptrdiff_t csa,
                        const uint32_t *b, ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc, int accumulate) {
+  fa__cpu_gemm_bf16_max(kt, m, n, kp, a, rsa, csa, b, ldb, alpha, c, ldc, accumulate, NULL);
+}
+
+void fa__cpu_gemm_bf16_max(const fa__cpu_kernels *kt, int m, int n, int kp, const uint16_t *a, ptrdiff_t rsa,
+                           ptrdiff_t csa, const uint32_t *b, ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc,
+                           int accumulate, float *cmax) {
   if (kt->gemm_bf16_block) {
-    if (m > 0 && n > 0) kt->gemm_bf16_block(m, n, kp, a, rsa, csa, b, ldb, alpha, c, ldc, accumulate);
+    if (m > 0 && n > 0) kt->gemm_bf16_block(m, n, kp, a, rsa, csa, b, ldb, alpha, c, ldc, accumulate, cmax);
     return;
   }
   const int vecs = n / kt->vl;
@@ -45,7 +51,7 @@ void fa__cpu_gemm_bf16(const fa__cpu_kernels *kt, int m, int n, int kp, const ui
     for (int i = 0; i < m; i += kt->mr) {
       const int mr = m - i < kt->mr ? m - i : kt->mr;
       kt->gemm_bf16(mr, nv, kp, a + (ptrdiff_t)i * rsa, rsa, csa, bs, ldb, alpha, cs + (ptrdiff_t)i * ldc, ldc,
-                    accumulate);
+                    accumulate, cmax ? cmax + (ptrdiff_t)x * kt->vl : NULL);
     }
     x += nv;
   }

@@ -37,6 +37,11 @@ static inline float fa__cpu_lse_log2(float lse) {
  * FA_CPU_PANEL. Cut into strips and micro-tiles as fa__cpu_gemm does. */
 void fa__cpu_gemm_bf16(const fa__cpu_kernels *kt, int m, int n, int kp, const uint16_t *a, ptrdiff_t rsa, ptrdiff_t csa,
                        const uint32_t *b, ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc, int accumulate);
+/* The same product raising column maxima cmax[x] (x < n) to those of C
+ * (kt->gemm_bf16's cmax). */
+void fa__cpu_gemm_bf16_max(const fa__cpu_kernels *kt, int m, int n, int kp, const uint16_t *a, ptrdiff_t rsa,
+                           ptrdiff_t csa, const uint32_t *b, ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc,
+                           int accumulate, float *cmax);
 
 /* Pairs along columns, transposed (the stationary Q^T panel): for
  * k < ceil(cols/2), r < rpad,

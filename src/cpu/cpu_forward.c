@@ -74,6 +74,7 @@ typedef struct fwd_scratch {
   fa__cpu_pairs_a va; /* vp as the A operand of P V */
   const char *vp_of;  /* the V tile vp holds (its first element; bc keys of it), NULL: none */
   int vp_bc;
+  float *cmax;   /* column maxima of S^T from the product (np) */
   float *row;    /* one row of max(D, Dv) */
   uint8_t *keep; /* dropout keep-mask of a tile (np x bk) */
   fa__seq sq;    /* the item's sequence and band */
@@ -108,6 +109,7 @@ static void fwd_carve(fa__cpu_arena *a, const void *ctx, void *scratch) {
   s->pp = c->bf16 ? (uint32_t *)fa__cpu_take(a, pairs_k * np * sizeof(uint32_t)) : NULL;
   s->vp_of = NULL;
   s->vp_bc = 0;
+  s->cmax = c->pairs ? fa__cpu_take_f(a, np) : NULL;
   s->row = fa__cpu_take_f(a, (size_t)(c->D > c->Dv ? c->D : c->Dv));
   s->keep = c->p->dropout_p > 0 ? (uint8_t *)fa__cpu_take(a, np * bk) : NULL;
 }
@@ -173,15 +175,20 @@ static void fwd_tile_step(const fwd_ctx *c, fwd_scratch *s, fwd_qtile *t) {
   const int64_t j0 = t->jnext, hk = t->tile.h / p->group;
   const int bc = (int)(t->jhi - j0 < c->bk ? t->jhi - j0 : c->bk);
   const fa__cpu_mat km = fa__cpu_mat_of(&p->k, sq->bidx, hk, sq->k_row0 + j0);
+  const int full = fa__band_tile_full(&s->bd, t->i0, t->i0 + br, j0, j0 + bc);
+  /* nothing to change S after the product: it gives the softmax its row maxima */
+  const int cmax = c->pairs && !c->elementwise && full;
   if (c->bf16) {
     const fa__cpu_bf16_aop ka = fa__cpu_bf16_operand(&km, bc, D, s->kb16);
-    fa__cpu_gemm_bf16(kt, bc, np, (D + 1) / 2, ka.a, ka.rs, 2, t->qp, np, c->alpha, s->st, np, 0);
+    if (cmax)
+      for (int i = 0; i < np; ++i) s->cmax[i] = -INFINITY;
+    fa__cpu_gemm_bf16_max(kt, bc, np, (D + 1) / 2, ka.a, ka.rs, 2, t->qp, np, c->alpha, s->st, np, 0,
+                          cmax ? s->cmax : NULL);
   } else {
     const fa__cpu_aop ka = fa__cpu_operand(kt, &km, bc, D, s->kbuf);
     fa__cpu_gemm(kt, bc, np, D, ka.a, ka.rs, ka.cs, t->qt, np, s->st, np, 0);
   }
 
-  const int full = fa__band_tile_full(&s->bd, t->i0, t->i0 + br, j0, j0 + bc);
   if (c->elementwise || !full) {
     t->tile.j0 = j0;
     t->tile.bc = bc;
@@ -190,8 +197,9 @@ static void fwd_tile_step(const fwd_ctx *c, fwd_scratch *s, fwd_qtile *t) {
   /* bf16 without dropout: P goes straight to pair words; dropout needs
    * the f32 P first */
   const int pairs = c->pairs;
-  const int moved = pairs ? kt->softmax_pairs(s->st, np, bc, np, c->c, t->m, t->l, t->f, s->pp, np)
-                          : kt->softmax(s->st, np, bc, np, t->m, t->l, t->f);
+  const int moved = pairs
+                        ? kt->softmax_pairs(s->st, np, bc, np, c->c, cmax ? s->cmax : NULL, t->m, t->l, t->f, s->pp, np)
+                        : kt->softmax(s->st, np, bc, np, t->m, t->l, t->f);
   if (s->keep) { /* l counts P before dropout; only O sees the dropped P */
     t->tile.j0 = j0;
     t->tile.bc = bc;

@@ -136,21 +136,24 @@ typedef void (*fa__cpu_dec_pv_fn)(float *o, ptrdiff_t ldo, int nr, const float *
  * half, B1 the high half). Products of two bf16 are exact in f32; the sum
  * is vdpbf16ps's: f32, round to nearest even, bf16/f32 subnormals flushed
  * to zero. The same arguments give the same bits. 1 <= mr <= table.mr,
- * 1 <= nv <= table.nv, kp >= 0. */
+ * 1 <= nv <= table.nv, kp >= 0.
+ * cmax: NULL, or column maxima to raise: cmax[n] = max(cmax[n], max_m
+ * C[m][n]) of the C written (vmaxps, NaN as it does), n < nv*vl: the
+ * forward's softmax then needs no pass over S for its row maxima. */
 typedef void (*fa__cpu_gemm_bf16_fn)(int mr, int nv, int kp, const uint16_t *a, ptrdiff_t rsa, ptrdiff_t csa,
                                      const uint32_t *b, ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc,
-                                     int accumulate);
+                                     int accumulate, float *cmax);
 
 /* A whole bf16 product in one call, for kernels that block it their own
  * way (AMX tiles): fa__cpu_gemm_bf16's contract (cpu_bf16.h), m >= 1 rows,
  * n >= 16 columns (a multiple of FA_CPU_PANEL), kp >= 0; A as gemm_bf16
  * reads it, any strides (fast when csa = 2 or rsa = 2). Each C element is
  * a sum of the same exact products in f32 (in another order than
- * gemm_bf16's; the same arguments give the same bits). NULL: the product
- * is cut into gemm_bf16 micro-tiles. */
+ * gemm_bf16's; the same arguments give the same bits), cmax as there
+ * (n < n). NULL: the product is cut into gemm_bf16 micro-tiles. */
 typedef void (*fa__cpu_gemm_bf16_block_fn)(int m, int n, int kp, const uint16_t *a, ptrdiff_t rsa, ptrdiff_t csa,
                                            const uint32_t *b, ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc,
-                                           int accumulate);
+                                           int accumulate, float *cmax);
 
 /* Packing into pair words, along rows: for k < ceil(rows/2), n < cols,
  *   dst[k*ldd + n] = pair(X(2k, n), X(2k+1, n))      (X(rows, n) = 0 when rows is odd)
@@ -178,13 +181,15 @@ typedef void (*fa__cpu_to_bf16_fn)(uint16_t *dst, const float *x, int n);
  * keys, rounded to bf16 (pp[k*ldp + i] = pair(P[2k][i], P[2k+1][i]), the
  * odd row's partner 0, k < ceil(bc/2)); s is left as it was. Returns
  * nonzero if some f[i] != 1. Rows that saw nothing keep m = -inf, l = 0.
+ * cmax: NULL, or max_j s[j][i] for i < np as the product found them
+ * (gemm_bf16's cmax from -inf: the same values, so the same bits).
  * Log2 units because this is the forward's per-score work, which bounds it
  * where the products are fast (AMX): with log2 e folded into c, 2^x needs no
  * range reduction by ln 2, and with the scale folded too the score product
  * needs no epilogue (cpu_forward.c). The same function as kt->softmax
  * followed by rounding P to bf16, to f32 rounding. */
-typedef int (*fa__cpu_softmax_pairs_fn)(const float *s, ptrdiff_t lds, int bc, int np, float c, float *m, float *l,
-                                        float *f, uint32_t *pp, ptrdiff_t ldp);
+typedef int (*fa__cpu_softmax_pairs_fn)(const float *s, ptrdiff_t lds, int bc, int np, float c, const float *cmax,
+                                        float *m, float *l, float *f, uint32_t *pp, ptrdiff_t ldp);
 
 /* exp_rows with the LSE fold of the backward (cpu_bwd_tile.c) in it:
  *   s[r*lds + j] = exp(((s - off[r]) - off_lo[r]) - lse[r])   (0 where lse[r] = -inf)

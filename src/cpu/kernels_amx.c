@@ -265,14 +265,14 @@ static int g_micro_mr, g_micro_nv, g_micro_vl;
 
 /* Without scratch memory: the micro-kernel strips (as fa__cpu_gemm_bf16 cuts them). */
 static void gemm_fallback(int m, int n, int kp, const uint16_t *a, ptrdiff_t rsa, ptrdiff_t csa, const uint32_t *b,
-                          ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc, int accumulate) {
+                          ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc, int accumulate, float *cmax) {
   const int w = g_micro_nv * g_micro_vl;
   for (int x = 0; x < n; x += w) {
     const int nv = (n - x < w ? n - x : w) / g_micro_vl;
     for (int i = 0; i < m; i += g_micro_mr) {
       const int mr = m - i < g_micro_mr ? m - i : g_micro_mr;
       g_micro(mr, nv, kp, a + (ptrdiff_t)i * rsa, rsa, csa, b + x, ldb, alpha, c + (ptrdiff_t)i * ldc + x, ldc,
-              accumulate);
+              accumulate, cmax ? cmax + x : NULL);
     }
   }
 }
@@ -303,14 +303,36 @@ static void tiles_hold_amx(int on) {
   g_held = on;
 }
 
+/* cmax: the rows of a 32-row block just written, read back from L1 (two
+ * chains a column block, for the vmaxps latency) */
+FA_INLINE void block_max(float *cmax, const float *c, ptrdiff_t ldc, int rows, int two_n) {
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  __m512 x0 = _mm512_loadu_ps(cmax), x1 = two_n ? _mm512_loadu_ps(cmax + 16) : ninf, y0 = ninf, y1 = ninf;
+  int r = 0;
+  for (; r + 1 < rows; r += 2) {
+    x0 = _mm512_max_ps(x0, _mm512_loadu_ps(c + r * ldc));
+    y0 = _mm512_max_ps(y0, _mm512_loadu_ps(c + (r + 1) * ldc));
+    if (two_n) {
+      x1 = _mm512_max_ps(x1, _mm512_loadu_ps(c + r * ldc + 16));
+      y1 = _mm512_max_ps(y1, _mm512_loadu_ps(c + (r + 1) * ldc + 16));
+    }
+  }
+  if (r < rows) {
+    x0 = _mm512_max_ps(x0, _mm512_loadu_ps(c + r * ldc));
+    if (two_n) x1 = _mm512_max_ps(x1, _mm512_loadu_ps(c + r * ldc + 16));
+  }
+  _mm512_storeu_ps(cmax, _mm512_max_ps(x0, y0));
+  if (two_n) _mm512_storeu_ps(cmax + 16, _mm512_max_ps(x1, y1));
+}
+
 static void gemm_bf16_block_amx(int m, int n, int kp, const uint16_t *a, ptrdiff_t rsa, ptrdiff_t csa,
-                                const uint32_t *b, ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc,
-                                int accumulate) {
+                                const uint32_t *b, ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc, int accumulate,
+                                float *cmax) {
   if (m <= 0 || n <= 0) return;
   const int kpp = (kp + 15) & ~15, nk = kpp / 16, nkf = kp / 16, ktail = kp % 16;
   amx_scratch *s = scratch_get((size_t)32 * (size_t)kpp, ktail ? (size_t)16 * (size_t)n : 0);
   if (!s) {
-    gemm_fallback(m, n, kp, a, rsa, csa, b, ldb, alpha, c, ldc, accumulate);
+    gemm_fallback(m, n, kp, a, rsa, csa, b, ldb, alpha, c, ldc, accumulate, cmax);
     return;
   }
   if (ktail) { /* the last pair step's rows of B, then zero rows */
@@ -416,6 +438,7 @@ static void gemm_bf16_block_amx(int m, int n, int kp, const uint16_t *a, ptrdiff
         epilogue(c1, ldc, s->c + 512, r1, alpha, accumulate);
         if (two_n) epilogue(c1 + 16, ldc, s->c + 768, r1, alpha, accumulate);
       }
+      if (cmax) block_max(cmax + x0, c0, ldc, mt, two_n);
     }
   }
   if (own) T_RELEASE();

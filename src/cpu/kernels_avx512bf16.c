@@ -43,7 +43,8 @@ FA_INLINE __m512 dp(__m512 acc, __m512i a, __m512i b) {
   X(3, 1) X(3, 2) X(4, 0) X(4, 1) X(4, 2) X(5, 0) X(5, 1) X(5, 2) X(6, 0) X(6, 1) X(6, 2) X(7, 0) X(7, 1) X(7, 2)
 
 FA_INLINE void mkbf(const int MR_, const int NV_, int kp, const uint16_t *a, ptrdiff_t rsa, ptrdiff_t csa,
-                    const uint32_t *b, ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc, int accumulate) {
+                    const uint32_t *b, ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc, int accumulate,
+                    float *cmax) {
 #define KB_DECL(m, v) __m512 KB_ACC(m, v) = _mm512_setzero_ps();
   KB_FOR_ALL(KB_DECL)
 #undef KB_DECL
@@ -91,16 +92,26 @@ FA_INLINE void mkbf(const int MR_, const int NV_, int kp, const uint16_t *a, ptr
   if (m < MR_ && v < NV_) _mm512_storeu_ps(c + m * ldc + v * KB_VL, KB_ACC(m, v));
   KB_FOR_ALL(KB_STORE)
 #undef KB_STORE
+  if (cmax) { /* down the rows in registers: the column maxima of the tile */
+    __m512 x0 = KB_ACC(0, 0), x1 = KB_ACC(0, 1), x2 = KB_ACC(0, 2);
+#define KB_MAX(m, v) \
+  if (m > 0 && m < MR_ && v < NV_) x##v = _mm512_max_ps(x##v, KB_ACC(m, v));
+    KB_FOR_ALL(KB_MAX)
+#undef KB_MAX
+    _mm512_storeu_ps(cmax, _mm512_max_ps(_mm512_loadu_ps(cmax), x0));
+    if (NV_ > 1) _mm512_storeu_ps(cmax + KB_VL, _mm512_max_ps(_mm512_loadu_ps(cmax + KB_VL), x1));
+    if (NV_ > 2) _mm512_storeu_ps(cmax + 2 * KB_VL, _mm512_max_ps(_mm512_loadu_ps(cmax + 2 * KB_VL), x2));
+  }
   (void)a1, (void)a2, (void)a3, (void)a4, (void)a5, (void)a6, (void)a7;
 }
 
 typedef void (*mkbf_fn)(int kp, const uint16_t *a, ptrdiff_t rsa, ptrdiff_t csa, const uint32_t *b, ptrdiff_t ldb,
-                        float alpha, float *c, ptrdiff_t ldc, int accumulate);
+                        float alpha, float *c, ptrdiff_t ldc, int accumulate, float *cmax);
 
-#define MK(MR_, NV_)                                                                                         \
-  static void mkbf_##MR_##_##NV_(int kp, const uint16_t *a, ptrdiff_t rsa, ptrdiff_t csa, const uint32_t *b, \
-                                 ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc, int accumulate) {      \
-    mkbf(MR_, NV_, kp, a, rsa, csa, b, ldb, alpha, c, ldc, accumulate);                                      \
+#define MK(MR_, NV_)                                                                                                 \
+  static void mkbf_##MR_##_##NV_(int kp, const uint16_t *a, ptrdiff_t rsa, ptrdiff_t csa, const uint32_t *b,         \
+                                 ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc, int accumulate, float *cmax) { \
+    mkbf(MR_, NV_, kp, a, rsa, csa, b, ldb, alpha, c, ldc, accumulate, cmax);                                        \
   }
 #define MK_ROW(MR_) MK(MR_, 1) MK(MR_, 2) MK(MR_, 3)
 MK_ROW(1)
@@ -121,8 +132,8 @@ static const mkbf_fn mkbf_table[KB_MR][KB_NV] = {MK_ENTRY(1), MK_ENTRY(2), MK_EN
 #undef MK_ENTRY
 
 static void gemm_bf16_avx512(int mr, int nv, int kp, const uint16_t *a, ptrdiff_t rsa, ptrdiff_t csa, const uint32_t *b,
-                             ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc, int accumulate) {
-  mkbf_table[mr - 1][nv - 1](kp, a, rsa, csa, b, ldb, alpha, c, ldc, accumulate);
+                             ptrdiff_t ldb, float alpha, float *c, ptrdiff_t ldc, int accumulate, float *cmax) {
+  mkbf_table[mr - 1][nv - 1](kp, a, rsa, csa, b, ldb, alpha, c, ldc, accumulate, cmax);
 }
 
 /* Two rows of f32 to 16 pair words: vcvtne2ps2bf16 puts row r0 in the low
@@ -183,8 +194,8 @@ static void to_bf16_avx512(uint16_t *dst, const float *x, int n) {
 /* kernels.h's softmax_pairs: per 16 query rows, the column maximum over
  * the key tile (two chains), then P = 2^(s c - mu) two keys at a time, each
  * pair of rows of P converted and interleaved as pair_pack_f32 does. */
-static int softmax_pairs_avx512(const float *s, ptrdiff_t lds, int bc, int np, float c, float *m, float *l, float *f,
-                                uint32_t *pp, ptrdiff_t ldp) {
+static int softmax_pairs_avx512(const float *s, ptrdiff_t lds, int bc, int np, float c, const float *cmax, float *m,
+                                float *l, float *f, uint32_t *pp, ptrdiff_t ldp) {
   const __m512 ninf = _mm512_set1_ps(-INFINITY), one = _mm512_set1_ps(1.0f), cv = _mm512_set1_ps(c);
   const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
                                        5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
@@ -193,11 +204,15 @@ static int softmax_pairs_avx512(const float *s, ptrdiff_t lds, int bc, int np, f
     const float *col = s + i;
     __m512 mx0 = ninf, mx1 = ninf;
     int j = 0;
-    for (; j + 1 < bc; j += 2) {
-      mx0 = _mm512_max_ps(mx0, _mm512_loadu_ps(col + j * lds));
-      mx1 = _mm512_max_ps(mx1, _mm512_loadu_ps(col + (j + 1) * lds));
+    if (cmax) {
+      mx0 = _mm512_loadu_ps(cmax + i);
+    } else {
+      for (; j + 1 < bc; j += 2) {
+        mx0 = _mm512_max_ps(mx0, _mm512_loadu_ps(col + j * lds));
+        mx1 = _mm512_max_ps(mx1, _mm512_loadu_ps(col + (j + 1) * lds));
+      }
+      if (j < bc) mx0 = _mm512_max_ps(mx0, _mm512_loadu_ps(col + j * lds));
     }
-    if (j < bc) mx0 = _mm512_max_ps(mx0, _mm512_loadu_ps(col + j * lds));
     const __m512 mold = _mm512_loadu_ps(m + i);
     const __m512 mn = _mm512_max_ps(_mm512_mul_ps(_mm512_max_ps(mx0, mx1), cv), mold);
     const __m512 mu = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mn, ninf, _CMP_EQ_OQ), mn, _mm512_setzero_ps());
