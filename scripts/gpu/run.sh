@@ -322,7 +322,7 @@ if [ "$MODE" = bwd ]; then
       say "$tool $c: exit $?"
     done
   done
-  stage "anchors (backward variants ${BWD_VARIANTS:-0,mbwd}: 0 = default, 2 = cp.async wgmma, 7 = ws with staggered query tiles, mbwd = mma.sync)"
+  stage "anchors (backward variants ${BWD_VARIANTS:-0,mbwd}: 0 = default, 2 = cp.async wgmma, 6 = ws 3 slots, mbwd = mma.sync)"
   # shellcheck disable=SC2086
   timeout 300 python3 bench/gpu/anchors.py --lib "$BUILD/libflashattn.so" --out "$OUT" --passes bwd \
     --variants ${BWD_VARIANTS:-0,mbwd} --reps 10 --l ${BWD_L:-2048,4096,16384} 2>&1 | tee "$OUT/anchors.txt"

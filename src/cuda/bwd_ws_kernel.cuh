@@ -60,7 +60,7 @@ __device__ __forceinline__ uint32_t swz_f32(int row, int col) {
                                (col & 3) * 4);
 }
 
-template <typename E, int kD, int kBM, int kStages, bool kRotate>
+template <typename E, int kD, int kBM, int kStages>
 __global__ void __launch_bounds__(384, 1)
     bwd_ws_kernel(const __grid_constant__ fa__cuda_params p, const __grid_constant__ CUtensorMap tq,
                   const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
@@ -97,14 +97,6 @@ __global__ void __launch_bounds__(384, 1)
   if (!bwd_block_init<kBN, kBM>(p, &blk)) return;  // the same for every thread of the block
   const fa__seq &seq = blk.seq;
   const int total = blk.total;
-  // kRotate (FLASHATTN_CUDA_VARIANT=7, A/B): each key tile starts its walk over a
-  // head's query tiles at its own offset, so that the blocks of one head do
-  // not add into the same dQ rows at the same moment
-  const int rot = kRotate && blk.n_mt > 0 ? static_cast<int>((blk.n0 / kBN) % blk.n_mt) : 0;
-  auto tile_of = [&](int it, int64_t *h, int64_t *m0) {
-    const int j = kRotate ? it - it % blk.n_mt + (it % blk.n_mt + rot) % blk.n_mt : it;
-    bwd_block_tile<kBM>(p, blk, j, h, m0);
-  };
 
   if (tid == 0) {
     mbar_init(full_kv, 1);
@@ -134,7 +126,7 @@ __global__ void __launch_bounds__(384, 1)
       for (int it = 0; it < total; ++it) {
         const int s = it % kStages, use = it / kStages;
         int64_t h, m0;
-        tile_of(it, &h, &m0);
+        bwd_block_tile<kBM>(p, blk, it, &h, &m0);
         if (use > 0) mbar_wait(empty(s), (use - 1) & 1);
         mbar_expect_tx(full(s), 2 * cfg::kQBytes + cfg::kStatBytes);
         const int row = static_cast<int>(seq.q_row0 + m0);
@@ -168,7 +160,7 @@ __global__ void __launch_bounds__(384, 1)
       const int s = it % kStages;
       mbar_wait(full(s), static_cast<uint32_t>((it / kStages) & 1));
       int64_t h, m0;
-      tile_of(it, &h, &m0);
+      bwd_block_tile<kBM>(p, blk, it, &h, &m0);
       const float *l_s = stats + s * 2 * kBM;
       const float *ds_s = l_s + kBM;
       const uint32_t q_st = sq + s * cfg::kQBytes, do_st = sdo + s * cfg::kQBytes;

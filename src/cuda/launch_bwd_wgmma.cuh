@@ -22,10 +22,10 @@
 
 namespace fa_cuda {
 
-template <typename E, int kD, int kBM, int kStages, bool kRotate>
+template <typename E, int kD, int kBM, int kStages>
 fa_status launch_bwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&m)[5], cudaStream_t s, fa__err *err) {
   using cfg = bwd_ws_cfg<kD, kBM, kStages>;
-  auto kernel = bwd_ws_kernel<E, kD, kBM, kStages, kRotate>;
+  auto kernel = bwd_ws_kernel<E, kD, kBM, kStages>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "backward (warp-specialized): shared memory limit");
   FA_CUDA_ROWS_GRID(grid, p.B * p.Hkv, p.Lk, cfg::kBN, "backward dK/dV (warp-specialized)");
   kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p, m[0], m[1], m[2], m[3], m[4]);
@@ -63,10 +63,8 @@ fa_status launch_bwd_wgmma_cfg(const fa__cuda_params &p, int deterministic, cuda
   if constexpr (!kFull) {
     CUtensorMap maps[5];
     if (!deterministic && bwd_ws_maps<E>(p, kBM, maps)) {
-      // 2 Q/dO slots: 3 measured no faster (bench/results/2026-12-01-h200-ws-bwd.txt);
-      // FLASHATTN_CUDA_VARIANT=7: the staggered query-tile walk (A/B)
-      if (p.variant == 7) return launch_bwd_ws_cfg<E, kD, kBM, 2, true>(p, maps, s, err);
-      return launch_bwd_ws_cfg<E, kD, kBM, 2, false>(p, maps, s, err);
+      if (p.variant == 6) return launch_bwd_ws_cfg<E, kD, kBM, 3>(p, maps, s, err);
+      return launch_bwd_ws_cfg<E, kD, kBM, 2>(p, maps, s, err);
     }
   }
   using cfg = bwd_wgmma_cfg<kD, kBM>;
