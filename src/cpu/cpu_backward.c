@@ -110,8 +110,7 @@ static void ktiles_of(const fa__band *bd, int64_t r, int bq, int bk, int64_t *t0
 /* dQ += w * dqp (w = 1: the f32 products have the scale in K already; the
  * bf16 ones apply it here, the same bits as in the product's epilogue, so
  * that the product runs at alpha 1: on AMX its tiles are stored straight). */
-static void dq_add(const bwd_ctx *c, atomic_int *ticket, int64_t t, int64_t bidx, int64_t h, int64_t row0,
-                   const float *dqp, int br, float w) {
+static void dq_lock(const bwd_ctx *c, atomic_int *ticket, int64_t t) {
   const int det = c->p->deterministic;
   unsigned spins = 0;
   if (det) {
@@ -123,7 +122,21 @@ static void dq_add(const bwd_ctx *c, atomic_int *ticket, int64_t t, int64_t bidx
       fa__cpu_relax(&spins);
     }
   }
-  float *base = c->dq + bidx * c->dq_s0 + h * c->dq_s1 + row0 * c->dq_s2;
+}
+
+static void dq_unlock(const bwd_ctx *c, atomic_int *ticket, int64_t t) {
+  const int det = c->p->deterministic;
+  atomic_store_explicit(ticket, det ? (int)t + 1 : 0, memory_order_release);
+}
+
+static float *dq_at(const bwd_ctx *c, int64_t bidx, int64_t h, int64_t row0) {
+  return c->dq + bidx * c->dq_s0 + h * c->dq_s1 + row0 * c->dq_s2;
+}
+
+static void dq_add(const bwd_ctx *c, atomic_int *ticket, int64_t t, int64_t bidx, int64_t h, int64_t row0,
+                   const float *dqp, int br, float w) {
+  dq_lock(c, ticket, t);
+  float *base = dq_at(c, bidx, h, row0);
   for (int ii = 0; ii < br; ++ii) {
     float *dst = base + ii * c->dq_s2;
     const float *src = dqp + (ptrdiff_t)ii * c->Dp;
@@ -135,7 +148,12 @@ static void dq_add(const bwd_ctx *c, atomic_int *ticket, int64_t t, int64_t bidx
       for (int d = 0; d < c->D; ++d) dst[d * c->dq_s3] += src[d];
     }
   }
-  atomic_store_explicit(ticket, det ? (int)t + 1 : 0, memory_order_release);
+  dq_unlock(c, ticket, t);
+}
+
+/* The bf16 dQ product accumulates into dQ directly (see bwd_products_bf16). */
+static int bwd_dq_direct(const bwd_ctx *c) {
+  return c->bf16 && !c->kt->gemm_bf16_block && c->Dp == c->D && c->dq_s3 == 1;
 }
 
 /* dV^T, dK^T and dQ_part of one query tile (rows i0.. of head h, br of
@@ -143,7 +161,7 @@ static void dq_add(const bwd_ctx *c, atomic_int *ticket, int64_t t, int64_t bidx
  * packed, kt->ds_pairs has put them in s->pp, s->sp and s->ds16 already
  * (no softcap: its factor comes between the dV and dK products). */
 static void bwd_products_bf16(const bwd_ctx *c, bwd_scratch *s, const fa__seq *sq, int64_t h, int64_t i0, int br,
-                              int bc, int bcp, const float *pd, int packed, int first) {
+                              int bc, int bcp, const float *pd, int packed, int first, atomic_int *ticket, int64_t t) {
   const fa__problem *p = c->p;
   const fa__cpu_kernels *kt = c->kt;
   const int D = c->D, Dv = c->Dv, Dp = c->Dp, ip = (br + 1) / 2;
@@ -161,8 +179,19 @@ static void bwd_products_bf16(const bwd_ctx *c, bwd_scratch *s, const fa__seq *s
   /* dK^T[d][j] += sum over row pairs of (Q[i][d], Q[i+1][d]) . (dS[i][j], dS[i+1][j]) */
   const fa__cpu_pairs_a qa = fa__cpu_pack_pairs_a(kt, s->qp, c->bq, &qm, br, D);
   fa__cpu_gemm_bf16(kt, D, bcp, ip, qa.a, qa.rsa, qa.csa, s->sp, bcp, 1.0f, s->dkt, bcp, !first);
-  /* dQ_part[i][d] = sum over key pairs of (dS[i][j], dS[i][j+1]) . (K[j][d], K[j+1][d]) (dq_add scales it) */
-  fa__cpu_gemm_bf16(kt, br, Dp, (bc + 1) / 2, s->ds16, bcp, 2, s->kp, Dp, 1.0f, s->dqp, Dp, 0);
+  /* dQ_part[i][d] = sum over key pairs of (dS[i][j], dS[i][j+1]) . (K[j][d], K[j+1][d]), scaled by dq_add;
+   * on the avx512bf16 micro-kernels, with dQ's rows contiguous and no
+   * padding column, the product adds scale * dQ_part to dQ itself under
+   * the query tile's lock (the kernel's epilogue: multiply, then add, the
+   * same bits as dq_add), and dq_add has nothing left to do */
+  if (bwd_dq_direct(c)) {
+    dq_lock(c, ticket, t);
+    fa__cpu_gemm_bf16(kt, br, Dp, (bc + 1) / 2, s->ds16, bcp, 2, s->kp, Dp, (float)p->scale,
+                      dq_at(c, sq->bidx, h, sq->q_row0 + i0), c->dq_s2, 1);
+    dq_unlock(c, ticket, t);
+  } else {
+    fa__cpu_gemm_bf16(kt, br, Dp, (bc + 1) / 2, s->ds16, bcp, 2, s->kp, Dp, 1.0f, s->dqp, Dp, 0);
+  }
 }
 
 /* K/V tile t of sequence b, kv head hk (one work item). */
@@ -220,10 +249,10 @@ static void bwd_tile(const bwd_ctx *c, bwd_scratch *s, int64_t b, int64_t hk, in
         fa__cpu_bwd_p_dp(kt, &tile, &sq, bcp, &s->kv, lse_seq, lse_lo_seq, &s->w, &qa, &oa);
         for (int ii = 0; ii < br; ++ii) s->w.di[ii] = di_seq[i0 + ii];
         kt->ds_pairs(s->w.s, pd, s->w.dp, bcp, br, bcp, s->w.di, s->pp, s->sp, s->ds16);
-        bwd_products_bf16(c, s, &sq, h, i0, br, bc, bcp, pd, 1, first);
+        bwd_products_bf16(c, s, &sq, h, i0, br, bc, bcp, pd, 1, first, tickets + r, t);
       } else if (c->bf16) {
         fa__cpu_bwd_ds(kt, &tile, &sq, bcp, &s->kv, lse_seq, lse_lo_seq, di_seq, &s->w, &qa, &oa);
-        bwd_products_bf16(c, s, &sq, h, i0, br, bc, bcp, pd, 0, first);
+        bwd_products_bf16(c, s, &sq, h, i0, br, bc, bcp, pd, 0, first, tickets + r, t);
       } else {
         fa__cpu_bwd_ds(kt, &tile, &sq, bcp, &s->kv, lse_seq, lse_lo_seq, di_seq, &s->w, &qa, &oa);
         /* dV^T[e][j] += sum_i dO[i][e] P[i][j] */
@@ -234,7 +263,7 @@ static void bwd_tile(const bwd_ctx *c, bwd_scratch *s, int64_t b, int64_t hk, in
         /* dQ_part[i][d] = sum_j dS[i][j] scale K[j][d] */
         fa__cpu_gemm(kt, br, Dp, bc, s->w.dp, bcp, 1, s->ks, Dp, s->dqp, Dp, 0);
       }
-      dq_add(c, tickets + r, t, sq.bidx, h, sq.q_row0 + i0, s->dqp, br, c->bf16 ? scale : 1.0f);
+      if (!bwd_dq_direct(c)) dq_add(c, tickets + r, t, sq.bidx, h, sq.q_row0 + i0, s->dqp, br, c->bf16 ? scale : 1.0f);
       first = 0;
     }
   }

@@ -320,22 +320,20 @@ static void exp2_cols_avx512(float *s, ptrdiff_t lds, int rows, int np, float c,
   }
 }
 
-FA_INLINE __m512d lo_pd(__m512 x) {
-  return _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+/* One key's row of 16 lanes into the double sums (a: p, b: p dp), halves lo, hi:
+ * each half loaded as 8 floats and widened (vcvtps2pd from memory), no
+ * extract of the upper half from a full vector. */
+FA_INLINE __m512d ld_pd(const float *x) {
+  return _mm512_cvtps_pd(_mm256_loadu_ps(x));
 }
-FA_INLINE __m512d hi_pd(__m512 x) {
-  return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
-}
-
-/* One key's row of 16 lanes into the double sums (a: p, b: p dp), halves lo, hi. */
-#define COLSUM_ROW(j, a0, a1, b0, b1)                                                                               \
-  do {                                                                                                              \
-    const __m512 x_ = _mm512_loadu_ps(p + (ptrdiff_t)(j)*ld + i), y_ = _mm512_loadu_ps(dp + (ptrdiff_t)(j)*ld + i); \
-    const __m512d xl_ = lo_pd(x_), xh_ = hi_pd(x_);                                                                 \
-    a0 = _mm512_add_pd(a0, xl_);                                                                                    \
-    a1 = _mm512_add_pd(a1, xh_);                                                                                    \
-    b0 = _mm512_fmadd_pd(xl_, lo_pd(y_), b0);                                                                       \
-    b1 = _mm512_fmadd_pd(xh_, hi_pd(y_), b1);                                                                       \
+#define COLSUM_ROW(j, a0, a1, b0, b1)                                              \
+  do {                                                                             \
+    const float *x_ = p + (ptrdiff_t)(j)*ld + i, *y_ = dp + (ptrdiff_t)(j)*ld + i; \
+    const __m512d xl_ = ld_pd(x_), xh_ = ld_pd(x_ + 8);                            \
+    a0 = _mm512_add_pd(a0, xl_);                                                   \
+    a1 = _mm512_add_pd(a1, xh_);                                                   \
+    b0 = _mm512_fmadd_pd(xl_, ld_pd(y_), b0);                                      \
+    b1 = _mm512_fmadd_pd(xh_, ld_pd(y_ + 8), b1);                                  \
   } while (0)
 
 static void colsum2_avx512(const float *p, const float *dp, ptrdiff_t ld, int rows, int np, double *sp, double *spd) {
