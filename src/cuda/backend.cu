@@ -328,9 +328,8 @@ fa_status cuda_backward(const fa__problem *p, fa__err *err) {
   scratch ws_stats;
 #if defined(FA_HAVE_SM90A)
   // the warp-specialized backward's padded copy of LSE and dsum, where it may
-  // take the call (launch_bwd_wgmma.cuh has the rest of the test)
-  if (fast_ok(p) && dmax <= 128 && !p->deterministic && wgmma_bwd_ok(bucket_of(dmax)) && !pp.has_extras &&
-      !pp.seqlens_q && !pp.seqlens_k && !pp.cu_q && !pp.cu_k && !pp.varlen) {
+  // take the call (launch.cuh; launch_bwd_wgmma.cuh has the rest of the test)
+  if (fast_ok(p) && dmax <= 128 && !p->deterministic && wgmma_bwd_ok(bucket_of(dmax)) && fa__cuda_ws_bwd_shape(pp)) {
     const int64_t pitch = (p->q.shape[2] + 127) / 128 * 128;
     st = ws_stats.alloc(static_cast<size_t>(bt * p->Hq * 2 * pitch) * sizeof(float), s,
                         "the backward's padded row statistics", err);

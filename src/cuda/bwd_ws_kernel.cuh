@@ -216,9 +216,8 @@ __global__ void __launch_bounds__(384, 1)
       fence_regs(dk);
       if (lane == 0) mbar_arrive(empty(s));  // every product of the tile is done with Q and dO
 
-        // the block of dQ -> the shared f32 tile; one thread adds it to dq_acc
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
+      for (int r = 0; r < 2; ++r) {  // the block of dQ -> the shared f32 tile; one thread adds it to dq_acc
         const int il = dq_r0 + (cw & 3) * 16 + g + r * 8;
 #pragma unroll
         for (int x = 0; x < 8; ++x)

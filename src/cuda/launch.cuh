@@ -4,6 +4,8 @@
 #define FA_CUDA_LAUNCH_CUH
 
 #include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "../core/backend.h"
 #include "params.cuh"
@@ -22,6 +24,19 @@ inline fa_status fa__cuda_fail(cudaError_t e, const char *what, fa__err *err) {
 
 // After a launch: a bad configuration shows here, a fault only later.
 #define FA_CUDA_CHECK_LAUNCH(what) FA_CUDA_TRY(cudaGetLastError(), what)
+
+// Whether a fused (non-deterministic) Hopper backward call has the shape the
+// warp-specialized kernel takes (bwd_ws_kernel.cuh: band-only options, no
+// per-sequence lengths) and the switches allow it (FLASHATTN_CUDA_WS=0,
+// FLASHATTN_CUDA_WS_BWD=0, FLASHATTN_CUDA_VARIANT=2 keep bwd_wgmma_kernel).
+// backend.cu asks it before allocating p.ws_stats; the launcher then takes
+// the call where p.ws_stats is set and the copy engine can address the
+// tensors.
+inline bool fa__cuda_ws_bwd_shape(const fa__cuda_params &p) {
+  const char *all = getenv("FLASHATTN_CUDA_WS"), *bwd = getenv("FLASHATTN_CUDA_WS_BWD");
+  if ((all && strcmp(all, "0") == 0) || (bwd && strcmp(bwd, "0") == 0) || p.variant == 2) return false;
+  return !p.has_extras && !p.seqlens_q && !p.seqlens_k && !p.cu_q && !p.cu_k && !p.varlen;
+}
 
 // The grid of a row-tiled kernel: (sequences x heads) blocks along x, tiles of
 // `tile` rows along y. CUDA caps gridDim.y at 65535 (a launch past it fails

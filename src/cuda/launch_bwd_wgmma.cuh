@@ -9,9 +9,6 @@
 #ifndef FA_CUDA_LAUNCH_BWD_WGMMA_CUH
 #define FA_CUDA_LAUNCH_BWD_WGMMA_CUH
 
-#include <stdlib.h>
-#include <string.h>
-
 #include <type_traits>
 
 #include "bwd_dq_wgmma_kernel.cuh"
@@ -33,18 +30,12 @@ fa_status launch_bwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&m)[5],
   return FA_OK;
 }
 
-static inline bool env_off(const char *name) {
-  const char *v = getenv(name);
-  return v && strcmp(v, "0") == 0;
-}
-
 // Whether the warp-specialized backward takes the call, and its tensor maps
-// (Q, K, V, dO in boxes of kBM or 128 rows; the f32 dQ accumulator).
+// (Q, K, V, dO in boxes of kBM or 128 rows; the f32 dQ accumulator):
+// backend.cu set p.ws_stats where fa__cuda_ws_bwd_shape allowed it.
 template <typename E>
 bool bwd_ws_maps(const fa__cuda_params &p, int kBM, CUtensorMap (&m)[5]) {
-  if (env_off("FLASHATTN_CUDA_WS") || env_off("FLASHATTN_CUDA_WS_BWD") || p.variant == 2) return false;
-  if (p.has_extras || !p.dq_acc || !p.ws_stats || p.seqlens_q || p.seqlens_k || p.cu_q || p.cu_k || p.varlen)
-    return false;
+  if (!p.ws_stats || !p.dq_acc) return false;
   if (!tma_addressable(p.q, p.qs, p.B, p.Hq, p.Lq_rows, p.D) ||
       !tma_addressable(p.k, p.ks, p.B, p.Hkv, p.Lk_rows, p.D) ||
       !tma_addressable(p.v, p.vs, p.B, p.Hkv, p.Lk_rows, p.Dv) ||
