@@ -26,6 +26,7 @@
 
 namespace {
 
+using fa_dec::kMaxClusterSplits;
 using fa_dec::kMaxSplits;  // a larger num_splits is taken as this many
 using fa_dec::merge_step;
 using fa_dec::merge_weights;
@@ -268,9 +269,15 @@ std::atomic<int> cc_cache[kCachedDevices];
 // Programmatic dependent launches (pdl.cuh) for the decode step's kernels:
 // on compute capability 9.0 and later, unless FLASHATTN_CUDA_PDL=0 (A/B
 // timing; read at each call).
+bool use_pdl_arch(int dev);
 bool use_pdl(int dev) {
   const char *env = getenv("FLASHATTN_CUDA_PDL");
   if (env && strcmp(env, "0") == 0) return false;
+  return use_pdl_arch(dev);
+}
+
+// Compute capability 9.0 or later (programmatic launches, clusters).
+bool use_pdl_arch(int dev) {
   std::atomic<int> *slot = dev >= 0 && dev < kCachedDevices ? &cc_cache[dev] : nullptr;
   int major = slot ? slot->load(std::memory_order_relaxed) : 0;
   if (major == 0) {
@@ -298,6 +305,46 @@ int rows_per_block(fa_dtype dt, int kd, int64_t R) {
 // decode_mma_kernel.cuh).
 int tile_keys(int kd, int rb) {
   return rb == 16 ? 64 : 128 / (kd / 8) * (rb >= 8 ? 2 : 4);
+}
+
+// Clusters of `size` blocks of a decode kernel resident at once, per
+// device, dtype, head-dim bucket, rows per block and size (the occupancy
+// query is a driver call; asked once).
+std::atomic<int> cluster_cache[kCachedDevices][3][3][4][kMaxClusterSplits + 1];
+
+// A split call merges its splits in thread block clusters (decode_parts.cuh's
+// cluster_merge) rather than in the combine kernel: on compute capability
+// 9.0 and later, with 2 .. kMaxClusterSplits splits whose clusters the
+// device can hold. FLASHATTN_CUDA_DECODE_CLUSTER=0 keeps the combine kernel
+// (A/B timing; the tests run both), as FLASHATTN_CUDA_DECODE_FUSED_MERGE=1
+// does. Read at each call.
+bool clusters_allowed(int dev) {
+  const char *env = getenv("FLASHATTN_CUDA_DECODE_CLUSTER");
+  if (env && strcmp(env, "0") == 0) return false;
+  return use_pdl_arch(dev);
+}
+
+bool clusters_fit(int dev, fa_dtype dt, int kd, int rb, int size) {
+  if (size < 2 || size > kMaxClusterSplits) return false;
+  const int di = dt == FA_BF16 ? 0 : dt == FA_F16 ? 1 : 2, ki = kd == 64 ? 0 : kd == 128 ? 1 : 2;
+  const int ri = rb == 1 ? 0 : rb == 4 ? 1 : rb == 8 ? 2 : 3;
+  std::atomic<int> *slot = dev >= 0 && dev < kCachedDevices ? &cluster_cache[dev][di][ki][ri][size] : nullptr;
+  int n = slot ? slot->load(std::memory_order_relaxed) : 0;
+  if (n == 0) {
+    n = dt == FA_BF16  ? fa__cuda_decode_clusters_bf16(kd, rb, size)
+        : dt == FA_F16 ? fa__cuda_decode_clusters_f16(kd, rb, size)
+                       : fa__cuda_decode_clusters_f32(kd, rb, size);
+    if (n < 1) n = -1;  // cached as "cannot"
+    if (slot) slot->store(n, std::memory_order_relaxed);
+  }
+  return n > 0;
+}
+
+// The K/V copies' L2 hint (decode_parts.cuh's cp_async16_hint):
+// FLASHATTN_CUDA_DECODE_L2HINT=0, 1 or 2, default 0. Read at each call.
+int l2_hint() {
+  const char *env = getenv("FLASHATTN_CUDA_DECODE_L2HINT");
+  return env && (env[0] == '1' || env[0] == '2') && env[1] == 0 ? env[0] - '0' : 0;
 }
 
 // ---- split counters ----------------------------------------------------------
@@ -477,8 +524,19 @@ static fa_status run_decode(const fa__problem *p, const fa__kv *kv, const fa__de
   // the H200; and the split counters are shared with the previous call on
   // the stream, which must have ended)
   const bool pdl = use_pdl(dev), pdl_decode = pdl && kv && kv->L_new > 0;
-  int nsplit = kv && kv->num_splits > 0 ? kv->num_splits : choose_splits(p, items, kd, rb, dev);
+  const bool user_splits = kv && kv->num_splits > 0;
+  int nsplit = user_splits ? kv->num_splits : choose_splits(p, items, kd, rb, dev);
   if (nsplit > kMaxSplits) nsplit = kMaxSplits;
+  // the splits merged in clusters of at most kMaxClusterSplits: a chosen
+  // count above that is cut to it where the blocks still about fill the
+  // device (B = 1, 8 kv heads: 16 splits, 128 blocks, streamed as fast as
+  // 33 on the H200), else the combine kernel merges more splits
+  bool cluster = false;
+  if (nsplit > 1 && !fused_merge() && clusters_allowed(dev)) {
+    if (!user_splits && nsplit > kMaxClusterSplits && items * kMaxClusterSplits * 10 >= multiprocessors(dev) * 9)
+      nsplit = kMaxClusterSplits;
+    cluster = clusters_fit(dev, p->dtype, kd, rb, nsplit);
+  }
   if (items * nsplit > 0x7fffffffLL) {
     fa__err_set(err, "cuda decode: %lld blocks exceed the grid", (long long)(items * nsplit));
     return FA_ERR_UNSUPPORTED;
@@ -521,6 +579,8 @@ static fa_status run_decode(const fa__problem *p, const fa__kv *kv, const fa__de
   dp.R = static_cast<int>(R);
   dp.nrb = static_cast<int>(nrb);
   dp.nsplit = nsplit;
+  dp.cluster = cluster;
+  dp.l2_hint = l2_hint();
   dp.elementwise = p->softcap > 0 || p->alibi_slopes != nullptr;
   dp.qscale = static_cast<float>(dp.elementwise ? p->scale : p->scale * 1.4426950408889634);
   dp.softcap = static_cast<float>(p->softcap);
@@ -533,7 +593,7 @@ static fa_status run_decode(const fa__problem *p, const fa__kv *kv, const fa__de
   // by the combine kernel
   scratch part;
   bool zeroed_here = false;  // a memset on s since the append kernel: launch the decode kernel plainly
-  if (nsplit > 1) {
+  if (nsplit > 1 && !cluster) {
     const bool fused = fused_merge();
     if (fused) dp.counters = stream_counters_for(dev, s, items, &zeroed_here);
     const bool own_counters = fused && !dp.counters;
@@ -556,7 +616,7 @@ static fa_status run_decode(const fa__problem *p, const fa__kv *kv, const fa__de
   st = p->dtype == FA_BF16  ? fa__cuda_decode_launch_bf16(dp, kd, rb, pdl_dec, blocks, s, err)
        : p->dtype == FA_F16 ? fa__cuda_decode_launch_f16(dp, kd, rb, pdl_dec, blocks, s, err)
                             : fa__cuda_decode_launch_f32(dp, kd, rb, pdl_dec, blocks, s, err);
-  if (st != FA_OK || nsplit == 1 || dp.counters) return st;  // merged by the decode kernel
+  if (st != FA_OK || nsplit == 1 || dp.counters || dp.cluster) return st;  // merged by the decode kernel
 
   combine_params cp;
   memset(&cp, 0, sizeof cp);

@@ -14,44 +14,6 @@
 
 namespace fa_dec {
 
-// 8 consecutive elements of the head dim as f32, from shared memory.
-template <typename T>
-struct chunk8;
-template <>
-struct chunk8<__nv_bfloat16> {
-  static __device__ __forceinline__ void get(const __nv_bfloat16 *s, float f[8]) {
-    const uint4 u = *reinterpret_cast<const uint4 *>(s);
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int t = 0; t < 4; ++t) {
-      f[2 * t] = __uint_as_float(w[t] << 16);
-      f[2 * t + 1] = __uint_as_float(w[t] & 0xffff0000u);
-    }
-  }
-};
-template <>
-struct chunk8<__half> {
-  static __device__ __forceinline__ void get(const __half *s, float f[8]) {
-    const uint4 u = *reinterpret_cast<const uint4 *>(s);
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int t = 0; t < 4; ++t) {
-      __half2 h;
-      memcpy(&h, &w[t], 4);
-      const float2 x = __half22float2(h);
-      f[2 * t] = x.x;
-      f[2 * t + 1] = x.y;
-    }
-  }
-};
-template <>
-struct chunk8<float> {
-  static __device__ __forceinline__ void get(const float *s, float f[8]) {
-    const float4 a = *reinterpret_cast<const float4 *>(s), b = *reinterpret_cast<const float4 *>(s + 4);
-    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
-  }
-};
-
 // Sums C values held by each lane over the lanes li ^ OFF, li ^ OFF/2, ...,
 // 1 (a group of 2 OFF lanes), halving: while C > 1 a lane keeps the upper
 // half if its OFF bit is set (else the lower) and adds the partner's copy of
@@ -91,6 +53,7 @@ struct cfg {
   static constexpr size_t big = pipe_bytes > merge_bytes ? pipe_bytes : merge_bytes;
   static constexpr size_t smem = big + q_bytes + red_bytes;
   static_assert(smem >= merge_splits_min_smem(RB, KD), "the split merge fits in the block's shared memory");
+  static_assert(smem >= cluster_merge_min_smem(RB, KD), "the cluster merge fits in shared memory");
 };
 
 template <typename T, int KD, int RB>
@@ -114,7 +77,24 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const fa__dec_params p
   for (int t = 0; t < STAGES - 1; ++t) kv.issue(t);
 
   // query rows r = rb * RB + rr, rotated, scaled, f32 in shared memory
-  for (int e = tid; e < RB * KD; e += kThreads) qs[e] = query_value<T>(p, w, w.rb * RB + e / KD, e % KD) * p.qscale;
+  // (every chunk of the thread loaded before any is stored: query_chunk)
+  {
+    constexpr int kChunks = RB * KD / 8, kPer = (kChunks + kThreads - 1) / kThreads;
+    float x[kPer][8];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int e = tid + i * kThreads;
+      if (kChunks % kThreads == 0 || e < kChunks)
+        query_chunk<T>(p, w, w.rb * RB + e / (KD / 8), e % (KD / 8) * 8, x[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int e = tid + i * kThreads;
+      if (kChunks % kThreads != 0 && e >= kChunks) continue;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) qs[e * 8 + k] = x[i][k] * p.qscale;
+    }
+  }
   __syncthreads();
   const int li = tid % LG, g = tid / LG;
   float q[RB][8], acc[RB][8], m[RB], l[RB], slope[RB];
@@ -249,6 +229,10 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const fa__dec_params p
     for (int e = 0; e < 8; ++e) as[(g * RB + rr) * KD + li * 8 + e] = acc[rr][e];
   }
   __syncthreads();
+  if (p.cluster) {  // splits merged in the block's cluster
+    cluster_merge<T, RB, KD>(p, w, ms, ls, as, C::NG, smem, tid);
+    return;
+  }
   store_merged<T>(p, w, ms, ls, as, C::NG, RB, KD, tid);
   finish_splits<T, RB, KD>(p, w, smem, C::smem, tid);  // splits: the last one merges them
 }

@@ -40,9 +40,41 @@ fa_status launch_one(const fa__dec_params &p, bool pdl, int64_t blocks, cudaStre
   using K = kernel_of<T, KD, RB>;
   auto kern = K::get();
   FA_CUDA_TRY(fa__cuda_smem_optin(kern, K::smem()), "raising the decode kernel's shared-memory limit");
-  FA_CUDA_TRY(fa_cuda::launch_pdl(pdl, kern, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), K::smem(), s, p),
-              "launching the decode kernel");
+  const unsigned cluster = p.cluster ? static_cast<unsigned>(p.nsplit) : 1;
+  if (cluster > 8)
+    FA_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
+                "allowing the decode kernel clusters of more than 8 blocks");
+  FA_CUDA_TRY(
+      fa_cuda::launch_ex(pdl, cluster, kern, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), K::smem(), s, p),
+      "launching the decode kernel");
   return FA_OK;
+}
+
+// Clusters of `size` blocks of that decode kernel the device holds at once
+// (0 when it cannot run them).
+template <typename T, int KD, int RB>
+int clusters_one(int size) {
+  using K = kernel_of<T, KD, RB>;
+  auto kern = K::get();
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(size));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = K::smem();
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = static_cast<unsigned>(size);
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  int n = 0;
+  if (fa__cuda_smem_optin(kern, K::smem()) != cudaSuccess ||
+      (size > 8 && cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) ||
+      cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
 }
 
 template <typename T, int KD, int RB>
@@ -92,6 +124,23 @@ int occupancy(int kd, int rb) {
   return kd == 64 ? occupancy_kd<T, 64>(rb) : kd == 128 ? occupancy_kd<T, 128>(rb) : occupancy_kd<T, 256>(rb);
 }
 
+template <typename T, int KD>
+int clusters_kd(int rb, int size) {
+  switch (rb) {
+    case 1: return clusters_one<T, KD, 1>(size);
+    case 4: return clusters_one<T, KD, 4>(size);
+    case 16: return clusters_one<T, KD, 16>(size);
+    default: return clusters_one<T, KD, 8>(size);
+  }
+}
+
+template <typename T>
+int clusters(int kd, int rb, int size) {
+  return kd == 64    ? clusters_kd<T, 64>(rb, size)
+         : kd == 128 ? clusters_kd<T, 128>(rb, size)
+                     : clusters_kd<T, 256>(rb, size);
+}
+
 }  // namespace fa_dec
 
 #define FA_DECODE_INSTANTIATE(NAME, T)                                                                       \
@@ -101,6 +150,9 @@ int occupancy(int kd, int rb) {
   }                                                                                                          \
   int fa__cuda_decode_occupancy_##NAME(int kd, int rb) {                                                     \
     return fa_dec::occupancy<T>(kd, rb);                                                                     \
+  }                                                                                                          \
+  int fa__cuda_decode_clusters_##NAME(int kd, int rb, int size) {                                            \
+    return fa_dec::clusters<T>(kd, rb, size);                                                                \
   }
 
 #endif

@@ -52,6 +52,7 @@ struct mma_cfg {
   static constexpr size_t smem = big + q_bytes;
   static_assert(KD == 64 || KD == 128, "the register tiles hold D <= 128");
   static_assert(smem >= merge_splits_min_smem(RB, KD), "the split merge fits in the ring");
+  static_assert(smem >= cluster_merge_min_smem(RB, KD), "the cluster merge fits in shared memory");
 };
 
 template <typename T, int KD>
@@ -76,12 +77,26 @@ __global__ void __launch_bounds__(kThreads, 2) decode_mma_kernel(const fa__dec_p
   for (int t = 0; t < STAGES - 1; ++t) kv.issue(t);
 
   // the block's 16 query rows, rotated, in the dtype, swizzled for ldmatrix
-  for (int e = tid; e < RB * KD / 8; e += kThreads) {
-    const int rr = e / (KD / 8), c = (e % (KD / 8)) * 8;
-    alignas(16) T x[8];
+  // (every chunk of the thread loaded before any is stored: query_chunk)
+  {
+    constexpr int kChunks = RB * KD / 8, kPer = (kChunks + kThreads - 1) / kThreads;
+    float x[kPer][8];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) x[i] = from_f32<T>(query_value<T>(p, w, w.rb * RB + rr, c + i));
-    *reinterpret_cast<uint4 *>(qs + fa_cuda::swz<KD>(rr, c)) = *reinterpret_cast<const uint4 *>(x);
+    for (int i = 0; i < kPer; ++i) {
+      const int e = tid + i * kThreads;
+      if (kChunks % kThreads == 0 || e < kChunks)
+        query_chunk<T>(p, w, w.rb * RB + e / (KD / 8), e % (KD / 8) * 8, x[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int e = tid + i * kThreads;
+      if (kChunks % kThreads != 0 && e >= kChunks) continue;
+      alignas(16) T y[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) y[k] = from_f32<T>(x[i][k]);
+      *reinterpret_cast<uint4 *>(qs + fa_cuda::swz<KD>(e / (KD / 8), e % (KD / 8) * 8)) =
+          *reinterpret_cast<const uint4 *>(y);
+    }
   }
   __syncthreads();
   uint32_t qa[KS][4];
@@ -231,6 +246,10 @@ __global__ void __launch_bounds__(kThreads, 2) decode_mma_kernel(const fa__dec_p
     }
   }
   __syncthreads();
+  if (p.cluster) {  // splits merged in the block's cluster
+    cluster_merge<T, RB, KD>(p, w, ms, ls, as, C::kWarps, smem, tid);
+    return;
+  }
   store_merged<T>(p, w, ms, ls, as, C::kWarps, RB, KD, tid);
   finish_splits<T, RB, KD>(p, w, smem, C::smem, tid);  // splits: the last one merges them
 }

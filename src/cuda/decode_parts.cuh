@@ -13,6 +13,7 @@
 
 #include "../rules/kv_address.h"
 #include "../rules/visibility.h"
+#include "cluster.cuh"
 #include "decode.cuh"
 #include "decode_merge.cuh"
 #include "mma.cuh"
@@ -53,6 +54,45 @@ __device__ __forceinline__ float from_f32(float x) {
   return x;
 }
 
+// 8 consecutive elements of the head dim as f32, from 16 aligned bytes
+// (shared memory: the K/V tiles; global memory: the query rows).
+template <typename T>
+struct chunk8;
+template <>
+struct chunk8<__nv_bfloat16> {
+  static __device__ __forceinline__ void get(const __nv_bfloat16 *s, float f[8]) {
+    const uint4 u = *reinterpret_cast<const uint4 *>(s);
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      f[2 * t] = __uint_as_float(w[t] << 16);
+      f[2 * t + 1] = __uint_as_float(w[t] & 0xffff0000u);
+    }
+  }
+};
+template <>
+struct chunk8<__half> {
+  static __device__ __forceinline__ void get(const __half *s, float f[8]) {
+    const uint4 u = *reinterpret_cast<const uint4 *>(s);
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      __half2 h;
+      memcpy(&h, &w[t], 4);
+      const float2 x = __half22float2(h);
+      f[2 * t] = x.x;
+      f[2 * t + 1] = x.y;
+    }
+  }
+};
+template <>
+struct chunk8<float> {
+  static __device__ __forceinline__ void get(const float *s, float f[8]) {
+    const float4 a = *reinterpret_cast<const float4 *>(s), b = *reinterpret_cast<const float4 *>(s + 4);
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+  }
+};
+
 // A block's work: row block rb of kv head kvh of sequence b, and split sp's
 // share [j0, j1) of the keys the band lets those rows see, cut at whole
 // tiles of BK keys (so the split boundaries, hence the bits for a given
@@ -67,13 +107,15 @@ __device__ __forceinline__ block_work block_work_of(const fa__dec_params &p, int
   block_work w;
   // 32-bit divisions (the grid is under 2^31 blocks): a 64-bit one is a
   // called subroutine of ~100 instructions at every block's start
+  // (splits innermost: the nsplit blocks of a row block are consecutive,
+  // one thread block cluster when the splits merge in the cluster)
   uint32_t x = blockIdx.x;
   const uint32_t nrb = static_cast<uint32_t>(p.nrb), ns = static_cast<uint32_t>(p.nsplit),
                  hkv = static_cast<uint32_t>(p.Hkv);
-  w.rb = static_cast<int>(x % nrb);
-  x /= nrb;
   w.sp = static_cast<int>(x % ns);
   x /= ns;
+  w.rb = static_cast<int>(x % nrb);
+  x /= nrb;
   w.kvh = x % hkv;
   w.b = x / hkv;
   w.len = p.cache_seqlens ? fa__dec_clamp(p.cache_seqlens[w.b], p.bounds.max_len) : p.fixed_len;
@@ -107,6 +149,22 @@ __device__ __forceinline__ block_work block_work_of(const fa__dec_params &p, int
 // the block-table reads are in flight during a tile's arithmetic: the
 // loop's instruction count is what bounds a decode block's speed. Tiles are
 // [BK][KD] row-major, or with mma.cuh's XOR swizzle (kSwizzle) for ldmatrix.
+// cp.async of 16 bytes (zero-filled past src_bytes) with the stream's L2
+// hint (fa__dec_params::l2_hint): 0 none; 1 the L2 fetches whole 256-byte
+// sectors' lines (.L2::256B: a K/V row is 256 bytes at D = 128 in 16-bit);
+// 2 that and evict-first (the cache is read once: its lines need not stay).
+__device__ __forceinline__ void cp_async16_hint(uint32_t dst, const void *src, int src_bytes, int hint,
+                                                uint64_t policy) {
+  if (hint == 0) {
+    fa_cuda::cp_async16(dst, src, src_bytes);
+  } else if (hint == 1) {
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+  } else {
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes), "l"(policy));
+  }
+}
+
 template <typename T, int KD, int BK, int STAGES, bool kSwizzle>
 struct kv_stream {
   static constexpr int EPU = 16 / static_cast<int>(sizeof(T));  // elements per unit
@@ -126,6 +184,8 @@ struct kv_stream {
   int ntiles, cu, r0;            // r0: the thread's first row in a tile
   bool kcol, vcol;
   bool same;  // K and V caches share their page and row strides
+  int hint;   // cp_async16_hint's
+  uint64_t policy;
   // where the thread's rows of the next tile are: a run from element offsets
   // fk / fv (nvalid of its UPT rows inside the split), or row by row (koff /
   // voff, -1 past the split)
@@ -151,6 +211,9 @@ struct kv_stream {
     psz = static_cast<uint32_t>(p.map.page_size);
     pshift = (psz & (psz - 1)) == 0 ? static_cast<uint32_t>(__ffs(static_cast<int>(psz)) - 1) : 0;
     pipe_s = fa_cuda::smem_addr(pipe);
+    hint = p.l2_hint;
+    policy = 0;
+    if (hint == 2) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
     seq = w.b;
     j0 = w.j0;
     j1 = w.j1;
@@ -209,8 +272,8 @@ struct kv_stream {
         const bool ok = run ? i < nvalid : koff[i] >= 0;
         const int64_t ko = !ok ? 0 : run ? fk + i * ks2 : koff[i];
         const int64_t vo = !ok ? 0 : run ? fv + i * vs2 : voff[i];
-        fa_cuda::cp_async16(ks + off, kbase + ko, ok && kcol ? 16 : 0);
-        fa_cuda::cp_async16(vs + off, vbase + vo, ok && vcol ? 16 : 0);
+        cp_async16_hint(ks + off, kbase + ko, ok && kcol ? 16 : 0, hint, policy);
+        cp_async16_hint(vs + off, vbase + vo, ok && vcol ? 16 : 0, hint, policy);
       }
       if (t + 1 < ntiles) locate(t + 1);
     }
@@ -225,29 +288,72 @@ struct kv_stream {
   }
 };
 
-// Element d of query row r (head kvh * group + r / Lq, new token r % Lq) of
-// sequence b as f32, rotated at position len + r % Lq when the call rotates
-// (src/rules/rotary.h's rule), unscaled; 0 past R rows or D columns.
+// Columns c .. c + 7 (c a multiple of 8) of query row r (head kvh * group +
+// r / Lq, new token r % Lq) of sequence b as f32, rotated at position len +
+// r % Lq when the call rotates (src/rules/rotary.h's rule), unscaled; 0 past
+// R rows or D columns. One 16-byte load where the row allows it. The
+// chunk's loads do not depend on each other, and the kernels load all of a
+// thread's chunks before they store any: with a store to shared memory
+// between them every chunk cost a round trip of its own, ~10 us at the start
+// of each tensor-core decode block (16 rows: 16 chunks a thread, one after
+// another).
 template <typename T>
-__device__ __forceinline__ float query_value(const fa__dec_params &p, const block_work &w, int r, int d) {
-  if (r >= p.R || d >= p.D) return 0.f;
-  const int64_t h = w.kvh * p.group + r / p.Lq, i = r % p.Lq;
-  const T *qrow = static_cast<const T *>(p.q) + w.b * p.qs[0] + h * p.qs[1] + i * p.qs[2];
-  float v = to_f32(qrow[d]);
-  if (p.rot_cos && d < p.rot_dim) {
-    const int half = p.rot_dim / 2;
-    const int64_t at = fa__dec_clamp(w.len + i, p.bounds.rot_len - 1);
-    const float *cr = p.rot_cos + at * half, *sr = p.rot_sin + at * half;
-    if (p.rot_interleaved) {
+__device__ __forceinline__ void query_chunk(const fa__dec_params &p, const block_work &w, int r, int c, float x[8]) {
+  if (r >= p.R) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) x[e] = 0.f;
+    return;
+  }
+  const int lq = static_cast<int>(p.Lq);  // <= R: 32-bit divisions
+  const int hi = r / lq, i = r - hi * lq;
+  const T *qrow = static_cast<const T *>(p.q) + w.b * p.qs[0] + (w.kvh * p.group + hi) * p.qs[1] + i * p.qs[2];
+  if (c + 8 <= p.D && (reinterpret_cast<uintptr_t>(qrow + c) & 15) == 0) {
+    chunk8<T>::get(qrow + c, x);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) x[e] = c + e < p.D ? to_f32(qrow[c + e]) : 0.f;
+  }
+  if (!p.rot_cos || c >= p.rot_dim) return;
+  const int half = p.rot_dim / 2;
+  const int64_t at = fa__dec_clamp(w.len + i, p.bounds.rot_len - 1);
+  const float *cr = p.rot_cos + at * half, *sr = p.rot_sin + at * half;
+  float y[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const int d = c + e;
+    if (d >= p.rot_dim) {
+      y[e] = x[e];
+    } else if (p.rot_interleaved) {  // pairs (2t, 2t + 1): both in the chunk
       const int t = d / 2;
-      v = (d & 1) ? to_f32(qrow[d - 1]) * sr[t] + v * cr[t] : v * cr[t] - to_f32(qrow[d + 1]) * sr[t];
+      const float pair = x[e ^ 1];
+      y[e] = (e & 1) ? pair * sr[t] + x[e] * cr[t] : x[e] * cr[t] - pair * sr[t];
     } else if (d < half) {
-      v = v * cr[d] - to_f32(qrow[d + half]) * sr[d];
+      y[e] = x[e] * cr[d] - to_f32(qrow[d + half]) * sr[d];
     } else {
-      v = to_f32(qrow[d - half]) * sr[d - half] + v * cr[d - half];
+      y[e] = to_f32(qrow[d - half]) * sr[d - half] + x[e] * cr[d - half];
     }
   }
-  return v;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) x[e] = y[e];
+}
+
+// Row rr's NG partial states (store_merged's layout) merged in g order:
+// o = acc / l at column d, lse = m ln 2 + log l.
+__device__ __forceinline__ void merge_groups(const float *ms, const float *ls, const float *as, int NG, int RB, int KD,
+                                             int rr, int d, float *o, float *lse) {
+  float M = -INFINITY;
+  for (int g = 0; g < NG; ++g) M = fmaxf(M, ms[g * RB + rr]);
+  float L = 0.f, O = 0.f;
+  if (M != -INFINITY)
+    for (int g = 0; g < NG; ++g) {
+      const float mg = ms[g * RB + rr];
+      if (mg == -INFINITY) continue;
+      const float f = exp2f(mg - M);
+      L += f * ls[g * RB + rr];
+      O += f * as[(g * RB + rr) * KD + d];
+    }
+  *o = L > 0.f ? O / L : 0.f;
+  *lse = L > 0.f ? M * kLn2 + logf(L) : -INFINITY;
 }
 
 // The block's NG partial states of its RB rows (state g of row rr: running
@@ -261,19 +367,8 @@ __device__ __forceinline__ void store_merged(const fa__dec_params &p, const bloc
   for (int e = tid; e < RB * p.Dv; e += kThreads) {
     const int rr = e / p.Dv, d = e % p.Dv, r = w.rb * RB + rr;
     if (r >= p.R) continue;
-    float M = -INFINITY;
-    for (int g = 0; g < NG; ++g) M = fmaxf(M, ms[g * RB + rr]);
-    float L = 0.f, O = 0.f;
-    if (M != -INFINITY)
-      for (int g = 0; g < NG; ++g) {
-        const float mg = ms[g * RB + rr];
-        if (mg == -INFINITY) continue;
-        const float f = exp2f(mg - M);
-        L += f * ls[g * RB + rr];
-        O += f * as[(g * RB + rr) * KD + d];
-      }
-    const float o = L > 0.f ? O / L : 0.f;
-    const float lse = L > 0.f ? M * kLn2 + logf(L) : -INFINITY;
+    float o, lse;
+    merge_groups(ms, ls, as, NG, RB, KD, rr, d, &o, &lse);
     if (p.nsplit == 1) {
       const int lq = static_cast<int>(p.Lq);  // <= R: 32-bit divisions, not 64-bit subroutine calls
       const int64_t h = w.kvh * p.group + r / lq, i = r % lq;
@@ -420,6 +515,97 @@ __device__ __forceinline__ void finish_splits(const fa__dec_params &p, const blo
   if (!__syncthreads_or(last)) return;
   __threadfence();
   merge_splits<T, RB, KD>(p, w, smem, smem_bytes, tid);
+}
+
+// ---- the splits merged in a thread block cluster ---------------------------
+
+// Shared memory cluster_merge needs (the kernel's whole dynamic shared
+// memory is free by then): the split's partial rows and their lse, the
+// merged rows' lse and their weights.
+constexpr size_t cluster_merge_min_smem(int RB, int KD) {
+  return (static_cast<size_t>(RB) * (KD + 1) * sizeof(float) + 15) / 16 * 16 +
+         static_cast<size_t>(RB) * (kMaxClusterSplits + 1) * sizeof(double);
+}
+
+// With p.cluster: the nsplit blocks of a row block are one cluster (split sp
+// = cluster rank sp), and they merge their splits through distributed shared
+// memory in place of the combine kernel, with its arithmetic on the same
+// values in the same order (the same bits as the combine):
+//   - each block puts its split's partial rows (o = acc / l, and lse, as
+//     store_merged would store them) into its own shared memory;
+//   - cluster barrier: every split's rows are in;
+//   - the nr x Dv merged values are cut in runs of 128 (one value a thread);
+//     block k takes runs k, k + n, ...: for the rows those runs touch, a
+//     warp computes the float64 weights from the n lse values
+//     (merge_weights), and each thread sums its value over the n splits in
+//     split order (merge_step), the n remote loads in flight together;
+//   - cluster barrier: no block leaves while another still reads its rows.
+// On the H200 the combine kernel cost a short split call ~10 us of its
+// critical path (the grid drained, the partials written to and read back
+// from L2, a launch and its ramp); this costs two cluster barriers and a
+// few remote round trips. ms / ls / as: the block's NG partial states.
+template <typename T, int RB, int KD>
+__device__ __forceinline__ void cluster_merge(const fa__dec_params &p, const block_work &w, const float *ms,
+                                              const float *ls, const float *as, int NG, unsigned char *smem, int tid) {
+#ifdef FA_CUDA_HAS_CLUSTERS
+  constexpr int MAXO = (RB * KD + kThreads - 1) / kThreads;  // a split's values per thread (Dv <= KD)
+  const int n = p.nsplit, Dv = p.Dv, r0 = w.rb * RB, lane = tid & 31;
+  const int nr = p.R - r0 < RB ? p.R - r0 : RB;  // >= 1: row blocks start below R
+  const int run = nr * Dv;
+  float ov[MAXO], lv[MAXO];
+#pragma unroll
+  for (int i = 0; i < MAXO; ++i) {
+    const int o = tid + i * kThreads;
+    if (o < run) merge_groups(ms, ls, as, NG, RB, KD, o / Dv, o % Dv, &ov[i], &lv[i]);
+  }
+  __syncthreads();                                // ms / ls / as read: their space takes the split's rows
+  float *plse = reinterpret_cast<float *>(smem);  // [RB]
+  float *po = plse + RB;                          // [nr][Dv]
+  double *mlse = reinterpret_cast<double *>(smem + (static_cast<size_t>(RB) * (KD + 1) * sizeof(float) + 15) / 16 * 16);
+  double *wts = mlse + RB;  // [nr][n]
+#pragma unroll
+  for (int i = 0; i < MAXO; ++i) {
+    const int o = tid + i * kThreads;
+    if (o < run) {
+      po[o] = ov[i];
+      if (o % Dv == 0) plse[o / Dv] = lv[i];
+    }
+  }
+  fa_cuda::cluster_sync();
+  const uint32_t rank = fa_cuda::cluster_rank();
+  const uint32_t plse_s = fa_cuda::smem_addr(plse), po_s = fa_cuda::smem_addr(po);
+  // the rows this block's runs touch: weights, a warp a row
+  for (int rr = tid >> 5; rr < nr; rr += kThreads / 32) {
+    bool mine = false;
+    for (int c = rr * Dv / kThreads; c * kThreads < (rr + 1) * Dv; ++c) mine |= c % n == static_cast<int>(rank);
+    if (!mine) continue;
+    const double l = merge_weights(
+        n, [&](int k) { return static_cast<double>(fa_cuda::ld_peer_f32(plse_s + 4 * rr, k)); }, wts + rr * n);
+    if (lane == 0) mlse[rr] = l;
+  }
+  __syncthreads();
+  const int lq = static_cast<int>(p.Lq);  // <= R: 32-bit divisions
+  for (int c = static_cast<int>(rank); c * kThreads < run; c += n) {
+    const int o = c * kThreads + tid;
+    if (o >= run) break;
+    const int rr = o / Dv, d = o - rr * Dv, r = r0 + rr;
+    double acc = 0.0;
+#pragma unroll
+    for (int k0 = 0; k0 < kMaxClusterSplits; k0 += 8) {  // 8 remote loads in flight at a time
+      float v[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k)
+        if (k0 + k < n) v[k] = fa_cuda::ld_peer_f32(po_s + 4 * o, k0 + k);
+#pragma unroll
+      for (int k = 0; k < 8; ++k)
+        if (k0 + k < n) acc = merge_step(acc, wts[rr * n + k0 + k], v[k]);
+    }
+    const int64_t h = w.kvh * p.group + r / lq, i = r % lq;
+    static_cast<T *>(p.o)[w.b * p.os[0] + h * p.os[1] + i * p.os[2] + d] = from_f32<T>(static_cast<float>(acc));
+    if (d == 0 && p.lse) p.lse[w.b * p.lses[0] + h * p.lses[1] + i * p.lses[2]] = static_cast<float>(mlse[rr]);
+  }
+  fa_cuda::cluster_sync();
+#endif
 }
 
 }  // namespace fa_dec
