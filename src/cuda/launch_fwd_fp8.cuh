@@ -5,8 +5,13 @@
 #ifndef FA_CUDA_LAUNCH_FWD_FP8_CUH
 #define FA_CUDA_LAUNCH_FWD_FP8_CUH
 
+#include <stdlib.h>
+#include <string.h>
+
 #include "fwd_fp8_kernel.cuh"
+#include "fwd_fp8_ws_kernel.cuh"
 #include "launch.cuh"
+#include "tma_map.cuh"
 
 namespace fa_cuda {
 
@@ -23,6 +28,70 @@ fa_status launch_fwd_fp8_cfg(const fa__cuda_params &p, cudaStream_t s, fa__err *
   return FA_OK;
 }
 
+// The tensor map of an e4m3 [B, H, L, D] operand (one byte an element):
+// boxes of 128 columns (one 128-byte swizzle atom: the whole row of the
+// bucket-128 kernel; columns past D arrive as zeros) x `rows` rows, the
+// layout fwd_fp8_kernel's cp.async loads make. false where the copy engine
+// cannot address the tensor (tma_addressable's conditions, strides counted
+// in bytes) or the driver refuses it.
+inline bool fp8_tma_map_4d(CUtensorMap *map, const void *base, const fa__cuda_strides &s, int64_t B, int64_t H,
+                           int64_t L, int D, int rows) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tma_encode_fn();
+  if (!encode || !base || (reinterpret_cast<uintptr_t>(base) & 15) || L <= 0 || D <= 0) return false;
+  const int64_t ext[3] = {L, H, B}, st[3] = {s.r, s.h, s.b};
+  for (int i = 0; i < 3; ++i) {
+    if (ext[i] >= (int64_t(1) << 31)) return false;
+    if (ext[i] > 1 && (st[i] <= 0 || (st[i] & 15) || st[i] >= (int64_t(1) << 40))) return false;
+  }
+  // Strides of extent-1 dims are never used; give the driver ones it accepts.
+  const int64_t row_b = L > 1 ? s.r : 16 * ((D + 15) / 16);
+  const int64_t head_b = H > 1 ? s.h : row_b * L;
+  const int64_t batch_b = B > 1 ? s.b : head_b * H;
+  const cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)L, (cuuint64_t)H, (cuuint64_t)B};
+  const cuuint64_t strides[3] = {(cuuint64_t)row_b, (cuuint64_t)head_b, (cuuint64_t)batch_b};
+  const cuuint32_t box[4] = {128, (cuuint32_t)rows, 1, 1};
+  const cuuint32_t elem[4] = {1, 1, 1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, const_cast<void *>(base), dims, strides, box, elem,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// Whether the warp-specialized kernel (fwd_fp8_ws_kernel.cuh) takes the
+// call, and its tensor maps: only with FLASHATTN_CUDA_FP8_WS=1 (opt-in
+// until verified on a GPU; read per call, as FLASHATTN_CUDA_WS is), bucket
+// 128, band-only options (seqlens and packed sequences included), the old
+// kernel's loop orders not asked for (FLASHATTN_CUDA_VARIANT 1, 2), tensors
+// the copy engine can address.
+inline bool fp8_ws_maps(const fa__cuda_params &p, int kd, CUtensorMap (&maps)[3]) {
+  const char *env = getenv("FLASHATTN_CUDA_FP8_WS");
+  if (!env || strcmp(env, "1") != 0 || kd != 128 || p.has_extras || (p.variant != 0 && p.variant != 3)) return false;
+  constexpr int kBM = fwd_fp8_ws_cfg<128, FA__FP8_BLOCK_K, 2>::kBM;
+  const int64_t B = p.cu_q || p.cu_k ? 1 : p.B;  // packed sequences: one stored batch
+  return fp8_tma_map_4d(&maps[0], p.q, p.qs, B, p.Hq, p.Lq_rows, p.D, kBM) &&
+         fp8_tma_map_4d(&maps[1], p.k, p.ks, B, p.Hkv, p.Lk_rows, p.D, FA__FP8_BLOCK_K) &&
+         fp8_tma_map_4d(&maps[2], p.v, p.vs, B, p.Hkv, p.Lk_rows, p.Dv, FA__FP8_BLOCK_K);
+}
+
+template <typename E, int kStages, int kOrder>
+fa_status launch_fwd_fp8_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&maps)[3], cudaStream_t s, fa__err *err) {
+  using cfg = fwd_fp8_ws_cfg<128, FA__FP8_BLOCK_K, kStages>;
+  auto kernel = fwd_fp8_ws_kernel<E, 128, FA__FP8_BLOCK_K, kStages, kOrder>;
+  FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "forward (fp8, warp-specialized): shared memory limit");
+  // persistent: one block per multiprocessor, or fewer when there are fewer
+  // work tiles (launch_fwd_ws_cfg's grid and work order)
+  int dev = 0, sms = 0;
+  FA_CUDA_TRY(cudaGetDevice(&dev), "forward (fp8, warp-specialized): current device");
+  FA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev),
+              "forward (fp8, warp-specialized): multiprocessor count");
+  const int64_t row_tiles = (p.Lq + cfg::kBM - 1) / cfg::kBM, works = p.B * p.Hq * row_tiles;
+  const unsigned grid = static_cast<unsigned>(works < sms ? works : sms);
+  // a head's row tiles side by side only without a band (every tile costs the same)
+  const bool heads_inner = p.wl >= 0 || p.wr >= 0 || p.seqlens_q || p.seqlens_k || p.cu_q || p.cu_k;
+  kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p, maps[0], maps[1], maps[2], row_tiles, heads_inner);
+  FA_CUDA_CHECK_LAUNCH("forward (fp8, warp-specialized) kernel launch");
+  return FA_OK;
+}
+
 // kd: the head-dim bucket of max(D, Dv), 128 (D <= 128: Q and K rows are
 // whole 128-byte swizzle atoms, so D = 64 is zero-padded) or 256. Variants:
 //   128, the band only: the pipeline (S of the next tile beside P V of
@@ -34,6 +103,11 @@ fa_status launch_fwd_fp8_cfg(const fa__cuda_params &p, cudaStream_t s, fa__err *
 //       P V in two halves of 128 dims through one temporary),
 //       warpgroups skipping the tiles outside their band
 //   per-element scoring (softcap, ALiBi): one tile at a time, both buckets
+// With FLASHATTN_CUDA_FP8_WS=1 the warp-specialized kernel takes the
+// band-only calls of bucket 128 (fp8_ws_maps): 2 stages, P V first and
+// its add under S (kOrder 1: no consumer spills under 240 registers);
+// FLASHATTN_CUDA_VARIANT=3 S first and the softmax under P V (kOrder 2,
+// FlashAttention 3's order: spills, for A/B timing).
 // The two-level P V (fwd_fp8_kernel.cuh) is not yet timed on a GPU.
 template <typename E>
 fa_status launch_fwd_fp8(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err) {
@@ -45,6 +119,10 @@ fa_status launch_fwd_fp8(const fa__cuda_params &p, int kd, cudaStream_t s, fa__e
     return kd == 128 ? launch_fwd_fp8_cfg<E, 128, true, 0, true>(p, s, err)
                      : launch_fwd_fp8_cfg<E, 256, true, 0, true>(p, s, err);
   if (kd == 128) {
+    CUtensorMap maps[3];
+    if (fp8_ws_maps(p, kd, maps))
+      return p.variant == 3 ? launch_fwd_fp8_ws_cfg<E, 2, 2>(p, maps, s, err)
+                            : launch_fwd_fp8_ws_cfg<E, 2, 1>(p, maps, s, err);
     if (p.variant == 1) return launch_fwd_fp8_cfg<E, 128, false, 0, true>(p, s, err);
     if (p.variant == 2) return launch_fwd_fp8_cfg<E, 128, false, 2, false>(p, s, err);
     return launch_fwd_fp8_cfg<E, 128, false, 1, false>(p, s, err);

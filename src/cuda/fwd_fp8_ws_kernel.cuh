@@ -1,0 +1,422 @@
+// Warp-specialized FP8 (e4m3) forward for Hopper (sm_90a): the structure of
+// fwd_ws_kernel.cuh (the bf16 warp-specialized forward) with the arithmetic
+// of fwd_fp8_kernel.cuh (the rule of docs/semantics.md, "FP8 (e4m3)"):
+//   producer warpgroup (setmaxnreg 24)
+//     warp 0, one thread   TMA copies, as fwd_ws_kernel's producer: Q of each
+//                          work tile into one buffer, K and V (as stored:
+//                          [keys][D] bytes) tile by tile into rings of
+//                          kStages slots, each slot with a full and an
+//                          empty mbarrier.
+//     warps 2-3 (64 thr.)  the V transpose: each waits for a V slot, turns
+//                          it into a V^T slot ([Dv][kBN keys], the key order
+//                          of P's registers) with fwd_fp8_kernel's byte
+//                          permutes, fences its writes to the async proxy and
+//                          arrives on the V^T slot's full barrier and on the
+//                          V slot's empty one (one arrival per thread).
+//     warp 1               leaves.
+//   2 consumer warpgroups (setmaxnreg 240), 64 query rows each
+//     the pipelined loop of fwd_ws_kernel (S of tile it + 1 issued with
+//     P V of tile it, turns taken on named barriers), with the fp8 kernel's
+//     steps: S on wgmma k32, descales, fwd_tile.cuh's scores and softmax
+//     with P = 2^(s - m + FA__FP8_P_SHIFT), P to e4m3 in registers
+//     (fp8_p_frag), P V of each 128-key tile into a temporary that starts
+//     from zero and is added to O in f32 (the two-level accumulation).
+// Why the transpose runs on the producer's spare warps (FlashAttention 3
+// does the same) rather than on the consumers: the consumers are the
+// bottleneck (softmax, e4m3 conversion, the f32 add of each tile), while
+// three of the producer's four warps sit idle; on the consumers the
+// transpose would also need both warpgroups to meet per tile (V^T is
+// shared by them), undoing the turn-taking that keeps one warpgroup's
+// softmax under the other's products. With its own warps it is one more
+// ring stage (V -> V^T) under plain mbarriers, and a V slot is free for the
+// next copy as soon as it is transposed. Rows of V past the sequence's keys
+// (the last tile under seqlens / packed sequences, which a box reads from
+// the padding or the next sequence) are transposed as zeros, as the
+// cp.async kernel's zero-fill makes them: P is 0 there, but 0 x Inf or NaN
+// is not.
+// Same rule, bit for bit, as fwd_fp8_kernel's D = 128 pipeline: the same S
+// chain (D / 32 k32 steps, one group), the same scores and softmax helpers,
+// P rounded once per 128-key tile, each tile's P V from zero in 4 k32 steps,
+// o = o * alpha + tmp in the same fmaf order, the same epilogue.
+// Scope: head-dim bucket 128 (D, Dv <= 128: a row is one 128-byte swizzle
+// atom), band-only options (causal, window, offsets, seqlens, packed
+// sequences); launch_fwd_fp8.cuh decides (FLASHATTN_CUDA_FP8_WS=1).
+#ifndef FA_CUDA_FWD_FP8_WS_KERNEL_CUH
+#define FA_CUDA_FWD_FP8_WS_KERNEL_CUH
+
+#include "fwd_fp8_kernel.cuh"
+#include "fwd_ws_kernel.cuh"
+#include "tma.cuh"
+#include "wgmma.cuh"
+
+namespace fa_cuda {
+
+template <int kD, int kBN, int kStages>
+struct fwd_fp8_ws_cfg {
+  static constexpr int kCWG = 2, kBM = 64 * kCWG, kThreads = 128 * (kCWG + 1), kConsumers = 128 * kCWG;
+  // warps 2-3 of the producer warpgroup (64 threads, 16 of
+  // fp8_transpose_v's 4 x 4 blocks each; 96 do not divide the 1024 blocks
+  // of a tile, and the general index arithmetic of a remainder loop cost
+  // more instructions than the permutes)
+  static constexpr int kTransposers = 64;
+  // setmaxnreg shares of the 64 Ki registers: 128 x 24 + 256 x 240
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  // one byte an element: Q, a K / V / V^T slot
+  static constexpr uint32_t kQBytes = kBM * kD, kTileBytes = kBN * kD;
+  static constexpr int kBars = 2 + 6 * kStages;
+  // Q, the K, V and V^T rings, the barriers, and 1 KiB to align the tiles
+  // to 1024 bytes (the swizzle pattern's period).
+  static constexpr size_t smem_bytes = kQBytes + 3 * kStages * (size_t)kTileBytes + 8 * kBars + 1024;
+};
+
+// fp8_transpose_v (fwd_fp8_kernel.cuh) for kD = kBN = 128 and 64 threads,
+// its loop rewritten so that the addresses are a few per-thread constants
+// plus multiples of the step (fp8_transpose_v fully unrolled spilled
+// hundreds of bytes under the producer's 24 registers; its general index
+// arithmetic in a rolled loop cost 4x the permutes' instructions). Keys >=
+// v_rows are written as zeros (the last key tile of a sequence under
+// seqlens / packed sequences: the copy read those V rows from the padding
+// or the next sequence; P is 0 there, but 0 x Inf or NaN is not).
+// The same blocks and bytes as fp8_transpose_v<128, 128, 64>: its step b0 =
+// 64 k (k = 2 j + e) gives thread `id` (lo = id & 31, wq = id >> 5) the block
+// idx = 64 k + id, hi = 2 k + wq, so
+//   n    = 4 ((hi % 4) 8 + (lo & 7)) = 4 ((2 e + wq) 8 + (lo & 7))
+//   c4   = (hi / 4) 4 + (lo >> 3)   = 4 j + (lo >> 3)
+//   key0 = (c4 >> 3) 32 + ((c4 >> 2) & 1) 16 + (c4 & 3) 2 = 16 j + 2 (lo >> 3)
+// and with c = 4 c4: c >> 4 = j, c & 15 = 4 (lo >> 3); row & 7 = 4 (lo & 1) + r
+// (n is a multiple of 8 plus 4 (lo & 1)), key & 7 does not depend on j.
+// Read (swz_atoms<128>(key, n >> 1) in bytes): key 128 + (((n >> 4) ^ (key & 7))
+// << 4) + (n & 15), = 2048 j + rq[q] for e = 0, and e = 1 (n + 64) flips bit
+// 2 of the 16-byte chunk: rq[q] ^ 64. Write: (n + r) 128 + ((j ^ (row & 7)) << 4)
+// + 4 (lo >> 3), 8192 bytes on for e = 1. Addresses are shared-window byte
+// addresses (V^T at vt, V as loaded at sv). kMask: keys >= v_rows as zeros.
+template <bool kMask>
+__device__ __forceinline__ void fp8_ws_transpose_v(uint32_t vt, uint32_t sv, int id, int v_rows) {
+  const int lo = id & 31, wq = id >> 5;
+  const int n0 = 4 * (wq * 8 + (lo & 7));  // n for e = 0
+  const int kq = 2 * (lo >> 3);            // key0 - 16 j
+  const int x = 4 * (lo & 1);              // row & 7 - r
+  uint32_t rq[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int kin = kq + (q & 1) + 8 * (q >> 1);  // key - 16 j
+    rq[q] = kin * 128 + ((((n0 >> 4) ^ (kin & 7)) << 4) | (n0 & 15));
+  }
+  const uint32_t wb = vt + n0 * 128 + 4 * (lo >> 3);
+#pragma unroll 1
+  for (int j = 0; j < 8; ++j) {
+    const uint32_t rd = sv + 2048 * j;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      uint32_t w[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const uint32_t a = rd + (rq[q] ^ (64 * e));
+        if (kMask) {
+          w[q] = 0u;
+          if (16 * j + kq + (q & 1) + 8 * (q >> 1) < v_rows)
+            asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(w[q]) : "r"(a) : "memory");
+        } else {
+          asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(w[q]) : "r"(a) : "memory");
+        }
+      }
+      const uint32_t lo01 = __byte_perm(w[0], w[1], 0x5140), hi01 = __byte_perm(w[0], w[1], 0x7362);
+      const uint32_t lo23 = __byte_perm(w[2], w[3], 0x5140), hi23 = __byte_perm(w[2], w[3], 0x7362);
+      const uint32_t out[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),
+                               __byte_perm(hi01, hi23, 0x5410), __byte_perm(hi01, hi23, 0x7632)};
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const uint32_t a = wb + 8192 * e + 128 * r + ((j ^ (x + r)) << 4);
+        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(out[r]) : "memory");
+      }
+    }
+  }
+}
+
+// kOrder: the consumers' order within an iteration (both issue S of tile
+// it + 1 with P V of tile it in one turn):
+//   1  P V first; its add into O once it is in (S may still run), then the
+//      softmax of it + 1 (fwd_fp8_kernel's kPipe 1)
+//   2  S first; the softmax of it + 1 under P V, the add after
+//      (FlashAttention 3's order, fwd_ws_kernel's; kPipe 2): O, the
+//      temporary, S and P all live at once
+template <typename E, int kD, int kBN, int kStages, int kOrder>
+__global__ void __launch_bounds__(384, 1)
+    fwd_fp8_ws_kernel(const __grid_constant__ fa__cuda_params p, const __grid_constant__ CUtensorMap tq,
+                      const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv, int64_t row_tiles,
+                      bool heads_inner) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using cfg = fwd_fp8_ws_cfg<kD, kBN, kStages>;
+  constexpr int kBM = cfg::kBM, kCWG = cfg::kCWG, kNB = kBN / 8, kDB = kD / 8;
+  static_assert(kD == 128, "Q, K, V rows are one 128-byte swizzle atom (head-dim bucket 128)");
+  static_assert(kBN == FA__FP8_BLOCK_K, "the key tile is the block of the FP8 rule (src/rules/fp8.h)");
+  static_assert(kStages >= 2 && (kOrder == 1 || kOrder == 2), "configuration");
+  static_assert(cfg::kTransposers == 64, "fp8_ws_transpose_v's thread count");
+
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t base = smem_addr(smem_raw), pad = (1024 - (base & 1023)) & 1023;
+  const uint32_t sq = base + pad;                         // [kBM][128 bytes]
+  const uint32_t sk = sq + cfg::kQBytes;                  // [kStages][kBN][128 bytes]
+  const uint32_t sv = sk + kStages * cfg::kTileBytes;     // [kStages][kBN][128 bytes], V as stored
+  const uint32_t svt = sv + kStages * cfg::kTileBytes;    // [kStages][kD][kBN bytes], V^T in P's key order
+  const uint32_t bars = svt + kStages * cfg::kTileBytes;  // full_q, empty_q, then per slot:
+  const uint32_t full_q = bars, empty_q = bars + 8;       // full_k, full_v, full_vt, empty_k, empty_v, empty_vt
+  auto full_k = [&](int s) { return bars + 8 * (2 + s); };
+  auto full_v = [&](int s) { return bars + 8 * (2 + kStages + s); };
+  auto full_vt = [&](int s) { return bars + 8 * (2 + 2 * kStages + s); };
+  auto empty_k = [&](int s) { return bars + 8 * (2 + 3 * kStages + s); };
+  auto empty_v = [&](int s) { return bars + 8 * (2 + 4 * kStages + s); };
+  auto empty_vt = [&](int s) { return bars + 8 * (2 + 5 * kStages + s); };
+  constexpr uint32_t kConsumerWarps = cfg::kConsumers / 32;
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int64_t works = p.B * p.Hq * row_tiles;
+
+  if (tid == 0) {
+    mbar_init(full_q, 1);
+    mbar_init(empty_q, kConsumerWarps);  // one arrival per consumer warp
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full_k(s), 1);
+      mbar_init(full_v(s), 1);
+      mbar_init(full_vt(s), cfg::kTransposers);  // one arrival per transposing thread
+      mbar_init(empty_k(s), kConsumerWarps);
+      mbar_init(empty_v(s), cfg::kTransposers);
+      mbar_init(empty_vt(s), kConsumerWarps);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (warp < 4) {
+    regs_dealloc<cfg::kProducerRegs>();
+    if (warp == 0) {
+      // The copies: fwd_ws_kernel's producer, one atom per row.
+      if (lane == 0) {
+        tma_prefetch_map(&tq);
+        tma_prefetch_map(&tk);
+        tma_prefetch_map(&tv);
+        int q_round = 0;  // work tiles with keys so far (uses of the Q buffer)
+        int kv = 0;       // K / V tiles so far (uses of the rings)
+        for (int64_t w = blockIdx.x; w < works; w += gridDim.x) {
+          fwd_block fb;
+          if (!fwd_ws_block<kBM, kBN>(p, w, row_tiles, heads_inner, &fb) || fb.n_tiles == 0) continue;
+          const int b = static_cast<int>(fb.c.seq.bidx), h = static_cast<int>(fb.h), kvh = static_cast<int>(fb.kvh);
+          if (q_round > 0) mbar_wait(empty_q, (q_round - 1) & 1);
+          mbar_expect_tx(full_q, cfg::kQBytes);
+          tma_load_4d(sq, &tq, 0, static_cast<int>(fb.c.seq.q_row0 + fb.m0), h, b, full_q);
+          ++q_round;
+          for (int it = 0; it < fb.n_tiles; ++it, ++kv) {
+            const int s = kv % kStages, use = kv / kStages;
+            const int n0 = static_cast<int>(fb.c.seq.k_row0) + (fb.nb_lo + it) * kBN;  // stored row
+            if (use > 0) mbar_wait(empty_k(s), (use - 1) & 1);
+            mbar_expect_tx(full_k(s), cfg::kTileBytes);
+            tma_load_4d(sk + s * cfg::kTileBytes, &tk, 0, n0, kvh, b, full_k(s));
+            if (use > 0) mbar_wait(empty_v(s), (use - 1) & 1);  // transposed
+            mbar_expect_tx(full_v(s), cfg::kTileBytes);
+            tma_load_4d(sv + s * cfg::kTileBytes, &tv, 0, n0, kvh, b, full_v(s));
+          }
+        }
+        // (No copy can still be landing when the block exits: the
+        // transposers wait for every V, the consumers for every Q and K.)
+      }
+    } else if (warp >= 2) {
+      // The transposers: V slot -> V^T slot, tile by tile in the producer's order.
+      const int id = tid - 64;
+      int kv = 0;
+      for (int64_t w = blockIdx.x; w < works; w += gridDim.x) {
+        int n = 0, last_rows = kBN;
+        {
+          fwd_block fb;
+          if (!fwd_ws_block<kBM, kBN>(p, w, row_tiles, heads_inner, &fb)) continue;
+          n = fb.n_tiles;
+          // keys of the sequence in the block's last tile
+          if (n > 0) {
+            const int64_t left = fb.c.seq.lk - static_cast<int64_t>(fb.nb_lo + n - 1) * kBN;
+            last_rows = left < kBN ? static_cast<int>(left) : kBN;
+          }
+        }
+        for (int it = 0; it < n; ++it, ++kv) {
+          const int s = kv % kStages, use = kv / kStages;
+          mbar_wait(full_v(s), use & 1);
+          if (use > 0) mbar_wait(empty_vt(s), (use - 1) & 1);  // the consumers' P V of its last use is done
+          const int v_rows = it == n - 1 ? last_rows : kBN;
+          if (v_rows < kBN)
+            fp8_ws_transpose_v<true>(svt + s * cfg::kTileBytes, sv + s * cfg::kTileBytes, id, v_rows);
+          else
+            fp8_ws_transpose_v<false>(svt + s * cfg::kTileBytes, sv + s * cfg::kTileBytes, id, kBN);
+          fence_proxy_async();  // this thread's st.shared to V^T -> wgmma's proxy (and its V reads before the copy's
+                                // writes)
+          mbar_arrive(full_vt(s));
+          mbar_arrive(empty_v(s));
+        }
+      }
+    }
+  } else {
+    regs_alloc<cfg::kConsumerRegs>();
+    const int cw = warp - 4, wg = cw >> 2, g = lane >> 2, t = lane & 3;
+    const int wrow = cw * 16;  // this warp's rows in the block
+    const uint32_t q_base = sq + wg * 64 * 128;
+    int q_round = 0, kv = 0;  // as the producer counts them
+
+    float o[1][kDB][4];
+    float row_m[1][2], row_l[1][2], alpha[1][2];
+    float s[1][kNB][4];        // S of the next tile, then its P in f32
+    uint32_t pa[kBN / 32][4];  // P of the current tile as e4m3 A fragments
+    float tmp[1][kDB][4];      // P V of one tile (from zero)
+
+    // Turn-taking as in fwd_ws_kernel: a warpgroup issues its products only
+    // in its turn, then hands the turn to the other.
+    auto turn_wait = [&]() { named_sync(kWsTurn0 + wg, 256); };
+    auto turn_pass = [&]() { named_arrive(kWsTurn0 + (wg + 1) % kCWG, 256); };
+    auto release = [&](uint32_t bar) {
+      if (lane == 0) mbar_arrive(bar);
+    };
+    if (wg == kCWG - 1) named_arrive(kWsTurn0, 256);
+
+    for (int64_t w = blockIdx.x; w < works; w += gridDim.x) {
+      fwd_block fb;
+      if (!fwd_ws_block<kBM, kBN>(p, w, row_tiles, heads_inner, &fb)) continue;
+      const seq_ctx &c = fb.c;
+      const int64_t m0 = fb.m0;
+      const int n = fb.n_tiles;
+      const float qk_descale =
+          fp8_descale(p.q_descale, p.qds, fb.b, fb.kvh) * fp8_descale(p.k_descale, p.kds, fb.b, fb.kvh);
+#pragma unroll
+      for (int db = 0; db < kDB; ++db) o[0][db][0] = o[0][db][1] = o[0][db][2] = o[0][db][3] = 0.f;
+      row_m[0][0] = row_m[0][1] = -INFINITY;
+      row_l[0][0] = row_l[0][1] = 0.f;
+
+      auto slot = [&](int it) { return (kv + it) % kStages; };
+      auto full_parity = [&](int it) { return static_cast<uint32_t>(((kv + it) / kStages) & 1); };
+      // S = Q K^T of tile it: k32 steps of 32 bytes within the atom (fwd_fp8_kernel's
+      // s_issue), the first one overwriting s (wgmma_e4m3_128_first: S's old values are dead)
+      auto s_issue = [&](int it) {
+        const uint32_t k_base = sk + slot(it) * cfg::kTileBytes;
+        wgmma_e4m3_128_first::ss(s[0], sw128_desc_lo(q_base, 0), sw128_desc_lo(k_base, 0));
+#pragma unroll
+        for (int kk = 1; kk < kD / 32; ++kk)
+          wgmma<e4m3_t, kBN>::ss(s[0], sw128_desc_lo(q_base + kk * 32, 0), sw128_desc_lo(k_base + kk * 32, 0), 1);
+        wgmma_commit();
+      };
+      // P V of tile it into tmp: 32 keys = 32 bytes of every V^T row a step,
+      // the first overwriting tmp (fwd_fp8_kernel's pv_issue; the last tile's
+      // tmp is dead once added into O)
+      auto pv_issue = [&](int it) {
+        const uint32_t vt = svt + slot(it) * cfg::kTileBytes;
+        wgmma_e4m3_128_first::rs(tmp[0], pa[0], sw128_desc_lo(vt, 0));
+#pragma unroll
+        for (int kk = 1; kk < kBN / 32; ++kk) wgmma<e4m3_t, kD>::rs(tmp[0], pa[kk], sw128_desc_lo(vt + kk * 32, 0), 1);
+        wgmma_commit();
+      };
+      // S of tile it is in: its K slot is free, and after the tile's last S the Q buffer too.
+      auto s_done = [&](int it) {
+        release(empty_k(slot(it)));
+        if (it == n - 1) release(empty_q);
+      };
+      auto s_softmax = [&](int it) {
+        fence_regs(s[0]);
+        if (qk_descale != 1.f) {
+#pragma unroll
+          for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[0][nb][e] *= qk_descale;
+        }
+        const int64_t n0 = static_cast<int64_t>(fb.nb_lo + it) * kBN;
+        fwd_scores<false>(p, c, s, m0 + wrow, n0, g, t);
+        fwd_softmax<false, FA__FP8_P_SHIFT>(p, c, s, alpha, row_m, row_l, m0 + wrow, n0, g, t);
+      };
+      auto p_to_frags = [&]() {
+#pragma unroll
+        for (int kk = 0; kk < kBN / 32; ++kk) fp8_p_frag(pa[kk], s[0], kk);
+      };
+      // once P V of a tile is in: o = o * a + tmp (a: that tile's alpha)
+      auto pv_add = [&](const float(&a)[2]) {
+        fence_regs(tmp[0]);
+#pragma unroll
+        for (int db = 0; db < kDB; ++db) {
+          float(&od)[4] = o[0][db];
+          od[0] = fmaf(od[0], a[0], tmp[0][db][0]);
+          od[1] = fmaf(od[1], a[0], tmp[0][db][1]);
+          od[2] = fmaf(od[2], a[1], tmp[0][db][2]);
+          od[3] = fmaf(od[3], a[1], tmp[0][db][3]);
+        }
+      };
+
+      if (n > 0) {
+        mbar_wait(full_q, q_round & 1);
+        mbar_wait(full_k(slot(0)), full_parity(0));
+        turn_wait();
+        wgmma_fence();
+        s_issue(0);
+        turn_pass();
+        wgmma_wait<0>();
+        s_done(0);
+        s_softmax(0);
+        p_to_frags();
+        // Every tile but the last: S of it + 1 with P V of it (the last is
+        // peeled off so that every wgmma wait is unconditional).
+        for (int it = 0; it + 1 < n; ++it) {
+          mbar_wait(full_k(slot(it + 1)), full_parity(it + 1));
+          mbar_wait(full_vt(slot(it)), full_parity(it));
+          turn_wait();
+          wgmma_fence();  // pa written, tmp read by pv_add, s read by p_to_frags
+          if constexpr (kOrder == 1) {
+            pv_issue(it);
+            s_issue(it + 1);
+            turn_pass();
+            wgmma_wait<1>();  // P V of it (the older group) is in; S may still run
+            release(empty_vt(slot(it)));
+            pv_add(alpha[0]);  // tile it's alpha: the softmax of it + 1 has not run yet
+            wgmma_wait<0>();
+            s_done(it + 1);
+            s_softmax(it + 1);
+          } else {
+            s_issue(it + 1);
+            pv_issue(it);
+            turn_pass();
+            wgmma_wait<1>();  // S of it + 1 is in; P V of it may still run
+            s_done(it + 1);
+            const float a_pv[2] = {alpha[0][0], alpha[0][1]};  // tile it's, before the softmax of it + 1 moves it
+            s_softmax(it + 1);
+            wgmma_wait<0>();
+            release(empty_vt(slot(it)));
+            pv_add(a_pv);
+          }
+          p_to_frags();
+        }
+        mbar_wait(full_vt(slot(n - 1)), full_parity(n - 1));
+        turn_wait();
+        wgmma_fence();
+        pv_issue(n - 1);
+        turn_pass();
+        wgmma_wait<0>();
+        release(empty_vt(slot(n - 1)));
+        pv_add(alpha[0]);
+        ++q_round;
+        kv += n;
+      }
+      // o = acc * v_descale / l; the P shift leaves l (and acc) 2^shift too
+      // large, which the division cancels and m - shift takes out of lse
+      // (fwd_fp8_kernel's epilogue). The block's bookkeeping recomputed
+      // rather than kept live across the loop.
+      fwd_block fb_out;
+      fwd_ws_block<kBM, kBN>(p, w, row_tiles, heads_inner, &fb_out);
+      const float vd = fp8_descale(p.v_descale, p.vds, fb_out.b, fb_out.kvh);
+#pragma unroll
+      for (int db = 0; db < kDB; ++db)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[0][db][e] *= vd;
+      row_m[0][0] -= static_cast<float>(FA__FP8_P_SHIFT);
+      row_m[0][1] -= static_cast<float>(FA__FP8_P_SHIFT);
+      fwd_store<E>(p, fb_out, o, row_m, row_l, fb_out.m0 + wrow, g, t);
+    }
+    // The last warpgroup's last pass (or its opening one) is still pending on
+    // warpgroup 0's barrier: take it, so none is left behind.
+    if (wg == 0) turn_wait();
+  }
+#endif
+}
+
+}  // namespace fa_cuda
+
+#endif
