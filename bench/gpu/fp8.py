@@ -8,12 +8,18 @@ rounded to e4m3 as they are; or scaled per head by fp8_quantize, with and
 without the Hadamard rotation of q and k), on N(0, 1) inputs and on
 inputs with outlier channels.
 
+--ws 1 (default) times the FP8 forward twice in the same process, the
+cp.async kernel (FLASHATTN_CUDA_FP8_WS=0) and the warp-specialized one
+(FLASHATTN_CUDA_FP8_WS=1; the library reads the switch per call), prints
+both, and the largest |difference| of their o (the same rule, so 0 is
+expected); the accuracy rows then run the warp-specialized kernel.
+
 Timing: CUDA events around each call after warm-up, the median of --reps.
 FLOP count: 4 B H L^2 D, halved when causal. The library is called through
 ctypes (bench/gpu/fa_ctypes.py), as bench/gpu/anchors.py does.
 
 usage: python3 bench/gpu/fp8.py --lib build/libflashattn.so [--d 64,128,256]
-       [--l 4096,8192,16384] [--causal 0,1] [--reps 20] [--acc-l 2048]
+       [--l 4096,8192,16384] [--causal 0,1] [--reps 20] [--acc-l 2048] [--ws 1]
 """
 
 import argparse
@@ -100,7 +106,13 @@ def main():
     ap.add_argument("--causal", default="0,1")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--acc-l", type=int, default=2048, help="sequence length of the accuracy rows (0: none)")
+    ap.add_argument("--ws", type=int, default=1, help="1: also time the warp-specialized fp8 kernel")
     args = ap.parse_args()
+
+    def fp8_ws(on):
+        """The FP8 kernel the next calls take (read by the library per call)."""
+        os.environ["FLASHATTN_CUDA_FP8_WS"] = "1" if on else "0"
+
     lib = Lib(args.lib)
     print(
         f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, {datetime.date.today()}; "
@@ -108,7 +120,9 @@ def main():
     )
     print(
         f"{'D':>4} {'H':>3} {'B':>3} {'L':>6} {'causal':>6} | {'bf16':>7} {'fp8':>7} {'fp8/bf16':>8} | "
-        f"{'sdpa-fp8':>8} | check fp8 vs bf16 (max |diff|)"
+        + (f"{'fp8-ws':>7} {'ws/bf16':>8} | " if args.ws else "")
+        + f"{'sdpa-fp8':>8} | check fp8 vs bf16 (max |diff|)"
+        + (", ws vs fp8" if args.ws else "")
     )
     sdpa_why = None
     for D in (int(x) for x in args.d.split(",")):
@@ -126,8 +140,18 @@ def main():
                 f16 = lib.forward8(q, k, v, o, lse, causal, fa.FA_BF16)
                 f8 = lib.forward8(q8, k8, v8, o8, lse, causal, FA_F8_E4M3)
                 t16 = median_ms(f16, args.reps)
+                if args.ws:
+                    fp8_ws(False)
                 t8 = median_ms(f8, args.reps)
                 diff = (o.float() - o8.float()).abs().max().item()
+                ws_cols, ws_diff = "", ""
+                if args.ws:
+                    o8_old = o8.clone()
+                    fp8_ws(True)
+                    t8w = median_ms(f8, args.reps)
+                    ws_cols = f"{flops / t8w / 1e9:7.1f} {t16 / t8w:8.2f} | "
+                    ws_diff = f", {(o8.float() - o8_old.float()).abs().max().item():.3g}"
+                    del o8_old
                 sd, why = sdpa_fp8(q8, k8, v8, causal)
                 if sd is None:
                     sdpa_why = sdpa_why or why
@@ -136,7 +160,7 @@ def main():
                     ts = f"{flops / median_ms(sd, args.reps) / 1e9:8.1f}"
                 print(
                     f"{D:>4} {H:>3} {B:>3} {L:>6} {int(causal):>6} | {flops / t16 / 1e9:7.1f} "
-                    f"{flops / t8 / 1e9:7.1f} {t16 / t8:8.2f} | {ts:>8} | {diff:.3g}",
+                    f"{flops / t8 / 1e9:7.1f} {t16 / t8:8.2f} | {ws_cols}{ts:>8} | {diff:.3g}{ws_diff}",
                     flush=True,
                 )
                 del q, k, v, q8, k8, v8, o, o8
@@ -145,6 +169,8 @@ def main():
 
     if args.acc_l <= 0:  # --acc-l 0: the speed rows only
         return
+    if args.ws:  # the accuracy rows on the warp-specialized kernel
+        fp8_ws(True)
     print(
         f"\n# accuracy: RMSE of o against float64 softmax(q k^T / sqrt(D)) v of the unquantized inputs, "
         f"B=1 H=8 L={args.acc_l}; fp8: e4m3 as is (descale 1); scaled: fp8_quantize's per-head scales; "
