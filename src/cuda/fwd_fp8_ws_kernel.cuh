@@ -69,52 +69,55 @@ struct fwd_fp8_ws_cfg {
   static constexpr size_t smem_bytes = kQBytes + 3 * kStages * (size_t)kTileBytes + 8 * kBars + 1024;
 };
 
-// fp8_transpose_v (fwd_fp8_kernel.cuh) for kD = kBN = 128 and 64 threads,
-// its loop rewritten so that the addresses are a few per-thread constants
-// plus multiples of the step (fp8_transpose_v fully unrolled spilled
-// hundreds of bytes under the producer's 24 registers; its general index
-// arithmetic in a rolled loop cost 4x the permutes' instructions). Keys >=
-// v_rows are written as zeros (the last key tile of a sequence under
-// seqlens / packed sequences: the copy read those V rows from the padding
-// or the next sequence; P is 0 there, but 0 x Inf or NaN is not).
-// The same blocks and bytes as fp8_transpose_v<128, 128, 64>: its step b0 =
-// 64 k (k = 2 j + e) gives thread `id` (lo = id & 31, wq = id >> 5) the block
-// idx = 64 k + id, hi = 2 k + wq, so
-//   n    = 4 ((hi % 4) 8 + (lo & 7)) = 4 ((2 e + wq) 8 + (lo & 7))
-//   c4   = (hi / 4) 4 + (lo >> 3)   = 4 j + (lo >> 3)
-//   key0 = (c4 >> 3) 32 + ((c4 >> 2) & 1) 16 + (c4 & 3) 2 = 16 j + 2 (lo >> 3)
-// and with c = 4 c4: c >> 4 = j, c & 15 = 4 (lo >> 3); row & 7 = 4 (lo & 1) + r
-// (n is a multiple of 8 plus 4 (lo & 1)), key & 7 does not depend on j.
-// Read (swz_atoms<128>(key, n >> 1) in bytes): key 128 + (((n >> 4) ^ (key & 7))
-// << 4) + (n & 15), = 2048 j + rq[q] for e = 0, and e = 1 (n + 64) flips bit
-// 2 of the 16-byte chunk: rq[q] ^ 64. Write: (n + r) 128 + ((j ^ (row & 7)) << 4)
-// + 4 (lo >> 3), 8192 bytes on for e = 1. Addresses are shared-window byte
-// addresses (V^T at vt, V as loaded at sv). kMask: keys >= v_rows as zeros.
+// fp8_transpose_v (fwd_fp8_kernel.cuh) for kD = kBN = 128 on 64 threads:
+// the same 1024 blocks of 4 keys x 4 dims, each read, permuted and written
+// exactly as there (block a, b: dims n = 4 a, logical columns c = 4 b, keys
+// key0 + {0, 1, 8, 9} with key0 = (b >> 3) 32 + ((b >> 2) & 1) 16 + (b & 3) 2),
+// only handed out to the threads in another order, for two reasons:
+//   - bank conflicts: fp8_transpose_v's warps write 4-way conflicted words
+//     (8 rows whose swizzle leaves 2 chunks), which with wgmma's operand
+//     reads made shared memory the bottleneck. Here lane l (bits t0..t4) of
+//     warp wq takes, at step (e, s), a = 16 wq + 8 e + 4 t4 + (l & 3) and
+//     b = 4 J + ((l >> 2) & 3) with J = (s + t1 + 2 t4) & 7: each of its 4
+//     loads and 4 stores hits 32 distinct banks (loads: ((a >> 2) ^ key & 7,
+//     a & 3) distinct; stores: (J ^ (4 t0 + r), b & 3) distinct);
+//   - registers: the addresses are per-thread constants plus 2048 J (read)
+//     and J's chunk (write), so the loop fits the producer's 24 registers
+//     (fp8_transpose_v fully unrolled spilled hundreds of bytes there).
+// Read (swz_atoms<128>(key, n >> 1) in bytes): key 128 + (((n >> 4) ^ (key &
+// 7)) << 4) + (n & 15) = 2048 J + rq[q], e = 1 (n + 32) flipping bit 1 of the
+// chunk: rq[q] ^ 32. Write: (n + r) 128 + ((J ^ ((n + r) & 7)) << 4) + (c &
+// 15), (n + r) & 7 = 4 t0 + r, e = 1 4096 bytes on. A host program checked
+// (2026-12-01) that these steps cover exactly fp8_transpose_v's 1024 (reads,
+// writes, keys) and that every warp access is conflict-free. Addresses are
+// shared-window byte addresses (V^T at vt, V as loaded at sv). kMask: keys
+// >= v_rows written as zeros (the last key tile of a sequence under
+// seqlens / packed sequences: the copy read those V rows from the padding or
+// the next sequence; P is 0 there, but 0 x Inf or NaN is not).
 template <bool kMask>
 __device__ __forceinline__ void fp8_ws_transpose_v(uint32_t vt, uint32_t sv, int id, int v_rows) {
-  const int lo = id & 31, wq = id >> 5;
-  const int n0 = 4 * (wq * 8 + (lo & 7));  // n for e = 0
-  const int kq = 2 * (lo >> 3);            // key0 - 16 j
-  const int x = 4 * (lo & 1);              // row & 7 - r
-  uint32_t rq[4];
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const int kin = kq + (q & 1) + 8 * (q >> 1);  // key - 16 j
-    rq[q] = kin * 128 + ((((n0 >> 4) ^ (kin & 7)) << 4) | (n0 & 15));
-  }
-  const uint32_t wb = vt + n0 * 128 + 4 * (lo >> 3);
+  const int l = id & 31, wq = id >> 5;
+  const int n0 = 64 * wq + 16 * (l >> 4) + 4 * (l & 3);  // n = 4 a for e = 0
+  const int kq = 2 * ((l >> 2) & 3);                     // key0 - 16 J
+  // reads of q = 0 and 1 (keys key0, key0 + 1); q = 2, 3 (key + 8: the same
+  // key & 7) are 1024 bytes on
+  const uint32_t r0 = sv + kq * 128 + ((((n0 >> 4) ^ kq) << 4) | (n0 & 15));
+  const uint32_t r1 = sv + (kq + 1) * 128 + ((((n0 >> 4) ^ (kq + 1)) << 4) | (n0 & 15));
+  const uint32_t wb = vt + n0 * 128 + kq * 2;  // c & 15 = 4 ((l >> 2) & 3) = 2 kq
+  const int x = 4 * (l & 1);                   // (n + r) & 7 - r
+  int J = ((l >> 1) & 1) + 2 * (l >> 4);       // s = 0: J = t1 + 2 t4
 #pragma unroll 1
-  for (int j = 0; j < 8; ++j) {
-    const uint32_t rd = sv + 2048 * j;
+  for (int s = 0; s < 8; ++s, J = (J + 1) & 7) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
+      const uint32_t ra[4] = {r0 + 2048 * J, r1 + 2048 * J, r0 + 2048 * J + 1024, r1 + 2048 * J + 1024};
       uint32_t w[4];
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        const uint32_t a = rd + (rq[q] ^ (64 * e));
+        const uint32_t a = ra[q] ^ (32 * e);  // bit 5 is the chunk's bit 1 (2048 J, 1024 leave it)
         if (kMask) {
           w[q] = 0u;
-          if (16 * j + kq + (q & 1) + 8 * (q >> 1) < v_rows)
+          if (16 * J + kq + (q & 1) + 8 * (q >> 1) < v_rows)
             asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(w[q]) : "r"(a) : "memory");
         } else {
           asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(w[q]) : "r"(a) : "memory");
@@ -126,7 +129,7 @@ __device__ __forceinline__ void fp8_ws_transpose_v(uint32_t vt, uint32_t sv, int
                                __byte_perm(hi01, hi23, 0x5410), __byte_perm(hi01, hi23, 0x7632)};
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        const uint32_t a = wb + 8192 * e + 128 * r + ((j ^ (x + r)) << 4);
+        const uint32_t a = wb + 4096 * e + 128 * r + ((J ^ (x + r)) << 4);
         asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(out[r]) : "memory");
       }
     }
