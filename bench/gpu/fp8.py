@@ -10,7 +10,8 @@ inputs with outlier channels.
 
 --ws 1 (default) times the FP8 forward twice in the same process, the
 cp.async kernel (FLASHATTN_CUDA_FP8_WS=0) and the warp-specialized one
-(FLASHATTN_CUDA_FP8_WS=1; the library reads the switch per call), prints
+(FLASHATTN_CUDA_FP8_WS=2: 1, failing a call it cannot take rather than
+falling back; the library reads the switch per call), prints
 both, and the largest |difference| of their o (the same rule, so 0 is
 expected); the accuracy rows then run the warp-specialized kernel.
 
@@ -111,7 +112,7 @@ def main():
 
     def fp8_ws(on):
         """The FP8 kernel the next calls take (read by the library per call)."""
-        os.environ["FLASHATTN_CUDA_FP8_WS"] = "1" if on else "0"
+        os.environ["FLASHATTN_CUDA_FP8_WS"] = "2" if on else "0"
 
     lib = Lib(args.lib)
     print(

@@ -24,7 +24,7 @@
 #                              the warp-specialized kernel), test_fp8_ref,
 #                              bench/gpu/fp8.py ($FP8_ARGS; both kernels side by
 #                              side), memcheck and racecheck of test_fp8_cuda (ws;
-#                              FP8_SAN_WS="1 0": both), ptxas report, then
+#                              FP8_SAN_WS="2 0": both), ptxas report, then
 #                              test_backend_cuda (the shared forward tile code)
 #   scripts/gpu/run.sh ws      the warp-specialized (TMA) forward: check_cuda with it
 #                              and without (FLASHATTN_CUDA_WS=0), test_backend_cuda,
@@ -167,11 +167,12 @@ if [ "$MODE" = fp8 ]; then
     say "$t exit $?: $(suite_counts "$OUT/$t.log")"
   done
   grep -E "FAILED|ERROR|o\[|lse\[|near an e4m3" "$OUT/test_fp8_cuda.log" | head -30 | tee -a "$SUMMARY"
-  # the warp-specialized kernel (FLASHATTN_CUDA_FP8_WS=1; VARIANT=3: its other loop order); logs in $BUILD
+  # the warp-specialized kernel (FLASHATTN_CUDA_FP8_WS=2: as 1, but a call in its scope it cannot take
+  # fails instead of falling back; VARIANT=3: its other loop order); logs in $BUILD
   for v in 0 3; do
-    FLASHATTN_CUDA_FP8_WS=1 FLASHATTN_CUDA_VARIANT=$v timeout "${FP8_TEST_S:-120}" "$BUILD/tests/test_fp8_cuda" \
+    FLASHATTN_CUDA_FP8_WS=2 FLASHATTN_CUDA_VARIANT=$v timeout "${FP8_TEST_S:-120}" "$BUILD/tests/test_fp8_cuda" \
       >"$BUILD/test_fp8_cuda_ws$v.log" 2>&1
-    say "test_fp8_cuda (FLASHATTN_CUDA_FP8_WS=1 VARIANT=$v) exit $?: $(suite_counts "$BUILD/test_fp8_cuda_ws$v.log")"
+    say "test_fp8_cuda (FLASHATTN_CUDA_FP8_WS=2 VARIANT=$v) exit $?: $(suite_counts "$BUILD/test_fp8_cuda_ws$v.log")"
     grep -E "FAILED|ERROR|o\[|lse\[|near an e4m3" "$BUILD/test_fp8_cuda_ws$v.log" | head -20 | tee -a "$SUMMARY"
   done
   for v in 1 2; do # the D = 128 kernel's other loop orders (FLASHATTN_CUDA_VARIANT, launch_fwd_fp8.cuh)
@@ -186,7 +187,7 @@ if [ "$MODE" = fp8 ]; then
     timeout "${FP8_BENCH_S:-300}" python3 bench/gpu/fp8.py --lib "$BUILD/libflashattn.so" ${FP8_ARGS:-} 2>&1 |
     tee "$OUT/fp8_bench.txt" >>"$SUMMARY"
   stage "compute-sanitizer on test_fp8_cuda"
-  for ws in ${FP8_SAN_WS:-1}; do # the warp-specialized kernel ("1 0": the cp.async one too, verified clean before)
+  for ws in ${FP8_SAN_WS:-2}; do # the warp-specialized kernel ("2 0": the cp.async one too, verified clean before)
     for tool in memcheck racecheck; do
       FLASHATTN_CUDA_FP8_WS=$ws timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 \
         "$BUILD/tests/test_fp8_cuda" >"$BUILD/san_${tool}_ws$ws.log" 2>&1

@@ -56,15 +56,25 @@ inline bool fp8_tma_map_4d(CUtensorMap *map, const void *base, const fa__cuda_st
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// Whether the warp-specialized kernel (fwd_fp8_ws_kernel.cuh) takes the
-// call, and its tensor maps: only with FLASHATTN_CUDA_FP8_WS=1 (opt-in
+// Whether the call is one for the warp-specialized kernel
+// (fwd_fp8_ws_kernel.cuh): 0 no; 1 yes, FLASHATTN_CUDA_FP8_WS=1 (opt-in
 // until verified on a GPU; read per call, as FLASHATTN_CUDA_WS is), bucket
 // 128, band-only options (seqlens and packed sequences included), the old
-// kernel's loop orders not asked for (FLASHATTN_CUDA_VARIANT 1, 2), tensors
-// the copy engine can address.
-inline bool fp8_ws_maps(const fa__cuda_params &p, int kd, CUtensorMap (&maps)[3]) {
+// kernel's loop orders not asked for (FLASHATTN_CUDA_VARIANT 1, 2); 2 the
+// same with FLASHATTN_CUDA_FP8_WS=2, which fails the call (rather than
+// falling back to the cp.async kernel) when the tensor maps cannot be made,
+// so that a test run shows the warp-specialized kernel took every call in
+// its scope.
+inline int fp8_ws_mode(const fa__cuda_params &p, int kd) {
   const char *env = getenv("FLASHATTN_CUDA_FP8_WS");
-  if (!env || strcmp(env, "1") != 0 || kd != 128 || p.has_extras || (p.variant != 0 && p.variant != 3)) return false;
+  if (!env || (strcmp(env, "1") != 0 && strcmp(env, "2") != 0)) return 0;
+  if (kd != 128 || p.has_extras || (p.variant != 0 && p.variant != 3)) return 0;
+  return env[0] - '0';
+}
+
+// The warp-specialized kernel's tensor maps; false where the copy engine
+// cannot address a tensor.
+inline bool fp8_ws_maps(const fa__cuda_params &p, CUtensorMap (&maps)[3]) {
   constexpr int kBM = fwd_fp8_ws_cfg<128, FA__FP8_BLOCK_K, 2>::kBM;
   const int64_t B = p.cu_q || p.cu_k ? 1 : p.B;  // packed sequences: one stored batch
   return fp8_tma_map_4d(&maps[0], p.q, p.qs, B, p.Hq, p.Lq_rows, p.D, kBM) &&
@@ -103,8 +113,8 @@ fa_status launch_fwd_fp8_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&ma
 //       P V in two halves of 128 dims through one temporary),
 //       warpgroups skipping the tiles outside their band
 //   per-element scoring (softcap, ALiBi): one tile at a time, both buckets
-// With FLASHATTN_CUDA_FP8_WS=1 the warp-specialized kernel takes the
-// band-only calls of bucket 128 (fp8_ws_maps): 2 stages, P V first and
+// With FLASHATTN_CUDA_FP8_WS=1 (or 2) the warp-specialized kernel takes the
+// band-only calls of bucket 128 (fp8_ws_mode): 2 stages, P V first and
 // its add under S (kOrder 1: no consumer spills under 240 registers);
 // FLASHATTN_CUDA_VARIANT=3 S first and the softmax under P V (kOrder 2,
 // FlashAttention 3's order: spills, for A/B timing).
@@ -119,10 +129,15 @@ fa_status launch_fwd_fp8(const fa__cuda_params &p, int kd, cudaStream_t s, fa__e
     return kd == 128 ? launch_fwd_fp8_cfg<E, 128, true, 0, true>(p, s, err)
                      : launch_fwd_fp8_cfg<E, 256, true, 0, true>(p, s, err);
   if (kd == 128) {
+    const int ws = fp8_ws_mode(p, kd);
     CUtensorMap maps[3];
-    if (fp8_ws_maps(p, kd, maps))
+    if (ws && fp8_ws_maps(p, maps))
       return p.variant == 3 ? launch_fwd_fp8_ws_cfg<E, 2, 2>(p, maps, s, err)
                             : launch_fwd_fp8_ws_cfg<E, 2, 1>(p, maps, s, err);
+    if (ws == 2) {
+      fa__err_set(err, "cuda: FLASHATTN_CUDA_FP8_WS=2: no tensor maps for the warp-specialized FP8 forward");
+      return FA_ERR_INTERNAL;
+    }
     if (p.variant == 1) return launch_fwd_fp8_cfg<E, 128, false, 0, true>(p, s, err);
     if (p.variant == 2) return launch_fwd_fp8_cfg<E, 128, false, 2, false>(p, s, err);
     return launch_fwd_fp8_cfg<E, 128, false, 1, false>(p, s, err);
