@@ -308,43 +308,39 @@ int tile_keys(int kd, int rb) {
 }
 
 // Clusters of `size` blocks of a decode kernel resident at once, per
-// device, dtype, head-dim bucket, rows per block and size (the occupancy
-// query is a driver call; asked once).
-std::atomic<int> cluster_cache[kCachedDevices][3][3][4][kMaxClusterSplits + 1];
+// device, dtype, head-dim bucket, rows per block, size and spread (the
+// occupancy query is a driver call; asked once).
+std::atomic<int> cluster_cache[kCachedDevices][3][3][4][kMaxClusterSplits + 1][2];
 
 // A split call merges its splits in thread block clusters (decode_parts.cuh's
 // cluster_merge) rather than in the combine kernel: on compute capability
 // 9.0 and later, with 2 .. kMaxClusterSplits splits whose clusters the
 // device can hold. FLASHATTN_CUDA_DECODE_CLUSTER=0 keeps the combine kernel
 // (A/B timing; the tests run both), as FLASHATTN_CUDA_DECODE_FUSED_MERGE=1
-// does. Read at each call.
-bool clusters_allowed(int dev) {
+// does; =2 never spreads the clusters (A/B timing). Read at each call.
+int clusters_allowed(int dev) {
   const char *env = getenv("FLASHATTN_CUDA_DECODE_CLUSTER");
-  if (env && strcmp(env, "0") == 0) return false;
-  return use_pdl_arch(dev);
+  if (env && strcmp(env, "0") == 0) return 0;
+  if (!use_pdl_arch(dev)) return 0;
+  return env && strcmp(env, "2") == 0 ? 2 : 1;
 }
 
-bool clusters_fit(int dev, fa_dtype dt, int kd, int rb, int size) {
-  if (size < 2 || size > kMaxClusterSplits) return false;
+int clusters_resident(int dev, fa_dtype dt, int kd, int rb, int size, bool spread) {
+  if (size < 2 || size > kMaxClusterSplits) return 0;
   const int di = dt == FA_BF16 ? 0 : dt == FA_F16 ? 1 : 2, ki = kd == 64 ? 0 : kd == 128 ? 1 : 2;
   const int ri = rb == 1 ? 0 : rb == 4 ? 1 : rb == 8 ? 2 : 3;
-  std::atomic<int> *slot = dev >= 0 && dev < kCachedDevices ? &cluster_cache[dev][di][ki][ri][size] : nullptr;
+  std::atomic<int> *slot =
+      dev >= 0 && dev < kCachedDevices ? &cluster_cache[dev][di][ki][ri][size][spread ? 1 : 0] : nullptr;
   int n = slot ? slot->load(std::memory_order_relaxed) : 0;
   if (n == 0) {
-    n = dt == FA_BF16  ? fa__cuda_decode_clusters_bf16(kd, rb, size)
-        : dt == FA_F16 ? fa__cuda_decode_clusters_f16(kd, rb, size)
-                       : fa__cuda_decode_clusters_f32(kd, rb, size);
+    const int sp = spread ? 1 : 0;
+    n = dt == FA_BF16  ? fa__cuda_decode_clusters_bf16(kd, rb, size, sp)
+        : dt == FA_F16 ? fa__cuda_decode_clusters_f16(kd, rb, size, sp)
+                       : fa__cuda_decode_clusters_f32(kd, rb, size, sp);
     if (n < 1) n = -1;  // cached as "cannot"
     if (slot) slot->store(n, std::memory_order_relaxed);
   }
-  return n > 0;
-}
-
-// The K/V copies' L2 hint (decode_parts.cuh's cp_async16_hint):
-// FLASHATTN_CUDA_DECODE_L2HINT=0, 1 or 2, default 0. Read at each call.
-int l2_hint() {
-  const char *env = getenv("FLASHATTN_CUDA_DECODE_L2HINT");
-  return env && (env[0] == '1' || env[0] == '2') && env[1] == 0 ? env[0] - '0' : 0;
+  return n > 0 ? n : 0;
 }
 
 // ---- split counters ----------------------------------------------------------
@@ -531,11 +527,15 @@ static fa_status run_decode(const fa__problem *p, const fa__kv *kv, const fa__de
   // count above that is cut to it where the blocks still about fill the
   // device (B = 1, 8 kv heads: 16 splits, 128 blocks, streamed as fast as
   // 33 on the H200), else the combine kernel merges more splits
-  bool cluster = false;
-  if (nsplit > 1 && !fused_merge() && clusters_allowed(dev)) {
+  // (spread: when all the clusters fit one block to a multiprocessor, they
+  // are launched so, decode_launch.cuh's kSpreadSmem)
+  bool cluster = false, spread = false;
+  const int cmode = nsplit > 1 && !fused_merge() ? clusters_allowed(dev) : 0;
+  if (cmode) {
     if (!user_splits && nsplit > kMaxClusterSplits && items * kMaxClusterSplits * 10 >= multiprocessors(dev) * 9)
       nsplit = kMaxClusterSplits;
-    cluster = clusters_fit(dev, p->dtype, kd, rb, nsplit);
+    cluster = clusters_resident(dev, p->dtype, kd, rb, nsplit, false) > 0;
+    spread = cluster && cmode == 1 && clusters_resident(dev, p->dtype, kd, rb, nsplit, true) >= items;
   }
   if (items * nsplit > 0x7fffffffLL) {
     fa__err_set(err, "cuda decode: %lld blocks exceed the grid", (long long)(items * nsplit));
@@ -580,7 +580,7 @@ static fa_status run_decode(const fa__problem *p, const fa__kv *kv, const fa__de
   dp.nrb = static_cast<int>(nrb);
   dp.nsplit = nsplit;
   dp.cluster = cluster;
-  dp.l2_hint = l2_hint();
+  dp.spread = spread;
   dp.elementwise = p->softcap > 0 || p->alibi_slopes != nullptr;
   dp.qscale = static_cast<float>(dp.elementwise ? p->scale : p->scale * 1.4426950408889634);
   dp.softcap = static_cast<float>(p->softcap);

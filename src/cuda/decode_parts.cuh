@@ -149,22 +149,6 @@ __device__ __forceinline__ block_work block_work_of(const fa__dec_params &p, int
 // the block-table reads are in flight during a tile's arithmetic: the
 // loop's instruction count is what bounds a decode block's speed. Tiles are
 // [BK][KD] row-major, or with mma.cuh's XOR swizzle (kSwizzle) for ldmatrix.
-// cp.async of 16 bytes (zero-filled past src_bytes) with the stream's L2
-// hint (fa__dec_params::l2_hint): 0 none; 1 the L2 fetches whole 256-byte
-// sectors' lines (.L2::256B: a K/V row is 256 bytes at D = 128 in 16-bit);
-// 2 that and evict-first (the cache is read once: its lines need not stay).
-__device__ __forceinline__ void cp_async16_hint(uint32_t dst, const void *src, int src_bytes, int hint,
-                                                uint64_t policy) {
-  if (hint == 0) {
-    fa_cuda::cp_async16(dst, src, src_bytes);
-  } else if (hint == 1) {
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-  } else {
-    asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
-                 "r"(src_bytes), "l"(policy));
-  }
-}
-
 template <typename T, int KD, int BK, int STAGES, bool kSwizzle>
 struct kv_stream {
   static constexpr int EPU = 16 / static_cast<int>(sizeof(T));  // elements per unit
@@ -184,8 +168,6 @@ struct kv_stream {
   int ntiles, cu, r0;            // r0: the thread's first row in a tile
   bool kcol, vcol;
   bool same;  // K and V caches share their page and row strides
-  int hint;   // cp_async16_hint's
-  uint64_t policy;
   // where the thread's rows of the next tile are: a run from element offsets
   // fk / fv (nvalid of its UPT rows inside the split), or row by row (koff /
   // voff, -1 past the split)
@@ -211,9 +193,6 @@ struct kv_stream {
     psz = static_cast<uint32_t>(p.map.page_size);
     pshift = (psz & (psz - 1)) == 0 ? static_cast<uint32_t>(__ffs(static_cast<int>(psz)) - 1) : 0;
     pipe_s = fa_cuda::smem_addr(pipe);
-    hint = p.l2_hint;
-    policy = 0;
-    if (hint == 2) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
     seq = w.b;
     j0 = w.j0;
     j1 = w.j1;
@@ -272,8 +251,8 @@ struct kv_stream {
         const bool ok = run ? i < nvalid : koff[i] >= 0;
         const int64_t ko = !ok ? 0 : run ? fk + i * ks2 : koff[i];
         const int64_t vo = !ok ? 0 : run ? fv + i * vs2 : voff[i];
-        cp_async16_hint(ks + off, kbase + ko, ok && kcol ? 16 : 0, hint, policy);
-        cp_async16_hint(vs + off, vbase + vo, ok && vcol ? 16 : 0, hint, policy);
+        fa_cuda::cp_async16(ks + off, kbase + ko, ok && kcol ? 16 : 0);
+        fa_cuda::cp_async16(vs + off, vbase + vo, ok && vcol ? 16 : 0);
       }
       if (t + 1 < ntiles) locate(t + 1);
     }
