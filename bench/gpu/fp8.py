@@ -13,7 +13,8 @@ cp.async kernel (FLASHATTN_CUDA_FP8_WS=0) and the warp-specialized one
 (FLASHATTN_CUDA_FP8_WS=2: 1, failing a call it cannot take rather than
 falling back; the library reads the switch per call), prints
 both, and the largest |difference| of their o (the same rule, so 0 is
-expected); the accuracy rows then run the warp-specialized kernel.
+expected; D = 256 is outside its scope: the same kernel twice); the
+accuracy rows then run the warp-specialized kernel.
 
 Timing: CUDA events around each call after warm-up, the median of --reps.
 FLOP count: 4 B H L^2 D, halved when causal. The library is called through
@@ -21,6 +22,7 @@ ctypes (bench/gpu/fa_ctypes.py), as bench/gpu/anchors.py does.
 
 usage: python3 bench/gpu/fp8.py --lib build/libflashattn.so [--d 64,128,256]
        [--l 4096,8192,16384] [--causal 0,1] [--reps 20] [--acc-l 2048] [--ws 1]
+       [--ws-variant 0]
 """
 
 import argparse
@@ -108,11 +110,20 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--acc-l", type=int, default=2048, help="sequence length of the accuracy rows (0: none)")
     ap.add_argument("--ws", type=int, default=1, help="1: also time the warp-specialized fp8 kernel")
+    ap.add_argument("--ws-variant", type=int, default=0, help="its FLASHATTN_CUDA_VARIANT (3, 4: launch_fwd_fp8.cuh)")
     args = ap.parse_args()
+    variant0 = os.environ.get("FLASHATTN_CUDA_VARIANT")
 
     def fp8_ws(on):
-        """The FP8 kernel the next calls take (read by the library per call)."""
+        """The FP8 kernel the next calls take (read by the library per call);
+        --ws-variant only for the warp-specialized one."""
         os.environ["FLASHATTN_CUDA_FP8_WS"] = "2" if on else "0"
+        if on:
+            os.environ["FLASHATTN_CUDA_VARIANT"] = str(args.ws_variant)
+        elif variant0 is None:
+            os.environ.pop("FLASHATTN_CUDA_VARIANT", None)
+        else:
+            os.environ["FLASHATTN_CUDA_VARIANT"] = variant0
 
     lib = Lib(args.lib)
     print(
@@ -140,9 +151,9 @@ def main():
                 flops = 4.0 * B * H * L * L * D / (2 if causal else 1)
                 f16 = lib.forward8(q, k, v, o, lse, causal, fa.FA_BF16)
                 f8 = lib.forward8(q8, k8, v8, o8, lse, causal, FA_F8_E4M3)
-                t16 = median_ms(f16, args.reps)
                 if args.ws:
                     fp8_ws(False)
+                t16 = median_ms(f16, args.reps)
                 t8 = median_ms(f8, args.reps)
                 diff = (o.float() - o8.float()).abs().max().item()
                 ws_cols, ws_diff = "", ""

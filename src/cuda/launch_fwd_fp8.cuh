@@ -60,7 +60,7 @@ inline bool fp8_tma_map_4d(CUtensorMap *map, const void *base, const fa__cuda_st
 // (fwd_fp8_ws_kernel.cuh): 0 no; 1 yes, FLASHATTN_CUDA_FP8_WS=1 (opt-in
 // until verified on a GPU; read per call, as FLASHATTN_CUDA_WS is), bucket
 // 128, band-only options (seqlens and packed sequences included), the old
-// kernel's loop orders not asked for (FLASHATTN_CUDA_VARIANT 1, 2); 2 the
+// kernel's loop orders not asked for (FLASHATTN_CUDA_VARIANT 0, 3, 4); 2 the
 // same with FLASHATTN_CUDA_FP8_WS=2, which fails the call (rather than
 // falling back to the cp.async kernel) when the tensor maps cannot be made,
 // so that a test run shows the warp-specialized kernel took every call in
@@ -68,7 +68,7 @@ inline bool fp8_tma_map_4d(CUtensorMap *map, const void *base, const fa__cuda_st
 inline int fp8_ws_mode(const fa__cuda_params &p, int kd) {
   const char *env = getenv("FLASHATTN_CUDA_FP8_WS");
   if (!env || (strcmp(env, "1") != 0 && strcmp(env, "2") != 0)) return 0;
-  if (kd != 128 || p.has_extras || (p.variant != 0 && p.variant != 3)) return 0;
+  if (kd != 128 || p.has_extras || (p.variant != 0 && p.variant != 3 && p.variant != 4)) return 0;
   return env[0] - '0';
 }
 
@@ -117,7 +117,7 @@ fa_status launch_fwd_fp8_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&ma
 // band-only calls of bucket 128 (fp8_ws_mode): 2 stages, P V first and
 // its add under S (kOrder 1: no consumer spills under 240 registers);
 // FLASHATTN_CUDA_VARIANT=3 S first and the softmax under P V (kOrder 2,
-// FlashAttention 3's order: spills, for A/B timing).
+// FlashAttention 3's order: spills, for A/B timing); =4 3 stages (160 KiB).
 // The two-level P V (fwd_fp8_kernel.cuh) is not yet timed on a GPU.
 template <typename E>
 fa_status launch_fwd_fp8(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err) {
@@ -132,8 +132,9 @@ fa_status launch_fwd_fp8(const fa__cuda_params &p, int kd, cudaStream_t s, fa__e
     const int ws = fp8_ws_mode(p, kd);
     CUtensorMap maps[3];
     if (ws && fp8_ws_maps(p, maps))
-      return p.variant == 3 ? launch_fwd_fp8_ws_cfg<E, 2, 2>(p, maps, s, err)
-                            : launch_fwd_fp8_ws_cfg<E, 2, 1>(p, maps, s, err);
+      return p.variant == 3   ? launch_fwd_fp8_ws_cfg<E, 2, 2>(p, maps, s, err)
+             : p.variant == 4 ? launch_fwd_fp8_ws_cfg<E, 3, 1>(p, maps, s, err)
+                              : launch_fwd_fp8_ws_cfg<E, 2, 1>(p, maps, s, err);
     if (ws == 2) {
       fa__err_set(err, "cuda: FLASHATTN_CUDA_FP8_WS=2: no tensor maps for the warp-specialized FP8 forward");
       return FA_ERR_INTERNAL;
