@@ -418,56 +418,39 @@ static double err_of(const double *x, const double *r, int64_t n) {
 
 static const fa_dtype all_dts[] = {FA_F32, FA_F64, FA_F16, FA_BF16};
 
-/* cuda merges a split call's partial results in the combine kernel
- * (FLASHATTN_CUDA_DECODE_CLUSTER=0), in the decode kernel's thread block
- * cluster (the default on compute capability 9.0 for 2..16 splits), or with
- * FLASHATTN_CUDA_DECODE_FUSED_MERGE=1 in the decode kernel's last split
- * block of each row block: all must give the same bits for a given
- * num_splits. Returns the number of (split count, path) pairs that differ
- * from the combine kernel; the variables are as they were afterwards. */
+/* cuda merges a split call's partial results in the combine kernel, or with
+ * FLASHATTN_CUDA_DECODE_FUSED_MERGE=1 in the decode kernel (the last split
+ * block of each row block): both must give the same bits for a given
+ * num_splits. Returns the number of split counts where they differ;
+ * the variable is as it was afterwards. */
 static int merge_paths_differ(fa_context *ctx, int dev, const kvprob *P) {
-  static const char *const vars[2] = {"FLASHATTN_CUDA_DECODE_CLUSTER", "FLASHATTN_CUDA_DECODE_FUSED_MERGE"};
-  /* the paths' values of vars; the first is the reference */
-  static const char *const paths[3][2] = {{"0", "0"}, {"1", "0"}, {"1", "1"}};
-  static const char *const names[3] = {"combine kernel", "cluster merge", "fused merge"};
+  static const char *const var = "FLASHATTN_CUDA_DECODE_FUSED_MERGE";
   const kvcase *c = P->c;
   const int64_t nrow = (int64_t)c->B * c->Hq * c->Lq;
   const size_t ob = (size_t)(nrow * c->Dv) * sizeof(double), lb = (size_t)nrow * sizeof(double);
   double *o1 = malloc(ob), *o2 = malloc(ob), *l1 = malloc(lb), *l2 = malloc(lb);
   unsigned char *kc = malloc(P->kc_bytes), *vc = malloc(P->vc_bytes);
-  char *keep[2];
-  for (int v = 0; v < 2; ++v) {
-    const char *was = getenv(vars[v]);
-    keep[v] = was ? strdup(was) : NULL;
-  }
+  const char *was = getenv(var);
+  char *keep = was ? strdup(was) : NULL;
   static const int splits[] = {2, 3, 7, 16, 17, 64, 0};
   int bad = 0;
   for (size_t si = 0; si < sizeof splits / sizeof splits[0]; ++si) {
-    fa_status s1 = FA_OK;
-    for (int pi = 0; pi < 3; ++pi) {
-      for (int v = 0; v < 2; ++v) assert_int_equal(setenv(vars[v], paths[pi][v], 1), 0);
-      const fa_status s2 = run_call(ctx, FA_BACKEND_CUDA, dev, P, splits[si], pi ? o2 : o1, pi ? l2 : l1, kc, vc);
-      if (pi == 0) {
-        s1 = s2;
-        continue;
-      }
-      /* num_splits 0: the cluster path may choose fewer splits (at most 16) */
-      if (pi == 1 && splits[si] == 0) continue;
-      if (s1 != FA_OK || s2 != FA_OK || memcmp(o1, o2, ob) != 0 || memcmp(l1, l2, lb) != 0) {
-        print_message("%s %s splits %d: the %s (%s) and the combine kernel (%s) differ%s\n", c->name,
-                      fa_dtype_name(P->dt), splits[si], names[pi], fa_status_name(s2), fa_status_name(s1),
-                      s1 == FA_OK && s2 == FA_OK ? " in bits" : "");
-        ++bad;
-      }
+    assert_int_equal(setenv(var, "0", 1), 0);
+    const fa_status s1 = run_call(ctx, FA_BACKEND_CUDA, dev, P, splits[si], o1, l1, kc, vc);
+    assert_int_equal(setenv(var, "1", 1), 0);
+    const fa_status s2 = run_call(ctx, FA_BACKEND_CUDA, dev, P, splits[si], o2, l2, kc, vc);
+    if (s1 != FA_OK || s2 != FA_OK || memcmp(o1, o2, ob) != 0 || memcmp(l1, l2, lb) != 0) {
+      print_message("%s %s splits %d: the fused split merge (%s) and the combine kernel (%s) differ%s\n", c->name,
+                    fa_dtype_name(P->dt), splits[si], fa_status_name(s2), fa_status_name(s1),
+                    s1 == FA_OK && s2 == FA_OK ? " in bits" : "");
+      ++bad;
     }
   }
-  for (int v = 0; v < 2; ++v) {
-    if (keep[v]) {
-      assert_int_equal(setenv(vars[v], keep[v], 1), 0);
-      free(keep[v]);
-    } else {
-      assert_int_equal(unsetenv(vars[v]), 0);
-    }
+  if (keep) {
+    assert_int_equal(setenv(var, keep, 1), 0);
+    free(keep);
+  } else {
+    assert_int_equal(unsetenv(var), 0);
   }
   free(o1);
   free(o2);

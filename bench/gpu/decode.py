@@ -179,9 +179,7 @@ def main():
         default="auto",
         help="auto (the library's choice: tensor cores for grouped f16/bf16 queries), cores "
         "(FLASHATTN_CUDA_DECODE_MMA=0: the CUDA-core kernel for every shape), nopdl (FLASHATTN_CUDA_PDL=0: "
-        "plain launches, no programmatic dependent launch), combine (FLASHATTN_CUDA_DECODE_CLUSTER=0: "
-        "splits merged by the combine kernel, not in clusters), packed (FLASHATTN_CUDA_DECODE_CLUSTER=2: "
-        "clusters never spread one block to a multiprocessor), or a list: auto,cores,nopdl",
+        "plain launches, no programmatic dependent launch), or a list: auto,cores,nopdl",
     )
     ap.add_argument("--breakdown", action="store_true", help="print each of our kernels' time per call")
     a = ap.parse_args()
@@ -338,13 +336,11 @@ def main():
             ours.lib.fa_context_set_device_checks(ours.ctx, 1 if chk == "on" else 0)
             os.environ["FLASHATTN_CUDA_DECODE_MMA"] = "0" if kn == "cores" else "1"  # read at each call
             os.environ["FLASHATTN_CUDA_PDL"] = "0" if kn == "nopdl" else "1"
-            os.environ["FLASHATTN_CUDA_DECODE_CLUSTER"] = {"combine": "0", "packed": "2"}.get(kn, "1")
             tags = (" page %d" % page if page > 0 else " bshd" if page < 0 else "") + (" splits %d" % ns if ns else "")
             tags += (" unchecked" if chk == "off" else "") + (" " + kn if kn != "auto" else "")
             row("B=%d H=%d/%d Lk=%d%s" % (B, Hq, Hkv, Lk, tags), lambda: ours.call(tq, kv, opt, to, tl))
         os.environ.pop("FLASHATTN_CUDA_DECODE_MMA", None)
         os.environ.pop("FLASHATTN_CUDA_PDL", None)
-        os.environ.pop("FLASHATTN_CUDA_DECODE_CLUSTER", None)
         if a.plain and page == 0:  # the same step through fa_forward: the library routes it to the decode kernels
             popt = fa.Options()
             ours.lib.fa_options_init(C.byref(popt))

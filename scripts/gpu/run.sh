@@ -134,9 +134,6 @@ if [ "$MODE" = decode ]; then
   # the CUDA-core decode kernel on the shapes that take the tensor-core one by default
   FLASHATTN_CUDA_DECODE_MMA=0 timeout "${DECODE_TEST_S:-60}" "$BUILD/tests/test_kvcache" >"$OUT/test_kvcache_cores.log" 2>&1
   say "test_kvcache (FLASHATTN_CUDA_DECODE_MMA=0) exit $?: $(suite_counts "$OUT/test_kvcache_cores.log")"
-  # the split merge in the combine kernel (not in the decode kernel's clusters)
-  FLASHATTN_CUDA_DECODE_CLUSTER=0 timeout "${DECODE_TEST_S:-60}" "$BUILD/tests/test_kvcache" >"$OUT/test_kvcache_combine.log" 2>&1
-  say "test_kvcache (FLASHATTN_CUDA_DECODE_CLUSTER=0) exit $?: $(suite_counts "$OUT/test_kvcache_combine.log")"
   grep -E "FAILED|err |differ|status|WRONG|cuda" "$OUT/test_kvcache.log" | head -30 | tee -a "$SUMMARY"
   stage "decode benchmark"
   export PYTHONUNBUFFERED=1

@@ -26,7 +26,6 @@
 
 namespace {
 
-using fa_dec::kMaxClusterSplits;
 using fa_dec::kMaxSplits;  // a larger num_splits is taken as this many
 using fa_dec::merge_step;
 using fa_dec::merge_weights;
@@ -269,15 +268,9 @@ std::atomic<int> cc_cache[kCachedDevices];
 // Programmatic dependent launches (pdl.cuh) for the decode step's kernels:
 // on compute capability 9.0 and later, unless FLASHATTN_CUDA_PDL=0 (A/B
 // timing; read at each call).
-bool use_pdl_arch(int dev);
 bool use_pdl(int dev) {
   const char *env = getenv("FLASHATTN_CUDA_PDL");
   if (env && strcmp(env, "0") == 0) return false;
-  return use_pdl_arch(dev);
-}
-
-// Compute capability 9.0 or later (programmatic launches, clusters).
-bool use_pdl_arch(int dev) {
   std::atomic<int> *slot = dev >= 0 && dev < kCachedDevices ? &cc_cache[dev] : nullptr;
   int major = slot ? slot->load(std::memory_order_relaxed) : 0;
   if (major == 0) {
@@ -305,42 +298,6 @@ int rows_per_block(fa_dtype dt, int kd, int64_t R) {
 // decode_mma_kernel.cuh).
 int tile_keys(int kd, int rb) {
   return rb == 16 ? 64 : 128 / (kd / 8) * (rb >= 8 ? 2 : 4);
-}
-
-// Clusters of `size` blocks of a decode kernel resident at once, per
-// device, dtype, head-dim bucket, rows per block, size and spread (the
-// occupancy query is a driver call; asked once).
-std::atomic<int> cluster_cache[kCachedDevices][3][3][4][kMaxClusterSplits + 1][2];
-
-// A split call merges its splits in thread block clusters (decode_parts.cuh's
-// cluster_merge) rather than in the combine kernel: on compute capability
-// 9.0 and later, with 2 .. kMaxClusterSplits splits whose clusters the
-// device can hold. FLASHATTN_CUDA_DECODE_CLUSTER=0 keeps the combine kernel
-// (A/B timing; the tests run both), as FLASHATTN_CUDA_DECODE_FUSED_MERGE=1
-// does; =2 never spreads the clusters (A/B timing). Read at each call.
-int clusters_allowed(int dev) {
-  const char *env = getenv("FLASHATTN_CUDA_DECODE_CLUSTER");
-  if (env && strcmp(env, "0") == 0) return 0;
-  if (!use_pdl_arch(dev)) return 0;
-  return env && strcmp(env, "2") == 0 ? 2 : 1;
-}
-
-int clusters_resident(int dev, fa_dtype dt, int kd, int rb, int size, bool spread) {
-  if (size < 2 || size > kMaxClusterSplits) return 0;
-  const int di = dt == FA_BF16 ? 0 : dt == FA_F16 ? 1 : 2, ki = kd == 64 ? 0 : kd == 128 ? 1 : 2;
-  const int ri = rb == 1 ? 0 : rb == 4 ? 1 : rb == 8 ? 2 : 3;
-  std::atomic<int> *slot =
-      dev >= 0 && dev < kCachedDevices ? &cluster_cache[dev][di][ki][ri][size][spread ? 1 : 0] : nullptr;
-  int n = slot ? slot->load(std::memory_order_relaxed) : 0;
-  if (n == 0) {
-    const int sp = spread ? 1 : 0;
-    n = dt == FA_BF16  ? fa__cuda_decode_clusters_bf16(kd, rb, size, sp)
-        : dt == FA_F16 ? fa__cuda_decode_clusters_f16(kd, rb, size, sp)
-                       : fa__cuda_decode_clusters_f32(kd, rb, size, sp);
-    if (n < 1) n = -1;  // cached as "cannot"
-    if (slot) slot->store(n, std::memory_order_relaxed);
-  }
-  return n > 0 ? n : 0;
 }
 
 // ---- split counters ----------------------------------------------------------
@@ -520,23 +477,8 @@ static fa_status run_decode(const fa__problem *p, const fa__kv *kv, const fa__de
   // the H200; and the split counters are shared with the previous call on
   // the stream, which must have ended)
   const bool pdl = use_pdl(dev), pdl_decode = pdl && kv && kv->L_new > 0;
-  const bool user_splits = kv && kv->num_splits > 0;
-  int nsplit = user_splits ? kv->num_splits : choose_splits(p, items, kd, rb, dev);
+  int nsplit = kv && kv->num_splits > 0 ? kv->num_splits : choose_splits(p, items, kd, rb, dev);
   if (nsplit > kMaxSplits) nsplit = kMaxSplits;
-  // the splits merged in clusters of at most kMaxClusterSplits: a chosen
-  // count above that is cut to it where the blocks still about fill the
-  // device (B = 1, 8 kv heads: 16 splits, 128 blocks, streamed as fast as
-  // 33 on the H200), else the combine kernel merges more splits
-  // (spread: when all the clusters fit one block to a multiprocessor, they
-  // are launched so, decode_launch.cuh's kSpreadSmem)
-  bool cluster = false, spread = false;
-  const int cmode = nsplit > 1 && !fused_merge() ? clusters_allowed(dev) : 0;
-  if (cmode) {
-    if (!user_splits && nsplit > kMaxClusterSplits && items * kMaxClusterSplits * 10 >= multiprocessors(dev) * 9)
-      nsplit = kMaxClusterSplits;
-    cluster = clusters_resident(dev, p->dtype, kd, rb, nsplit, false) > 0;
-    spread = cluster && cmode == 1 && clusters_resident(dev, p->dtype, kd, rb, nsplit, true) >= items;
-  }
   if (items * nsplit > 0x7fffffffLL) {
     fa__err_set(err, "cuda decode: %lld blocks exceed the grid", (long long)(items * nsplit));
     return FA_ERR_UNSUPPORTED;
@@ -579,8 +521,6 @@ static fa_status run_decode(const fa__problem *p, const fa__kv *kv, const fa__de
   dp.R = static_cast<int>(R);
   dp.nrb = static_cast<int>(nrb);
   dp.nsplit = nsplit;
-  dp.cluster = cluster;
-  dp.spread = spread;
   dp.elementwise = p->softcap > 0 || p->alibi_slopes != nullptr;
   dp.qscale = static_cast<float>(dp.elementwise ? p->scale : p->scale * 1.4426950408889634);
   dp.softcap = static_cast<float>(p->softcap);
@@ -593,7 +533,7 @@ static fa_status run_decode(const fa__problem *p, const fa__kv *kv, const fa__de
   // by the combine kernel
   scratch part;
   bool zeroed_here = false;  // a memset on s since the append kernel: launch the decode kernel plainly
-  if (nsplit > 1 && !cluster) {
+  if (nsplit > 1) {
     const bool fused = fused_merge();
     if (fused) dp.counters = stream_counters_for(dev, s, items, &zeroed_here);
     const bool own_counters = fused && !dp.counters;
@@ -616,7 +556,7 @@ static fa_status run_decode(const fa__problem *p, const fa__kv *kv, const fa__de
   st = p->dtype == FA_BF16  ? fa__cuda_decode_launch_bf16(dp, kd, rb, pdl_dec, blocks, s, err)
        : p->dtype == FA_F16 ? fa__cuda_decode_launch_f16(dp, kd, rb, pdl_dec, blocks, s, err)
                             : fa__cuda_decode_launch_f32(dp, kd, rb, pdl_dec, blocks, s, err);
-  if (st != FA_OK || nsplit == 1 || dp.counters || dp.cluster) return st;  // merged by the decode kernel
+  if (st != FA_OK || nsplit == 1 || dp.counters) return st;  // merged by the decode kernel
 
   combine_params cp;
   memset(&cp, 0, sizeof cp);

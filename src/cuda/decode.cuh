@@ -75,14 +75,6 @@ struct fa__dec_params {
   // [items][nrb], 0 on entry and put back to 0 by the last split block of
   // each (decode.cu says where they live); NULL: the combine kernel merges
   unsigned *counters;
-  // nsplit > 1: the nsplit blocks of a row block are one thread block
-  // cluster and merge there (decode_parts.cuh's cluster_merge); no
-  // partials, counters or combine kernel
-  int cluster;
-  // with cluster: launched with shared memory for one block per
-  // multiprocessor, so that a cluster's blocks spread over as many
-  // multiprocessors (decode_launch.cuh's kSpreadSmem)
-  int spread;
   int64_t qs[3], os[3], lses[3], ks[3], vs[3];
   fa__kvmap map;
   const int32_t *cache_seqlens;  // NULL: every sequence has fixed_len keys (the plain forward)
@@ -115,11 +107,5 @@ fa_status fa__cuda_decode_launch_f32(const fa__dec_params &p, int kd, int rb, bo
 int fa__cuda_decode_occupancy_bf16(int kd, int rb);
 int fa__cuda_decode_occupancy_f16(int kd, int rb);
 int fa__cuda_decode_occupancy_f32(int kd, int rb);
-// Clusters of `size` blocks of that decode kernel resident at once, launched
-// with spread's shared memory (0: none can run, e.g. before compute
-// capability 9.0).
-int fa__cuda_decode_clusters_bf16(int kd, int rb, int size, int spread);
-int fa__cuda_decode_clusters_f16(int kd, int rb, int size, int spread);
-int fa__cuda_decode_clusters_f32(int kd, int rb, int size, int spread);
 
 #endif

@@ -53,7 +53,6 @@ struct cfg {
   static constexpr size_t big = pipe_bytes > merge_bytes ? pipe_bytes : merge_bytes;
   static constexpr size_t smem = big + q_bytes + red_bytes;
   static_assert(smem >= merge_splits_min_smem(RB, KD), "the split merge fits in the block's shared memory");
-  static_assert(smem >= cluster_merge_min_smem(RB, KD), "the cluster merge fits in shared memory");
 };
 
 template <typename T, int KD, int RB>
@@ -229,10 +228,6 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const fa__dec_params p
     for (int e = 0; e < 8; ++e) as[(g * RB + rr) * KD + li * 8 + e] = acc[rr][e];
   }
   __syncthreads();
-  if (p.cluster) {  // splits merged in the block's cluster
-    cluster_merge<T, RB, KD>(p, w, ms, ls, as, C::NG, smem, tid);
-    return;
-  }
   store_merged<T>(p, w, ms, ls, as, C::NG, RB, KD, tid);
   finish_splits<T, RB, KD>(p, w, smem, C::smem, tid);  // splits: the last one merges them
 }

@@ -34,60 +34,15 @@ struct kernel_of {
   }
 };
 
-// Shared memory a block asks for when its cluster should spread over as
-// many multiprocessors (fa__dec_params::spread): over half of a Hopper
-// multiprocessor's 228 KiB, so no two blocks share one. Without it the
-// cluster's blocks were packed two to a multiprocessor: B = 1, 8 kv heads,
-// 16 splits ran on 64 of the H200's 132 multiprocessors, 0.060 ms against
-// 0.042 spread (bench/results/2026-12-01-h200-decode-cluster.txt).
-constexpr size_t kSpreadSmem = 116 * 1024;
-
-template <typename T, int KD, int RB>
-size_t smem_of(bool spread) {
-  using K = kernel_of<T, KD, RB>;
-  return spread && K::smem() < kSpreadSmem ? kSpreadSmem : K::smem();
-}
-
 // pdl: launched as a programmatic dependent of the append kernel (pdl.cuh).
 template <typename T, int KD, int RB>
 fa_status launch_one(const fa__dec_params &p, bool pdl, int64_t blocks, cudaStream_t s, fa__err *err) {
-  auto kern = kernel_of<T, KD, RB>::get();
-  const size_t smem = smem_of<T, KD, RB>(p.cluster && p.spread);
-  FA_CUDA_TRY(fa__cuda_smem_optin(kern, smem), "raising the decode kernel's shared-memory limit");
-  const unsigned cluster = p.cluster ? static_cast<unsigned>(p.nsplit) : 1;
-  if (cluster > 8)
-    FA_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
-                "allowing the decode kernel clusters of more than 8 blocks");
-  FA_CUDA_TRY(fa_cuda::launch_ex(pdl, cluster, kern, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), smem, s, p),
+  using K = kernel_of<T, KD, RB>;
+  auto kern = K::get();
+  FA_CUDA_TRY(fa__cuda_smem_optin(kern, K::smem()), "raising the decode kernel's shared-memory limit");
+  FA_CUDA_TRY(fa_cuda::launch_pdl(pdl, kern, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), K::smem(), s, p),
               "launching the decode kernel");
   return FA_OK;
-}
-
-// Clusters of `size` blocks of that decode kernel the device holds at once
-// (0 when it cannot run them).
-template <typename T, int KD, int RB>
-int clusters_one(int size, bool spread) {
-  auto kern = kernel_of<T, KD, RB>::get();
-  const size_t smem = smem_of<T, KD, RB>(spread);
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(size));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = smem;
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = static_cast<unsigned>(size);
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  int n = 0;
-  if (fa__cuda_smem_optin(kern, smem) != cudaSuccess ||
-      (size > 8 && cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) ||
-      cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return n;
 }
 
 template <typename T, int KD, int RB>
@@ -137,23 +92,6 @@ int occupancy(int kd, int rb) {
   return kd == 64 ? occupancy_kd<T, 64>(rb) : kd == 128 ? occupancy_kd<T, 128>(rb) : occupancy_kd<T, 256>(rb);
 }
 
-template <typename T, int KD>
-int clusters_kd(int rb, int size, bool spread) {
-  switch (rb) {
-    case 1: return clusters_one<T, KD, 1>(size, spread);
-    case 4: return clusters_one<T, KD, 4>(size, spread);
-    case 16: return clusters_one<T, KD, 16>(size, spread);
-    default: return clusters_one<T, KD, 8>(size, spread);
-  }
-}
-
-template <typename T>
-int clusters(int kd, int rb, int size, bool spread) {
-  return kd == 64    ? clusters_kd<T, 64>(rb, size, spread)
-         : kd == 128 ? clusters_kd<T, 128>(rb, size, spread)
-                     : clusters_kd<T, 256>(rb, size, spread);
-}
-
 }  // namespace fa_dec
 
 #define FA_DECODE_INSTANTIATE(NAME, T)                                                                       \
@@ -163,9 +101,6 @@ int clusters(int kd, int rb, int size, bool spread) {
   }                                                                                                          \
   int fa__cuda_decode_occupancy_##NAME(int kd, int rb) {                                                     \
     return fa_dec::occupancy<T>(kd, rb);                                                                     \
-  }                                                                                                          \
-  int fa__cuda_decode_clusters_##NAME(int kd, int rb, int size, int spread) {                                \
-    return fa_dec::clusters<T>(kd, rb, size, spread != 0);                                                   \
   }
 
 #endif

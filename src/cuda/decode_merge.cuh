@@ -11,8 +11,7 @@
 
 namespace fa_dec {
 
-constexpr int kMaxSplits = 256;        // a larger num_splits is taken as this many
-constexpr int kMaxClusterSplits = 16;  // splits merged in a cluster: the largest cluster the H200 runs (non-portable)
+constexpr int kMaxSplits = 256;  // a larger num_splits is taken as this many
 
 // One warp merges the n lse values: m = the largest (exact in any order),
 // w[k] = exp(lse_k - m) into shared memory, their sum l (each lane its parts

@@ -52,7 +52,6 @@ struct mma_cfg {
   static constexpr size_t smem = big + q_bytes;
   static_assert(KD == 64 || KD == 128, "the register tiles hold D <= 128");
   static_assert(smem >= merge_splits_min_smem(RB, KD), "the split merge fits in the ring");
-  static_assert(smem >= cluster_merge_min_smem(RB, KD), "the cluster merge fits in shared memory");
 };
 
 template <typename T, int KD>
@@ -246,10 +245,6 @@ __global__ void __launch_bounds__(kThreads, 2) decode_mma_kernel(const fa__dec_p
     }
   }
   __syncthreads();
-  if (p.cluster) {  // splits merged in the block's cluster
-    cluster_merge<T, RB, KD>(p, w, ms, ls, as, C::kWarps, smem, tid);
-    return;
-  }
   store_merged<T>(p, w, ms, ls, as, C::kWarps, RB, KD, tid);
   finish_splits<T, RB, KD>(p, w, smem, C::smem, tid);  // splits: the last one merges them
 }

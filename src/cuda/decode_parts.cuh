@@ -13,7 +13,6 @@
 
 #include "../rules/kv_address.h"
 #include "../rules/visibility.h"
-#include "cluster.cuh"
 #include "decode.cuh"
 #include "decode_merge.cuh"
 #include "mma.cuh"
@@ -107,15 +106,13 @@ __device__ __forceinline__ block_work block_work_of(const fa__dec_params &p, int
   block_work w;
   // 32-bit divisions (the grid is under 2^31 blocks): a 64-bit one is a
   // called subroutine of ~100 instructions at every block's start
-  // (splits innermost: the nsplit blocks of a row block are consecutive,
-  // one thread block cluster when the splits merge in the cluster)
   uint32_t x = blockIdx.x;
   const uint32_t nrb = static_cast<uint32_t>(p.nrb), ns = static_cast<uint32_t>(p.nsplit),
                  hkv = static_cast<uint32_t>(p.Hkv);
-  w.sp = static_cast<int>(x % ns);
-  x /= ns;
   w.rb = static_cast<int>(x % nrb);
   x /= nrb;
+  w.sp = static_cast<int>(x % ns);
+  x /= ns;
   w.kvh = x % hkv;
   w.b = x / hkv;
   w.len = p.cache_seqlens ? fa__dec_clamp(p.cache_seqlens[w.b], p.bounds.max_len) : p.fixed_len;
@@ -316,25 +313,6 @@ __device__ __forceinline__ void query_chunk(const fa__dec_params &p, const block
   for (int e = 0; e < 8; ++e) x[e] = y[e];
 }
 
-// Row rr's NG partial states (store_merged's layout) merged in g order:
-// o = acc / l at column d, lse = m ln 2 + log l.
-__device__ __forceinline__ void merge_groups(const float *ms, const float *ls, const float *as, int NG, int RB, int KD,
-                                             int rr, int d, float *o, float *lse) {
-  float M = -INFINITY;
-  for (int g = 0; g < NG; ++g) M = fmaxf(M, ms[g * RB + rr]);
-  float L = 0.f, O = 0.f;
-  if (M != -INFINITY)
-    for (int g = 0; g < NG; ++g) {
-      const float mg = ms[g * RB + rr];
-      if (mg == -INFINITY) continue;
-      const float f = exp2f(mg - M);
-      L += f * ls[g * RB + rr];
-      O += f * as[(g * RB + rr) * KD + d];
-    }
-  *o = L > 0.f ? O / L : 0.f;
-  *lse = L > 0.f ? M * kLn2 + logf(L) : -INFINITY;
-}
-
 // The block's NG partial states of its RB rows (state g of row rr: running
 // max ms[g * RB + rr] in log2 units, sum ls[...], accumulator as[(g * RB +
 // rr) * KD + d]) merged in g order; o = acc / l, lse = m ln 2 + log l, to o
@@ -346,8 +324,19 @@ __device__ __forceinline__ void store_merged(const fa__dec_params &p, const bloc
   for (int e = tid; e < RB * p.Dv; e += kThreads) {
     const int rr = e / p.Dv, d = e % p.Dv, r = w.rb * RB + rr;
     if (r >= p.R) continue;
-    float o, lse;
-    merge_groups(ms, ls, as, NG, RB, KD, rr, d, &o, &lse);
+    float M = -INFINITY;
+    for (int g = 0; g < NG; ++g) M = fmaxf(M, ms[g * RB + rr]);
+    float L = 0.f, O = 0.f;
+    if (M != -INFINITY)
+      for (int g = 0; g < NG; ++g) {
+        const float mg = ms[g * RB + rr];
+        if (mg == -INFINITY) continue;
+        const float f = exp2f(mg - M);
+        L += f * ls[g * RB + rr];
+        O += f * as[(g * RB + rr) * KD + d];
+      }
+    const float o = L > 0.f ? O / L : 0.f;
+    const float lse = L > 0.f ? M * kLn2 + logf(L) : -INFINITY;
     if (p.nsplit == 1) {
       const int lq = static_cast<int>(p.Lq);  // <= R: 32-bit divisions, not 64-bit subroutine calls
       const int64_t h = w.kvh * p.group + r / lq, i = r % lq;
@@ -494,97 +483,6 @@ __device__ __forceinline__ void finish_splits(const fa__dec_params &p, const blo
   if (!__syncthreads_or(last)) return;
   __threadfence();
   merge_splits<T, RB, KD>(p, w, smem, smem_bytes, tid);
-}
-
-// ---- the splits merged in a thread block cluster ---------------------------
-
-// Shared memory cluster_merge needs (the kernel's whole dynamic shared
-// memory is free by then): the split's partial rows and their lse, the
-// merged rows' lse and their weights.
-constexpr size_t cluster_merge_min_smem(int RB, int KD) {
-  return (static_cast<size_t>(RB) * (KD + 1) * sizeof(float) + 15) / 16 * 16 +
-         static_cast<size_t>(RB) * (kMaxClusterSplits + 1) * sizeof(double);
-}
-
-// With p.cluster: the nsplit blocks of a row block are one cluster (split sp
-// = cluster rank sp), and they merge their splits through distributed shared
-// memory in place of the combine kernel, with its arithmetic on the same
-// values in the same order (the same bits as the combine):
-//   - each block puts its split's partial rows (o = acc / l, and lse, as
-//     store_merged would store them) into its own shared memory;
-//   - cluster barrier: every split's rows are in;
-//   - the nr x Dv merged values are cut in runs of 128 (one value a thread);
-//     block k takes runs k, k + n, ...: for the rows those runs touch, a
-//     warp computes the float64 weights from the n lse values
-//     (merge_weights), and each thread sums its value over the n splits in
-//     split order (merge_step), the n remote loads in flight together;
-//   - cluster barrier: no block leaves while another still reads its rows.
-// On the H200 the combine kernel cost a short split call ~10 us of its
-// critical path (the grid drained, the partials written to and read back
-// from L2, a launch and its ramp); this costs two cluster barriers and a
-// few remote round trips. ms / ls / as: the block's NG partial states.
-template <typename T, int RB, int KD>
-__device__ __forceinline__ void cluster_merge(const fa__dec_params &p, const block_work &w, const float *ms,
-                                              const float *ls, const float *as, int NG, unsigned char *smem, int tid) {
-#ifdef FA_CUDA_HAS_CLUSTERS
-  constexpr int MAXO = (RB * KD + kThreads - 1) / kThreads;  // a split's values per thread (Dv <= KD)
-  const int n = p.nsplit, Dv = p.Dv, r0 = w.rb * RB, lane = tid & 31;
-  const int nr = p.R - r0 < RB ? p.R - r0 : RB;  // >= 1: row blocks start below R
-  const int run = nr * Dv;
-  float ov[MAXO], lv[MAXO];
-#pragma unroll
-  for (int i = 0; i < MAXO; ++i) {
-    const int o = tid + i * kThreads;
-    if (o < run) merge_groups(ms, ls, as, NG, RB, KD, o / Dv, o % Dv, &ov[i], &lv[i]);
-  }
-  __syncthreads();                                // ms / ls / as read: their space takes the split's rows
-  float *plse = reinterpret_cast<float *>(smem);  // [RB]
-  float *po = plse + RB;                          // [nr][Dv]
-  double *mlse = reinterpret_cast<double *>(smem + (static_cast<size_t>(RB) * (KD + 1) * sizeof(float) + 15) / 16 * 16);
-  double *wts = mlse + RB;  // [nr][n]
-#pragma unroll
-  for (int i = 0; i < MAXO; ++i) {
-    const int o = tid + i * kThreads;
-    if (o < run) {
-      po[o] = ov[i];
-      if (o % Dv == 0) plse[o / Dv] = lv[i];
-    }
-  }
-  fa_cuda::cluster_sync();
-  const uint32_t rank = fa_cuda::cluster_rank();
-  const uint32_t plse_s = fa_cuda::smem_addr(plse), po_s = fa_cuda::smem_addr(po);
-  // the rows this block's runs touch: weights, a warp a row
-  for (int rr = tid >> 5; rr < nr; rr += kThreads / 32) {
-    bool mine = false;
-    for (int c = rr * Dv / kThreads; c * kThreads < (rr + 1) * Dv; ++c) mine |= c % n == static_cast<int>(rank);
-    if (!mine) continue;
-    const double l = merge_weights(
-        n, [&](int k) { return static_cast<double>(fa_cuda::ld_peer_f32(plse_s + 4 * rr, k)); }, wts + rr * n);
-    if (lane == 0) mlse[rr] = l;
-  }
-  __syncthreads();
-  const int lq = static_cast<int>(p.Lq);  // <= R: 32-bit divisions
-  for (int c = static_cast<int>(rank); c * kThreads < run; c += n) {
-    const int o = c * kThreads + tid;
-    if (o >= run) break;
-    const int rr = o / Dv, d = o - rr * Dv, r = r0 + rr;
-    double acc = 0.0;
-#pragma unroll
-    for (int k0 = 0; k0 < kMaxClusterSplits; k0 += 8) {  // 8 remote loads in flight at a time
-      float v[8];
-#pragma unroll
-      for (int k = 0; k < 8; ++k)
-        if (k0 + k < n) v[k] = fa_cuda::ld_peer_f32(po_s + 4 * o, k0 + k);
-#pragma unroll
-      for (int k = 0; k < 8; ++k)
-        if (k0 + k < n) acc = merge_step(acc, wts[rr * n + k0 + k], v[k]);
-    }
-    const int64_t h = w.kvh * p.group + r / lq, i = r % lq;
-    static_cast<T *>(p.o)[w.b * p.os[0] + h * p.os[1] + i * p.os[2] + d] = from_f32<T>(static_cast<float>(acc));
-    if (d == 0 && p.lse) p.lse[w.b * p.lses[0] + h * p.lses[1] + i * p.lses[2]] = static_cast<float>(mlse[rr]);
-  }
-  fa_cuda::cluster_sync();
-#endif
 }
 
 }  // namespace fa_dec

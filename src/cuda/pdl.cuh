@@ -29,39 +29,23 @@ __device__ __forceinline__ void pdl_trigger() {
 
 // kernel<<<grid, block, smem, s>>>(args...), with the programmatic
 // stream-serialization attribute when pdl (the caller asks only on devices
-// of compute capability 9.0 and later), in thread block clusters of
-// `cluster` blocks when cluster > 1 (likewise; grid.x a multiple of it).
+// of compute capability 9.0 and later).
 template <typename... Params, typename... Args>
-cudaError_t launch_ex(bool pdl, unsigned cluster, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                      cudaStream_t s, Args &&...args) {
+cudaError_t launch_pdl(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                       Args &&...args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
-  cudaLaunchAttribute attr[2];
-  unsigned n = 0;
-  if (pdl) {
-    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n++].val.programmaticStreamSerializationAllowed = 1;
-  }
-  if (cluster > 1) {
-    attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n].val.clusterDim.x = cluster;
-    attr[n].val.clusterDim.y = 1;
-    attr[n++].val.clusterDim.z = 1;
-  }
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = n;
+  cfg.numAttrs = pdl ? 1 : 0;
   const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
   if (e != cudaSuccess) (void)cudaGetLastError();  // reported by the caller, not left pending for the next call
   return e;
-}
-
-template <typename... Params, typename... Args>
-cudaError_t launch_pdl(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
-                       Args &&...args) {
-  return launch_ex(pdl, 1, kernel, grid, block, smem, s, static_cast<Args &&>(args)...);
 }
 
 }  // namespace fa_cuda
