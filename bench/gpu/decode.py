@@ -116,6 +116,34 @@ def kernel_ms(fn, calls=10):
     return total / 1000.0 / calls, names + ["GPU idle between them %.4f" % idle]
 
 
+def timeline(fn, calls=4):
+    """Our kernels of `calls` back-to-back calls (after a warm-up, no sync
+    between them, as the timed loop runs them): each kernel's start and end
+    in us from the first one's start, and the gap before it."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    ev = sorted(
+        (e.time_range.start, e.time_range.end, e.name.split("(")[0].split("<")[0][-24:])
+        for e in prof.events()
+        if str(getattr(e, "device_type", "")).endswith("CUDA") and ("fa_dec" in e.name or "kernel" in e.name)
+    )
+    if not ev:
+        return []
+    t0, prev = ev[0][0], ev[0][0]
+    out = []
+    for a0, a1, name in ev:
+        out.append("%-24s start %8.1f end %8.1f (%6.1f us, gap %5.1f)" % (name, a0 - t0, a1 - t0, a1 - a0, a0 - prev))
+        prev = a1
+    return out
+
+
 def copy_gbps(reps):
     n = 2 << 30  # 2 GiB read + 2 GiB written
     src = torch.empty(n // 2, dtype=torch.bfloat16, device="cuda").uniform_()
@@ -182,6 +210,9 @@ def main():
         "plain launches, no programmatic dependent launch), or a list: auto,cores,nopdl",
     )
     ap.add_argument("--breakdown", action="store_true", help="print each of our kernels' time per call")
+    ap.add_argument(
+        "--timeline", action="store_true", help="print our kernels' start / end over 4 back-to-back calls per row"
+    )
     a = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.cuda.get_device_properties(0)
@@ -321,6 +352,9 @@ def main():
             vs_kern = (best / t_kern) if best and t_kern > 0 else float("nan")
             say("%-44s %9.4f %9.4f %9.0f %6.0f%% %6.2fx %6.2fx | %-44s %6.3f"
                 % (name, t_call, t_kern, gbs, 100 * gbs / cbw, vs_call, vs_kern, sdp, err))  # fmt: skip
+            if a.timeline:
+                for line in timeline(fn):
+                    say("      " + line)
             if a.breakdown:
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
