@@ -20,8 +20,9 @@
 #                              test_online_softmax), test_backend_cuda, memcheck of
 #                              test_kvcache, bench/gpu/decode.py ($DECODE_ARGS)
 #   scripts/gpu/run.sh fp8     build + the FP8 forward: test_fp8_cuda (cuda against
-#                              ref, every option; also with FLASHATTN_CUDA_FP8_WS=1,
-#                              the warp-specialized kernel), test_fp8_ref,
+#                              ref, every option: the warp-specialized kernel by
+#                              default, also with FLASHATTN_CUDA_FP8_WS=2 and =0,
+#                              the cp.async kernel), test_fp8_ref,
 #                              bench/gpu/fp8.py ($FP8_ARGS; both kernels side by
 #                              side), memcheck and racecheck of test_fp8_cuda (ws;
 #                              FP8_SAN_WS="2 0": both), ptxas report, then
@@ -170,6 +171,8 @@ if [ "$MODE" = fp8 ]; then
     say "test_fp8_cuda (FLASHATTN_CUDA_FP8_WS=2 VARIANT=$v) exit $?: $(suite_counts "$BUILD/test_fp8_cuda_ws$v.log")"
     grep -E "FAILED|ERROR|o\[|lse\[|near an e4m3" "$BUILD/test_fp8_cuda_ws$v.log" | head -20 | tee -a "$SUMMARY"
   done
+  FLASHATTN_CUDA_FP8_WS=0 timeout "${FP8_TEST_S:-120}" "$BUILD/tests/test_fp8_cuda" >"$BUILD/test_fp8_cuda_cp.log" 2>&1
+  say "test_fp8_cuda (FLASHATTN_CUDA_FP8_WS=0: the cp.async kernel) exit $?: $(suite_counts "$BUILD/test_fp8_cuda_cp.log")"
   for v in 1 2; do # the D = 128 kernel's other loop orders (FLASHATTN_CUDA_VARIANT, launch_fwd_fp8.cuh)
     FLASHATTN_CUDA_VARIANT=$v timeout "${FP8_TEST_S:-120}" "$BUILD/tests/test_fp8_cuda" >"$OUT/test_fp8_cuda_v$v.log" 2>&1
     say "test_fp8_cuda (FLASHATTN_CUDA_VARIANT=$v) exit $?: $(suite_counts "$OUT/test_fp8_cuda_v$v.log")"
