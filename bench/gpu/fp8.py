@@ -14,7 +14,10 @@ cp.async kernel (FLASHATTN_CUDA_FP8_WS=0) and the warp-specialized one
 falling back; the library reads the switch per call), prints
 both, and the largest |difference| of their o (the same rule, so 0 is
 expected; D = 256 is outside its scope: the same kernel twice); the
-accuracy rows then run the warp-specialized kernel.
+accuracy rows then run the warp-specialized kernel. --ws-variant: its
+FLASHATTN_CUDA_VARIANT (launch_fwd_fp8.cuh), or a comma list (e.g. 0,5,6,7)
+to time each of them in the same process, a column pair and a difference
+each (the accuracy rows: the first).
 
 Timing: CUDA events around each call after warm-up, the median of --reps.
 FLOP count: 4 B H L^2 D, halved when causal. The library is called through
@@ -22,7 +25,7 @@ ctypes (bench/gpu/fa_ctypes.py), as bench/gpu/anchors.py does.
 
 usage: python3 bench/gpu/fp8.py --lib build/libflashattn.so [--d 64,128,256]
        [--l 4096,8192,16384] [--causal 0,1] [--reps 20] [--acc-l 2048] [--ws 1]
-       [--ws-variant 0]
+       [--ws-variant 0[,5,...]]
 """
 
 import argparse
@@ -110,16 +113,21 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--acc-l", type=int, default=2048, help="sequence length of the accuracy rows (0: none)")
     ap.add_argument("--ws", type=int, default=1, help="1: also time the warp-specialized fp8 kernel")
-    ap.add_argument("--ws-variant", type=int, default=0, help="its FLASHATTN_CUDA_VARIANT (3, 4: launch_fwd_fp8.cuh)")
+    ap.add_argument(
+        "--ws-variant",
+        default="0",
+        help="its FLASHATTN_CUDA_VARIANT (0, 3-7: launch_fwd_fp8.cuh), or a comma list, each timed",
+    )
     args = ap.parse_args()
     variant0 = os.environ.get("FLASHATTN_CUDA_VARIANT")
+    ws_variants = [int(x) for x in args.ws_variant.split(",")]
 
-    def fp8_ws(on):
+    def fp8_ws(on, variant=ws_variants[0]):
         """The FP8 kernel the next calls take (read by the library per call);
         --ws-variant only for the warp-specialized one."""
         os.environ["FLASHATTN_CUDA_FP8_WS"] = "2" if on else "0"
         if on:
-            os.environ["FLASHATTN_CUDA_VARIANT"] = str(args.ws_variant)
+            os.environ["FLASHATTN_CUDA_VARIANT"] = str(variant)
         elif variant0 is None:
             os.environ.pop("FLASHATTN_CUDA_VARIANT", None)
         else:
@@ -132,9 +140,17 @@ def main():
     )
     print(
         f"{'D':>4} {'H':>3} {'B':>3} {'L':>6} {'causal':>6} | {'bf16':>7} {'fp8':>7} {'fp8/bf16':>8} | "
-        + (f"{'fp8-ws':>7} {'ws/bf16':>8} | " if args.ws else "")
+        + (
+            (
+                f"{'fp8-ws':>7} {'ws/bf16':>8} | "
+                if len(ws_variants) == 1
+                else "".join(f"{'ws-v' + str(v):>7} {'/bf16':>6} | " for v in ws_variants)
+            )
+            if args.ws
+            else ""
+        )
         + f"{'sdpa-fp8':>8} | check fp8 vs bf16 (max |diff|)"
-        + (", ws vs fp8" if args.ws else "")
+        + ((", ws vs fp8" if len(ws_variants) == 1 else ", ws vs fp8 per variant") if args.ws else "")
     )
     sdpa_why = None
     for D in (int(x) for x in args.d.split(",")):
@@ -159,10 +175,13 @@ def main():
                 ws_cols, ws_diff = "", ""
                 if args.ws:
                     o8_old = o8.clone()
-                    fp8_ws(True)
-                    t8w = median_ms(f8, args.reps)
-                    ws_cols = f"{flops / t8w / 1e9:7.1f} {t16 / t8w:8.2f} | "
-                    ws_diff = f", {(o8.float() - o8_old.float()).abs().max().item():.3g}"
+                    for v in ws_variants:
+                        fp8_ws(True, v)
+                        o8.fill_(float("nan"))
+                        t8w = median_ms(f8, args.reps)
+                        ratio = f"{t16 / t8w:8.2f}" if len(ws_variants) == 1 else f"{t16 / t8w:6.2f}"
+                        ws_cols += f"{flops / t8w / 1e9:7.1f} {ratio} | "
+                        ws_diff += f", {(o8.float() - o8_old.float()).abs().max().item():.3g}"
                     del o8_old
                 sd, why = sdpa_fp8(q8, k8, v8, causal)
                 if sd is None:

@@ -164,8 +164,9 @@ if [ "$MODE" = fp8 ]; then
   done
   grep -E "FAILED|ERROR|o\[|lse\[|near an e4m3" "$OUT/test_fp8_cuda.log" | head -30 | tee -a "$SUMMARY"
   # the warp-specialized kernel (FLASHATTN_CUDA_FP8_WS=2: as 1, but a call in its scope it cannot take
-  # fails instead of falling back; VARIANT=3: its other loop order, 4: 3 stages); logs in $BUILD
-  for v in 0 3 4; do
+  # fails instead of falling back; VARIANT=3: its other loop order, 4: 3 stages, 5-7: the ldmatrix
+  # transposer with 2-4 stages); logs in $BUILD
+  for v in 0 3 4 5 6 7; do
     FLASHATTN_CUDA_FP8_WS=2 FLASHATTN_CUDA_VARIANT=$v timeout "${FP8_TEST_S:-120}" "$BUILD/tests/test_fp8_cuda" \
       >"$BUILD/test_fp8_cuda_ws$v.log" 2>&1
     say "test_fp8_cuda (FLASHATTN_CUDA_FP8_WS=2 VARIANT=$v) exit $?: $(suite_counts "$BUILD/test_fp8_cuda_ws$v.log")"
@@ -185,13 +186,16 @@ if [ "$MODE" = fp8 ]; then
     timeout "${FP8_BENCH_S:-300}" python3 bench/gpu/fp8.py --lib "$BUILD/libflashattn.so" ${FP8_ARGS:-} 2>&1 |
     tee "$OUT/fp8_bench.txt" >>"$SUMMARY"
   stage "compute-sanitizer on test_fp8_cuda"
+  # FP8_SAN_VARIANTS: the FLASHATTN_CUDA_VARIANTs of those runs (default 0; e.g. "0 5")
   for ws in ${FP8_SAN_WS:-2}; do # the warp-specialized kernel ("2 0": the cp.async one too, verified clean before)
-    for tool in memcheck racecheck; do
-      FLASHATTN_CUDA_FP8_WS=$ws timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 \
-        "$BUILD/tests/test_fp8_cuda" >"$BUILD/san_${tool}_ws$ws.log" 2>&1
-      say "$tool test_fp8_cuda (FLASHATTN_CUDA_FP8_WS=$ws) exit $?"
-      grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|hazard" "$BUILD/san_${tool}_ws$ws.log" | sort | uniq -c |
-        head -10 | tee -a "$SUMMARY"
+    for sv in ${FP8_SAN_VARIANTS:-0}; do
+      for tool in memcheck racecheck; do
+        FLASHATTN_CUDA_FP8_WS=$ws FLASHATTN_CUDA_VARIANT=$sv timeout 200 compute-sanitizer --tool $tool \
+          --error-exitcode 9 "$BUILD/tests/test_fp8_cuda" >"$BUILD/san_${tool}_ws${ws}_v$sv.log" 2>&1
+        say "$tool test_fp8_cuda (FLASHATTN_CUDA_FP8_WS=$ws VARIANT=$sv) exit $?"
+        grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|hazard" "$BUILD/san_${tool}_ws${ws}_v$sv.log" | sort |
+          uniq -c | head -10 | tee -a "$SUMMARY"
+      done
     done
   done
   grep -h -A2 "fwd_fp8_kernel\|fwd_fp8_ws_kernel" "$BUILD"/src/cuda/CMakeFiles/fa_cuda_sm90a.dir/launch_fwd_fp8_*.ptxas.log 2>/dev/null |

@@ -14,6 +14,13 @@
 //                          arrives on the V^T slot's full barrier and on the
 //                          V slot's empty one (one arrival per thread).
 //     warp 1               leaves.
+//   kTv 1 (FLASHATTN_CUDA_VARIANT 5-7, launch_fwd_fp8.cuh): warps 1-3
+//     transpose instead, with ldmatrix.trans / stmatrix
+//     (fp8_ws_transpose_v_ldsm: the same V^T bytes, a quarter of the
+//     shared-memory instructions), one arrival per warp; the copying thread
+//     hands them each tile's key count through shared memory (v_keys) and
+//     a stop after the last, so that they keep no work-tile bookkeeping
+//     (which spilled in 24 registers).
 //   2 consumer warpgroups (setmaxnreg 240), 64 query rows each
 //     the pipelined loop of fwd_ws_kernel (S of tile it + 1 issued with
 //     P V of tile it, turns taken on named barriers), with the fp8 kernel's
@@ -66,7 +73,8 @@ struct fwd_fp8_ws_cfg {
   static constexpr int kBars = 2 + 6 * kStages;
   // Q, the K, V and V^T rings, the barriers, and 1 KiB to align the tiles
   // to 1024 bytes (the swizzle pattern's period).
-  static constexpr size_t smem_bytes = kQBytes + 3 * kStages * (size_t)kTileBytes + 8 * kBars + 1024;
+  // (+ 4 bytes a V slot: its key count, for the transposers of kTv 1)
+  static constexpr size_t smem_bytes = kQBytes + 3 * kStages * (size_t)kTileBytes + 8 * kBars + 4 * kStages + 1024;
 };
 
 // fp8_transpose_v (fwd_fp8_kernel.cuh) for kD = kBN = 128 on 64 threads:
@@ -136,6 +144,95 @@ __device__ __forceinline__ void fp8_ws_transpose_v(uint32_t vt, uint32_t sv, int
   }
 }
 
+// transposing warps of fp8_ws_transpose_v_ldsm (kTv 1): warps 1-3 of the
+// producer warpgroup
+constexpr int kFp8TvWarps = 3;
+
+__device__ __forceinline__ void st_shared_s32(uint32_t addr, int v) {
+  asm volatile("st.shared.s32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ int ld_shared_s32(uint32_t addr) {
+  int v;
+  asm volatile("ld.shared.s32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+
+// The same V^T slot (byte for byte) from ldmatrix.trans / stmatrix, as
+// FlashAttention 3's producer transposes FP8 V (LDSM.T + byte permutes +
+// STSM): 4x fewer shared-memory instructions than fp8_ws_transpose_v (an
+// x4 moves 512 bytes a warp, a 32-bit access 128) and half its permutes.
+// The V^T slot's chunk J (16 bytes) of row n holds keys 16 J .. 16 J + 15 in
+// P's order: bytes 4 i .. 4 i + 3 are keys 16 J + 2 i + {0, 1, 8, 9}
+// (fp8_transpose_v's blocks b = 4 J + i). A unit (J, dq) is keys 16 J ..
+// 16 J + 15 x dims 32 dq .. 32 dq + 31, one ldmatrix.x4.trans (b16, so one
+// element is 2 dims): matrix mi = keys 16 J + 8 (mi & 1) + 0..7, dims
+// 32 dq + 16 (mi >> 1) + 0..15; lane (g, q) (g = lane / 4, q = lane % 4)
+// gets of each the keys 2 q, 2 q + 1 (low, high half) of dims 2 g, 2 g + 1
+// (low, high byte). Keys 2 q, 2 q + 1 of matrices 0 and 1 (keys + 8),
+// bytes 0 2 4 6 (__byte_perm 0x6420) are row 2 g's 4 bytes at 4 q, bytes
+// 1 3 5 7 (0x7531) row 2 g + 1's; matrices 2, 3 the same 16 dims on. The
+// stmatrix.x4 (non-trans: lane (g, q) gives each matrix's row g, bytes
+// 4 q ..) takes for matrix 0 rows 2 g (g < 4) and 2 g + 1 (g >= 4), matrix
+// 1 the others, so that each matrix's 8 rows have 8 distinct row & 7 and
+// their chunks J ^ (row & 7) 8 distinct bank groups (rows 2 g alone would
+// be 2-way conflicted): the choice is only the permute's selector. Reads:
+// key & 7 = the matrix row, so the 8 rows' chunks are distinct too. A host
+// emulation (2026-12-01) checked the 32 units against fp8_transpose_v's
+// bytes, each V^T byte written once, and both sides conflict-free. The 32
+// units are dealt to the kFp8TvWarps warps (wq = 0, 1, 2: units wq, wq + 3,
+// ...), two loads in flight a warp. No lane state beyond a few addresses, so
+// that the loop fits the producer's 24 registers. kMask as fp8_ws_transpose_v
+// (keys >= v_rows written as zeros): each unit's V rows past v_rows are
+// zeroed in the V slot before its ldmatrix (only that warp reads them; the
+// copy that next fills the slot waits for the fence and arrival after).
+template <bool kMask>
+__device__ __forceinline__ void fp8_ws_transpose_v_ldsm(uint32_t vt, uint32_t sv, int wq, int lane, int v_rows) {
+  const int mi = lane >> 3, ri = lane & 7, h = mi >> 1;
+  // read row of unit (J, dq): sv + 2048 J + (8 (mi & 1) + ri) 128 +
+  // (((2 dq + h) ^ ri) << 4), and 2 dq + h = 2 dq | h
+  const uint32_t rd = sv + (8 * (mi & 1) + ri) * 128 + ((h ^ (ri & 1)) << 4);
+  // write row of matrix mi, row ri: 32 dq + 16 h + 2 ri + d, d = 1 for
+  // (mi even, ri >= 4) and (mi odd, ri < 4); chunk J ^ (row & 7)
+  const int nr = 2 * ri + ((mi & 1) ? (ri < 4) : (ri >= 4));
+  const uint32_t wr = vt + (16 * h + nr) * 128, nx = (nr & 7) << 4;
+  const uint32_t sel0 = (lane >> 2) < 4 ? 0x6420u : 0x7531u;
+  // units u = 8 dq + J of this warp: wq, wq + 3, ...; two a step, the second's
+  // load issued before the first's store
+#pragma unroll 1
+  for (int u0 = wq; u0 < 32; u0 += 2 * kFp8TvWarps) {
+    const int nu = u0 + kFp8TvWarps < 32 ? 2 : 1;  // the same for the whole warp
+    uint32_t r[2][4];
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+      const int u = u0 + x * kFp8TvWarps, J = u & 7, dq = u >> 3;
+      if (x < nu) {
+        if (kMask) {
+          // the unit's 16 keys x 2 chunks, one (key, chunk) a lane: keys
+          // >= v_rows zeroed in the V slot first (only this warp reads them)
+          const int k = 16 * J + (lane >> 1), c = 2 * dq + (lane & 1);
+          if (k >= v_rows)
+            asm volatile("st.shared.v4.u32 [%0], {%1,%1,%1,%1};\n" ::"r"(sv + k * 128 + ((c ^ (k & 7)) << 4)), "r"(0)
+                         : "memory");
+          __syncwarp();
+        }
+        ldmatrix_x4_trans(r[x], rd + 2048 * J + ((((2 * dq) ^ ri) & 6) << 4));
+      }
+    }
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+      const int u = u0 + x * kFp8TvWarps, J = u & 7, dq = u >> 3;
+      if (x < nu) {
+        const uint32_t w0 = __byte_perm(r[x][0], r[x][1], sel0), w1 = __byte_perm(r[x][0], r[x][1], sel0 ^ 0x1111u);
+        const uint32_t w2 = __byte_perm(r[x][2], r[x][3], sel0), w3 = __byte_perm(r[x][2], r[x][3], sel0 ^ 0x1111u);
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(
+                         wr + 4096 * dq + ((static_cast<uint32_t>(J) << 4) ^ nx)),
+                     "r"(w0), "r"(w1), "r"(w2), "r"(w3)
+                     : "memory");
+      }
+    }
+  }
+}
+
 // kOrder: the consumers' order within an iteration (both issue S of tile
 // it + 1 with P V of tile it in one turn):
 //   1  P V first; its add into O once it is in (S may still run), then the
@@ -143,7 +240,7 @@ __device__ __forceinline__ void fp8_ws_transpose_v(uint32_t vt, uint32_t sv, int
 //   2  S first; the softmax of it + 1 under P V, the add after
 //      (FlashAttention 3's order, fwd_ws_kernel's; kPipe 2): O, the
 //      temporary, S and P all live at once
-template <typename E, int kD, int kBN, int kStages, int kOrder>
+template <typename E, int kD, int kBN, int kStages, int kOrder, int kTv = 0>
 __global__ void __launch_bounds__(384, 1)
     fwd_fp8_ws_kernel(const __grid_constant__ fa__cuda_params p, const __grid_constant__ CUtensorMap tq,
                       const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv, int64_t row_tiles,
@@ -155,6 +252,10 @@ __global__ void __launch_bounds__(384, 1)
   static_assert(kBN == FA__FP8_BLOCK_K, "the key tile is the block of the FP8 rule (src/rules/fp8.h)");
   static_assert(kStages >= 2 && (kOrder == 1 || kOrder == 2), "configuration");
   static_assert(cfg::kTransposers == 64, "fp8_ws_transpose_v's thread count");
+  static_assert(kTv == 0 || kTv == 1, "transposer");
+  // arrivals on a V^T slot's full barrier and a V slot's empty one: one per
+  // transposing thread (kTv 0), one per transposing warp (kTv 1)
+  constexpr uint32_t kTvArrivals = kTv ? kFp8TvWarps : cfg::kTransposers;
 
   extern __shared__ unsigned char smem_raw[];
   const uint32_t base = smem_addr(smem_raw), pad = (1024 - (base & 1023)) & 1023;
@@ -170,6 +271,11 @@ __global__ void __launch_bounds__(384, 1)
   auto empty_k = [&](int s) { return bars + 8 * (2 + 3 * kStages + s); };
   auto empty_v = [&](int s) { return bars + 8 * (2 + 4 * kStages + s); };
   auto empty_vt = [&](int s) { return bars + 8 * (2 + 5 * kStages + s); };
+  // kTv 1: the keys of the sequence in V slot s (128 but in a sequence's
+  // last tile), written by the copying thread before it arms the slot's
+  // full barrier (its arrival releases the write, the transposers' wait
+  // acquires it); -1 after the last tile: the transposers stop
+  auto v_keys = [&](int s) { return bars + 8 * cfg::kBars + 4 * s; };
   constexpr uint32_t kConsumerWarps = cfg::kConsumers / 32;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -181,9 +287,9 @@ __global__ void __launch_bounds__(384, 1)
     for (int s = 0; s < kStages; ++s) {
       mbar_init(full_k(s), 1);
       mbar_init(full_v(s), 1);
-      mbar_init(full_vt(s), cfg::kTransposers);  // one arrival per transposing thread
+      mbar_init(full_vt(s), kTvArrivals);
       mbar_init(empty_k(s), kConsumerWarps);
-      mbar_init(empty_v(s), cfg::kTransposers);
+      mbar_init(empty_v(s), kTvArrivals);
       mbar_init(empty_vt(s), kConsumerWarps);
     }
     mbar_init_fence();
@@ -215,12 +321,45 @@ __global__ void __launch_bounds__(384, 1)
             mbar_expect_tx(full_k(s), cfg::kTileBytes);
             tma_load_4d(sk + s * cfg::kTileBytes, &tk, 0, n0, kvh, b, full_k(s));
             if (use > 0) mbar_wait(empty_v(s), (use - 1) & 1);  // transposed
+            if constexpr (kTv == 1) {
+              const int64_t left = fb.c.seq.lk - static_cast<int64_t>(fb.nb_lo + it) * kBN;
+              st_shared_s32(v_keys(s), left < kBN ? (left > 0 ? static_cast<int>(left) : 0) : kBN);
+            }
             mbar_expect_tx(full_v(s), cfg::kTileBytes);
             tma_load_4d(sv + s * cfg::kTileBytes, &tv, 0, n0, kvh, b, full_v(s));
           }
         }
+        if constexpr (kTv == 1) {
+          // the transposers' stop: slot kv's next use, once they are done with its last
+          const int s = kv % kStages, use = kv / kStages;
+          if (use > 0) mbar_wait(empty_v(s), (use - 1) & 1);
+          st_shared_s32(v_keys(s), -1);
+          mbar_arrive(full_v(s));
+        }
         // (No copy can still be landing when the block exits: the
         // transposers wait for every V, the consumers for every Q and K.)
+      }
+    } else if (kTv == 1) {
+      // The transposers of kTv 1: V slot -> V^T slot, tile by tile in the
+      // copying thread's order, each tile's key count from it (v_keys): no
+      // work-tile bookkeeping here, so that the loop fits 24 registers.
+      for (int kv = 0;; ++kv) {
+        const int s = kv % kStages, use = kv / kStages;
+        mbar_wait(full_v(s), use & 1);
+        const int v_rows = ld_shared_s32(v_keys(s));
+        if (v_rows < 0) break;
+        if (use > 0) mbar_wait(empty_vt(s), (use - 1) & 1);  // the consumers' P V of its last use is done
+        const uint32_t vt_s = svt + s * cfg::kTileBytes, v_s = sv + s * cfg::kTileBytes;
+        if (v_rows < kBN)
+          fp8_ws_transpose_v_ldsm<true>(vt_s, v_s, warp - 1, lane, v_rows);
+        else
+          fp8_ws_transpose_v_ldsm<false>(vt_s, v_s, warp - 1, lane, kBN);
+        fence_proxy_async();  // every lane its own st.shared to V^T -> wgmma's proxy
+        __syncwarp();         // the warp's stores and V reads, then one arrival for it
+        if (lane == 0) {
+          mbar_arrive(full_vt(s));
+          mbar_arrive(empty_v(s));
+        }
       }
     } else if (warp >= 2) {
       // The transposers: V slot -> V^T slot, tile by tile in the producer's order.
@@ -243,10 +382,11 @@ __global__ void __launch_bounds__(384, 1)
           mbar_wait(full_v(s), use & 1);
           if (use > 0) mbar_wait(empty_vt(s), (use - 1) & 1);  // the consumers' P V of its last use is done
           const int v_rows = it == n - 1 ? last_rows : kBN;
+          const uint32_t vt_s = svt + s * cfg::kTileBytes, v_s = sv + s * cfg::kTileBytes;
           if (v_rows < kBN)
-            fp8_ws_transpose_v<true>(svt + s * cfg::kTileBytes, sv + s * cfg::kTileBytes, id, v_rows);
+            fp8_ws_transpose_v<true>(vt_s, v_s, id, v_rows);
           else
-            fp8_ws_transpose_v<false>(svt + s * cfg::kTileBytes, sv + s * cfg::kTileBytes, id, kBN);
+            fp8_ws_transpose_v<false>(vt_s, v_s, id, kBN);
           fence_proxy_async();  // this thread's st.shared to V^T -> wgmma's proxy (and its V reads before the copy's
                                 // writes)
           mbar_arrive(full_vt(s));

@@ -59,7 +59,7 @@ inline bool fp8_tma_map_4d(CUtensorMap *map, const void *base, const fa__cuda_st
 // Whether the call is one for the warp-specialized kernel
 // (fwd_fp8_ws_kernel.cuh): bucket 128, band-only options (seqlens and
 // packed sequences included), the old kernel's loop orders not asked for
-// (FLASHATTN_CUDA_VARIANT 0, 3, 4). 0 no; 1 yes (the default; read per
+// (FLASHATTN_CUDA_VARIANT 0, 3-7). 0 no; 1 yes (the default; read per
 // call, as FLASHATTN_CUDA_WS is; FLASHATTN_CUDA_FP8_WS=0 keeps the cp.async
 // kernel); 2 the same with FLASHATTN_CUDA_FP8_WS=2, which fails the call
 // (rather than falling back to the cp.async kernel) when the tensor maps
@@ -69,7 +69,7 @@ inline bool fp8_tma_map_4d(CUtensorMap *map, const void *base, const fa__cuda_st
 inline int fp8_ws_mode(const fa__cuda_params &p, int kd) {
   const char *env = getenv("FLASHATTN_CUDA_FP8_WS");
   if (env && strcmp(env, "0") == 0) return 0;
-  if (kd != 128 || p.has_extras || (p.variant != 0 && p.variant != 3 && p.variant != 4)) return 0;
+  if (kd != 128 || p.has_extras || (p.variant != 0 && (p.variant < 3 || p.variant > 7))) return 0;
   return env && strcmp(env, "2") == 0 ? 2 : 1;
 }
 
@@ -83,10 +83,10 @@ inline bool fp8_ws_maps(const fa__cuda_params &p, CUtensorMap (&maps)[3]) {
          fp8_tma_map_4d(&maps[2], p.v, p.vs, B, p.Hkv, p.Lk_rows, p.Dv, FA__FP8_BLOCK_K);
 }
 
-template <typename E, int kStages, int kOrder>
+template <typename E, int kStages, int kOrder, int kTv = 0>
 fa_status launch_fwd_fp8_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&maps)[3], cudaStream_t s, fa__err *err) {
   using cfg = fwd_fp8_ws_cfg<128, FA__FP8_BLOCK_K, kStages>;
-  auto kernel = fwd_fp8_ws_kernel<E, 128, FA__FP8_BLOCK_K, kStages, kOrder>;
+  auto kernel = fwd_fp8_ws_kernel<E, 128, FA__FP8_BLOCK_K, kStages, kOrder, kTv>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "forward (fp8, warp-specialized): shared memory limit");
   // persistent: one block per multiprocessor, or fewer when there are fewer
   // work tiles (launch_fwd_ws_cfg's grid and work order)
@@ -118,7 +118,10 @@ fa_status launch_fwd_fp8_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&ma
 // FLASHATTN_CUDA_FP8_WS=0 (fp8_ws_mode): 2 stages, P V first and
 // its add under S (kOrder 1: no consumer spills under 240 registers);
 // FLASHATTN_CUDA_VARIANT=3 S first and the softmax under P V (kOrder 2,
-// FlashAttention 3's order: spills, for A/B timing); =4 3 stages (160 KiB).
+// FlashAttention 3's order: spills, for A/B timing); =4 3 stages (160 KiB);
+// =5, 6, 7: the ldmatrix.trans / stmatrix transposer on warps 1-3 (kTv 1,
+// fwd_fp8_ws_kernel.cuh: the same V^T bytes; 2, 3, 4 stages, 112 / 160 /
+// 208 KiB; not yet timed on a GPU).
 // The two-level P V (fwd_fp8_kernel.cuh) is not yet timed on a GPU.
 template <typename E>
 fa_status launch_fwd_fp8(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err) {
@@ -132,10 +135,14 @@ fa_status launch_fwd_fp8(const fa__cuda_params &p, int kd, cudaStream_t s, fa__e
   if (kd == 128) {
     const int ws = fp8_ws_mode(p, kd);
     CUtensorMap maps[3];
-    if (ws && fp8_ws_maps(p, maps))
-      return p.variant == 3   ? launch_fwd_fp8_ws_cfg<E, 2, 2>(p, maps, s, err)
-             : p.variant == 4 ? launch_fwd_fp8_ws_cfg<E, 3, 1>(p, maps, s, err)
-                              : launch_fwd_fp8_ws_cfg<E, 2, 1>(p, maps, s, err);
+    if (ws && fp8_ws_maps(p, maps)) switch (p.variant) {
+        case 3: return launch_fwd_fp8_ws_cfg<E, 2, 2>(p, maps, s, err);
+        case 4: return launch_fwd_fp8_ws_cfg<E, 3, 1>(p, maps, s, err);
+        case 5: return launch_fwd_fp8_ws_cfg<E, 2, 1, 1>(p, maps, s, err);
+        case 6: return launch_fwd_fp8_ws_cfg<E, 3, 1, 1>(p, maps, s, err);
+        case 7: return launch_fwd_fp8_ws_cfg<E, 4, 1, 1>(p, maps, s, err);
+        default: return launch_fwd_fp8_ws_cfg<E, 2, 1>(p, maps, s, err);
+      }
     if (ws == 2) {
       fa__err_set(err, "cuda: FLASHATTN_CUDA_FP8_WS=2: no tensor maps for the warp-specialized FP8 forward");
       return FA_ERR_INTERNAL;
