@@ -25,7 +25,8 @@
 #                              the cp.async kernel), test_fp8_ref,
 #                              bench/gpu/fp8.py ($FP8_ARGS; both kernels side by
 #                              side), memcheck and racecheck of test_fp8_cuda (ws;
-#                              FP8_SAN_WS="2 0": both), ptxas report, then
+#                              FP8_SAN_WS="2 0": both; FP8_SAN_VARIANTS="0 5":
+#                              those FLASHATTN_CUDA_VARIANTs), ptxas report, then
 #                              test_backend_cuda (the shared forward tile code)
 #   scripts/gpu/run.sh ws      the warp-specialized (TMA) forward: check_cuda with it
 #                              and without (FLASHATTN_CUDA_WS=0), test_backend_cuda,
