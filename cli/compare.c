@@ -49,3 +49,18 @@ void cli_compare(const fa_tensor *x, const fa_tensor *ref, int ndim, cli_tol tol
           }
         }
 }
+
+cli_tol cli_tol_grad(fa_dtype dtype, cli_tol tol, const fa_tensor *ref, int ndim) {
+  if (dtype != FA_BF16 && dtype != FA_F16) return tol;
+  double rmax = 0;
+  const int64_t n3 = ndim == 4 ? ref->shape[3] : 1;
+  for (int64_t a = 0; a < ref->shape[0]; ++a)
+    for (int64_t b = 0; b < ref->shape[1]; ++b)
+      for (int64_t i = 0; i < ref->shape[2]; ++i)
+        for (int64_t d = 0; d < n3; ++d) {
+          const double v = fabs(cli_tensor_get(ref, a, b, i, d));
+          if (isfinite(v) && v > rmax) rmax = v;
+        }
+  if (tol.rtol * rmax > tol.atol) tol.atol = tol.rtol * rmax;
+  return tol;
+}

@@ -26,4 +26,14 @@ typedef struct cli_cmp {
 
 void cli_compare(const fa_tensor *x, const fa_tensor *ref, int ndim, cli_tol tol, cli_cmp *out);
 
+/* A gradient's tolerance in a 16-bit dtype: tol with atol raised to rtol
+ * times the gradient's largest magnitude. Kernels that round dS (and P) to
+ * the input dtype for the gradient products (FlashAttention 2 on GPUs, the
+ * cpu backend's bf16 products: docs/semantics.md) err by ~2^-9 of the sums
+ * of magnitudes that make up each element, which cancellation can leave far
+ * above the element itself: a per-element bound cannot hold there, a bound
+ * on the tensor's scale can (the test suite's rule, tests/backend_run.c).
+ * Other dtypes: tol unchanged. */
+cli_tol cli_tol_grad(fa_dtype dtype, cli_tol tol, const fa_tensor *ref, int ndim);
+
 #endif
