@@ -116,7 +116,7 @@ def main():
     ap.add_argument(
         "--ws-variant",
         default="0",
-        help="its FLASHATTN_CUDA_VARIANT (0, 3-7: launch_fwd_fp8.cuh), or a comma list, each timed",
+        help="its FLASHATTN_CUDA_VARIANT (0, 3-8: launch_fwd_fp8.cuh), or a comma list, each timed",
     )
     args = ap.parse_args()
     variant0 = os.environ.get("FLASHATTN_CUDA_VARIANT")

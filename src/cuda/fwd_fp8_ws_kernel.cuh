@@ -240,7 +240,10 @@ __device__ __forceinline__ void fp8_ws_transpose_v_ldsm(uint32_t vt, uint32_t sv
 //   2  S first; the softmax of it + 1 under P V, the add after
 //      (FlashAttention 3's order, fwd_ws_kernel's; kPipe 2): O, the
 //      temporary, S and P all live at once
-template <typename E, int kD, int kBN, int kStages, int kOrder, int kTv = 0>
+// kTurns false: no turn-taking, each warpgroup issues its products as soon
+// as its operands are in (the same products, so the same bits; for A/B
+// timing against the turns).
+template <typename E, int kD, int kBN, int kStages, int kOrder, int kTv = 0, bool kTurns = true>
 __global__ void __launch_bounds__(384, 1)
     fwd_fp8_ws_kernel(const __grid_constant__ fa__cuda_params p, const __grid_constant__ CUtensorMap tq,
                       const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv, int64_t row_tiles,
@@ -409,12 +412,16 @@ __global__ void __launch_bounds__(384, 1)
 
     // Turn-taking as in fwd_ws_kernel: a warpgroup issues its products only
     // in its turn, then hands the turn to the other.
-    auto turn_wait = [&]() { named_sync(kWsTurn0 + wg, 256); };
-    auto turn_pass = [&]() { named_arrive(kWsTurn0 + (wg + 1) % kCWG, 256); };
+    auto turn_wait = [&]() {
+      if constexpr (kTurns) named_sync(kWsTurn0 + wg, 256);
+    };
+    auto turn_pass = [&]() {
+      if constexpr (kTurns) named_arrive(kWsTurn0 + (wg + 1) % kCWG, 256);
+    };
     auto release = [&](uint32_t bar) {
       if (lane == 0) mbar_arrive(bar);
     };
-    if (wg == kCWG - 1) named_arrive(kWsTurn0, 256);
+    if (kTurns && wg == kCWG - 1) named_arrive(kWsTurn0, 256);
 
     for (int64_t w = blockIdx.x; w < works; w += gridDim.x) {
       fwd_block fb;
@@ -555,7 +562,7 @@ __global__ void __launch_bounds__(384, 1)
     }
     // The last warpgroup's last pass (or its opening one) is still pending on
     // warpgroup 0's barrier: take it, so none is left behind.
-    if (wg == 0) turn_wait();
+    if (kTurns && wg == 0) turn_wait();
   }
 #endif
 }

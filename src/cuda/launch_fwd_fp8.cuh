@@ -59,7 +59,7 @@ inline bool fp8_tma_map_4d(CUtensorMap *map, const void *base, const fa__cuda_st
 // Whether the call is one for the warp-specialized kernel
 // (fwd_fp8_ws_kernel.cuh): bucket 128, band-only options (seqlens and
 // packed sequences included), the old kernel's loop orders not asked for
-// (FLASHATTN_CUDA_VARIANT 0, 3-7). 0 no; 1 yes (the default; read per
+// (FLASHATTN_CUDA_VARIANT 0, 3-8). 0 no; 1 yes (the default; read per
 // call, as FLASHATTN_CUDA_WS is; FLASHATTN_CUDA_FP8_WS=0 keeps the cp.async
 // kernel); 2 the same with FLASHATTN_CUDA_FP8_WS=2, which fails the call
 // (rather than falling back to the cp.async kernel) when the tensor maps
@@ -69,7 +69,7 @@ inline bool fp8_tma_map_4d(CUtensorMap *map, const void *base, const fa__cuda_st
 inline int fp8_ws_mode(const fa__cuda_params &p, int kd) {
   const char *env = getenv("FLASHATTN_CUDA_FP8_WS");
   if (env && strcmp(env, "0") == 0) return 0;
-  if (kd != 128 || p.has_extras || (p.variant != 0 && (p.variant < 3 || p.variant > 7))) return 0;
+  if (kd != 128 || p.has_extras || (p.variant != 0 && (p.variant < 3 || p.variant > 8))) return 0;
   return env && strcmp(env, "2") == 0 ? 2 : 1;
 }
 
@@ -83,10 +83,10 @@ inline bool fp8_ws_maps(const fa__cuda_params &p, CUtensorMap (&maps)[3]) {
          fp8_tma_map_4d(&maps[2], p.v, p.vs, B, p.Hkv, p.Lk_rows, p.Dv, FA__FP8_BLOCK_K);
 }
 
-template <typename E, int kStages, int kOrder, int kTv = 0>
+template <typename E, int kStages, int kOrder, int kTv = 0, bool kTurns = true>
 fa_status launch_fwd_fp8_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&maps)[3], cudaStream_t s, fa__err *err) {
   using cfg = fwd_fp8_ws_cfg<128, FA__FP8_BLOCK_K, kStages>;
-  auto kernel = fwd_fp8_ws_kernel<E, 128, FA__FP8_BLOCK_K, kStages, kOrder, kTv>;
+  auto kernel = fwd_fp8_ws_kernel<E, 128, FA__FP8_BLOCK_K, kStages, kOrder, kTv, kTurns>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "forward (fp8, warp-specialized): shared memory limit");
   // persistent: one block per multiprocessor, or fewer when there are fewer
   // work tiles (launch_fwd_ws_cfg's grid and work order)
@@ -121,7 +121,8 @@ fa_status launch_fwd_fp8_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&ma
 // FlashAttention 3's order: spills, for A/B timing); =4 3 stages (160 KiB);
 // =5, 6, 7: the ldmatrix.trans / stmatrix transposer on warps 1-3 (kTv 1,
 // fwd_fp8_ws_kernel.cuh: the same V^T bytes; 2, 3, 4 stages, 112 / 160 /
-// 208 KiB; not yet timed on a GPU).
+// 208 KiB; not yet timed on a GPU); =8: 6's with no turn-taking between the
+// consumer warpgroups (kTurns false).
 // The two-level P V (fwd_fp8_kernel.cuh) is not yet timed on a GPU.
 template <typename E>
 fa_status launch_fwd_fp8(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err) {
@@ -141,6 +142,7 @@ fa_status launch_fwd_fp8(const fa__cuda_params &p, int kd, cudaStream_t s, fa__e
         case 5: return launch_fwd_fp8_ws_cfg<E, 2, 1, 1>(p, maps, s, err);
         case 6: return launch_fwd_fp8_ws_cfg<E, 3, 1, 1>(p, maps, s, err);
         case 7: return launch_fwd_fp8_ws_cfg<E, 4, 1, 1>(p, maps, s, err);
+        case 8: return launch_fwd_fp8_ws_cfg<E, 3, 1, 1, false>(p, maps, s, err);
         default: return launch_fwd_fp8_ws_cfg<E, 2, 1>(p, maps, s, err);
       }
     if (ws == 2) {
