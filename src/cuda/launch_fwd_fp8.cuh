@@ -69,7 +69,7 @@ inline bool fp8_tma_map_4d(CUtensorMap *map, const void *base, const fa__cuda_st
 inline int fp8_ws_mode(const fa__cuda_params &p, int kd) {
   const char *env = getenv("FLASHATTN_CUDA_FP8_WS");
   if (env && strcmp(env, "0") == 0) return 0;
-  if (kd != 128 || p.has_extras || (p.variant != 0 && (p.variant < 3 || p.variant > 8))) return 0;
+  if (kd != 128 || p.has_extras || (p.variant != 0 && p.variant != 5 && p.variant != 6)) return 0;
   return env && strcmp(env, "2") == 0 ? 2 : 1;
 }
 
@@ -115,15 +115,15 @@ fa_status launch_fwd_fp8_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&ma
 //       warpgroups skipping the tiles outside their band
 //   per-element scoring (softcap, ALiBi): one tile at a time, both buckets
 // The warp-specialized kernel takes the band-only calls of bucket 128 unless
-// FLASHATTN_CUDA_FP8_WS=0 (fp8_ws_mode): 2 stages, P V first and
-// its add under S (kOrder 1: no consumer spills under 240 registers);
-// FLASHATTN_CUDA_VARIANT=3 S first and the softmax under P V (kOrder 2,
-// FlashAttention 3's order: spills, for A/B timing); =4 3 stages (160 KiB);
-// =5, 6, 7: the ldmatrix.trans / stmatrix transposer on warps 1-3 (kTv 1,
-// fwd_fp8_ws_kernel.cuh: the same V^T bytes; 2, 3, 4 stages, 112 / 160 /
-// 208 KiB; not yet timed on a GPU); =8: 6's with no turn-taking between the
-// consumer warpgroups (kTurns false).
-// The two-level P V (fwd_fp8_kernel.cuh) is not yet timed on a GPU.
+// FLASHATTN_CUDA_FP8_WS=0 (fp8_ws_mode): 3 stages, V transposed by
+// ldmatrix.trans / stmatrix on producer warps 1-3 (kTv 1), P V first and its
+// add under S (kOrder 1), the two consumer warpgroups issuing as soon as
+// their operands are in (kTurns false). On the H200 (2026-12-01,
+// bench/results/2026-12-01-h200-fp8-ws.txt) that was the fastest of the
+// variants timed, all with the same bits: 1.04-1.14x our bf16 forward at D =
+// 128, where the first version (2 stages, byte-permute transposer on warps
+// 2-3, turns) reached 0.86-0.96x. FLASHATTN_CUDA_VARIANT=5: that first
+// version; =6: the default with the turn-taking (A/B timing).
 template <typename E>
 fa_status launch_fwd_fp8(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err) {
   if (kd != 128 && kd != 256) {
@@ -137,13 +137,9 @@ fa_status launch_fwd_fp8(const fa__cuda_params &p, int kd, cudaStream_t s, fa__e
     const int ws = fp8_ws_mode(p, kd);
     CUtensorMap maps[3];
     if (ws && fp8_ws_maps(p, maps)) switch (p.variant) {
-        case 3: return launch_fwd_fp8_ws_cfg<E, 2, 2>(p, maps, s, err);
-        case 4: return launch_fwd_fp8_ws_cfg<E, 3, 1>(p, maps, s, err);
-        case 5: return launch_fwd_fp8_ws_cfg<E, 2, 1, 1>(p, maps, s, err);
+        case 5: return launch_fwd_fp8_ws_cfg<E, 2, 1>(p, maps, s, err);
         case 6: return launch_fwd_fp8_ws_cfg<E, 3, 1, 1>(p, maps, s, err);
-        case 7: return launch_fwd_fp8_ws_cfg<E, 4, 1, 1>(p, maps, s, err);
-        case 8: return launch_fwd_fp8_ws_cfg<E, 3, 1, 1, false>(p, maps, s, err);
-        default: return launch_fwd_fp8_ws_cfg<E, 2, 1>(p, maps, s, err);
+        default: return launch_fwd_fp8_ws_cfg<E, 3, 1, 1, false>(p, maps, s, err);
       }
     if (ws == 2) {
       fa__err_set(err, "cuda: FLASHATTN_CUDA_FP8_WS=2: no tensor maps for the warp-specialized FP8 forward");
