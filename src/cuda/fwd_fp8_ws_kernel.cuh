@@ -349,7 +349,14 @@ __global__ void __launch_bounds__(384, 1)
       for (int kv = 0;; ++kv) {
         const int s = kv % kStages, use = kv / kStages;
         mbar_wait(full_v(s), use & 1);
-        const int v_rows = ld_shared_s32(v_keys(s));
+        // lane 0 reads the count (and alone arrives on empty_v below, after
+        // the __syncwarp), the others take it by shuffle: the word's next
+        // write, after the copying thread's wait on empty_v, is then ordered
+        // after its only read by one thread's arrive -> wait (read by all 32
+        // lanes, racecheck reported the write as a WAR hazard: it does not
+        // follow __syncwarp into the arrival of another lane)
+        int v_rows = lane == 0 ? ld_shared_s32(v_keys(s)) : 0;
+        v_rows = __shfl_sync(0xffffffffu, v_rows, 0);
         if (v_rows < 0) break;
         if (use > 0) mbar_wait(empty_vt(s), (use - 1) & 1);  // the consumers' P V of its last use is done
         const uint32_t vt_s = svt + s * cfg::kTileBytes, v_s = sv + s * cfg::kTileBytes;
