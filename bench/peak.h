@@ -25,10 +25,19 @@ double fa_peak_kernel_avx512bf16(int64_t iters);
 double fa_peak_kernel_amx(int64_t iters);
 int fa_peak_amx_permit(void);
 
+/* Threads whose CPU time one measurement keeps (more run, uncounted). */
+#define FA_PEAK_MAX_THREADS 1024
+
 typedef struct fa_peak_isa {
   int measured;      /* 0 if this CPU (or build) lacks the ISA */
   double gflops_1t;  /* one thread */
   double gflops_all; /* all threads */
+  int threads_ran;   /* threads that really ran the all-threads measurement */
+  /* the least share of the timed run's wall time that one of its threads
+   * spent on a CPU (1: each had a core throughout). Below 0.9, other work
+   * held the cores: the figure is then each thread's rounds over its own
+   * CPU time, summed */
+  double on_cpu_1t, on_cpu;
 } fa_peak_isa;
 
 typedef struct fa_peak {

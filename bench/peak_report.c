@@ -14,6 +14,13 @@ void fa_peak_print(FILE *f, const fa_peak *p) {
         continue;
       }
       fprintf(f, "  %-12s %9.1f GFLOP/s %9.1f GFLOP/s\n", fa_cpu_isa_name(isas[i]), r->gflops_1t, r->gflops_all);
+      if (r->threads_ran != p->threads)
+        fprintf(f, "               (the %d-thread run got %d threads from OpenMP)\n", p->threads, r->threads_ran);
+      if (r->on_cpu < 0.9 || r->on_cpu_1t < 0.9)
+        fprintf(f,
+                "               (other work held the cores: a thread ran %.0f%% of the time; the figure counts each\n"
+                "               thread's CPU time instead of the wall time)\n",
+                100.0 * (r->on_cpu < r->on_cpu_1t ? r->on_cpu : r->on_cpu_1t));
     }
     fprintf(f, "  bf16 peak (vdpbf16ps 64, tdpbf16ps 16384 FLOP per instruction)\n");
     const fa_cpu_isa bf[] = {FA_ISA_AVX512BF16, FA_ISA_AMX};
