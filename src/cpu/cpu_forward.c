@@ -334,7 +334,7 @@ fa_status fa__cpu_forward(const fa__problem *p, const fa__cpu_kernels *kt, fa__e
     c.alpha = 1.0f;
   }
   c.heavy_last = p->window_right >= 0;
-  fa__cpu_forward_group(blk, p->D, p->Dv, p->Lk, fa_dtype_size(p->dtype), &c.group, &c.chunk);
+  fa__cpu_forward_group(blk, p->D, p->Dv, p->Lk, fa_dtype_size(p->dtype), !c.bf16, &c.group, &c.chunk);
   if (c.bf16) {
     /* The bf16 P.V product needs V as pairs along keys, packed per key
      * tile: with a group of tiles taking each key tile in turn (chunk =

@@ -64,14 +64,22 @@ fa__cpu_blocks fa__cpu_blocks_forward(const fa__cpu_kernels *kt, int64_t D, int6
  * same order, so the tiles fa_cpu_plan_get reports are still the ones the
  * forward runs and the results are bit for bit those of group 1. Measured
  * (L = 16384, D = 128, 2 threads): group 4: 182 GFLOP/s, 8: 197, 16: 197;
- * chunk from bk to 20 bk within 2%. */
-void fa__cpu_forward_group(fa__cpu_blocks blk, int64_t D, int64_t Dv, int64_t Lk, size_t elem, int *group,
-                           int64_t *chunk) {
+ * chunk from bk to 20 bk within 2%. On a Sapphire Rapids-class Xeon VM
+ * (2 cores, L2 2 MiB, L3 480 MiB shared with the host's other tenants) the
+ * L3 feeds a core far more slowly: group 1 ran D = 128 at L = 4096 (K+V
+ * 4 MiB, far below L3 / 8) at 155 GFLOP/s on one thread, group 4 or 8 at
+ * 172-175; 2 threads 216 -> 196 ms, and L = 2048 (K+V 2 MiB) 55 -> 50 ms.
+ * So f32 products also go in groups once a head's K/V outgrow half of L2 (the
+ * other half holds the tile's own working set): the steps are the same, so
+ * the cost is only fewer, larger work items (the caller halves the group
+ * while that would leave fewer than 4 items per thread). */
+void fa__cpu_forward_group(fa__cpu_blocks blk, int64_t D, int64_t Dv, int64_t Lk, size_t elem, int f32_products,
+                           int *group, int64_t *chunk) {
   const fa__cpuinfo *ci = fa__cpuinfo_get();
   const size_t l2 = ci->l2_bytes ? ci->l2_bytes : (size_t)1 << 20;
   const size_t l3 = ci->l3_bytes ? ci->l3_bytes : 8 * l2;
   const size_t kv = (size_t)Lk * (size_t)(D + Dv) * elem;
-  *group = kv > l3 / 8 ? 8 : 1;
+  *group = kv > l3 / 8 || (f32_products && kv > l2 / 2) ? 8 : 1;
   if (blk.bk < 1) blk.bk = 1; /* no keys (Lk = 0): nothing to walk */
   const int64_t keys = (int64_t)(l2 / 2 / ((size_t)(D + Dv) * sizeof(float))) / blk.bk * blk.bk;
   *chunk = keys < blk.bk ? blk.bk : keys;

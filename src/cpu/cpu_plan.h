@@ -16,9 +16,10 @@ typedef struct fa__cpu_blocks {
 fa__cpu_blocks fa__cpu_blocks_forward(const fa__cpu_kernels *kt, int64_t D, int64_t Dv, int block_q, int block_k);
 /* Forward: query tiles of one head that share a walk over K/V (*group)
  * and the keys of one shared K/V chunk (*chunk), for blocks blk, Lk keys
- * of elem-byte elements. */
-void fa__cpu_forward_group(fa__cpu_blocks blk, int64_t D, int64_t Dv, int64_t Lk, size_t elem, int *group,
-                           int64_t *chunk);
+ * of elem-byte elements; f32_products: the products run in f32 (not on
+ * bf16 pairs, which choose their own group). */
+void fa__cpu_forward_group(fa__cpu_blocks blk, int64_t D, int64_t Dv, int64_t Lk, size_t elem, int f32_products,
+                           int *group, int64_t *chunk);
 /* The FLASHATTN_CPU_FORWARD_GROUP=G[,C] override of group and chunk (tests,
  * experiments); leaves them alone when the variable is not set. */
 void fa__cpu_forward_group_override(int bk, int *group, int64_t *chunk);

@@ -32,6 +32,8 @@
  * or without fused multiply-adds; the same arguments give the same bits. */
 typedef void (*fa__cpu_gemm_fn)(int mr, int nv, int kc, const float *a, ptrdiff_t rsa, ptrdiff_t csa, const float *b,
                                 ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate);
+typedef void (*fa__cpu_gemm4_fn)(int mr, int kc, const float *a, ptrdiff_t rsa, ptrdiff_t csa, const float *b,
+                                 ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate);
 
 /* One online-softmax step on a score tile stored transposed: s[j*lds + i]
  * is the score of query row i against key j, j < bc (>= 1), i < np (a
@@ -239,6 +241,11 @@ typedef struct fa__cpu_kernels {
   int mr; /* most rows of a micro-tile */
   int nv; /* most vectors of a micro-tile */
   fa__cpu_gemm_fn gemm;
+  /* NULL, or a micro-kernel of mr4 rows x 4 vectors: gemm's contract with
+   * nv = 4 and 1 <= mr <= mr4 (the same sums in the same order, so the same
+   * bits); fa__cpu_gemm takes it for panels of a multiple of 4 vectors */
+  fa__cpu_gemm4_fn gemm4;
+  int mr4;
   fa__cpu_softmax_fn softmax;
   fa__cpu_scale_cols_fn scale_cols;
   fa__cpu_exp_rows_fn exp_rows;
