@@ -78,20 +78,15 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const fa__dec_params p
   // query rows r = rb * RB + rr, rotated, scaled, f32 in shared memory
   // (every chunk of the thread loaded before any is stored: query_chunk)
   {
-    constexpr int kChunks = RB * KD / 8, kPer = (kChunks + kThreads - 1) / kThreads;
-    float x[kPer][8];
+    using Q = query_chunks<T, RB, KD>;
+    Q qc;
+    qc.load(p, w, tid);
 #pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      const int e = tid + i * kThreads;
-      if (kChunks % kThreads == 0 || e < kChunks)
-        query_chunk<T>(p, w, w.rb * RB + e / (KD / 8), e % (KD / 8) * 8, x[i]);
-    }
+    for (int i = 0; i < Q::kPer; ++i) {
+      const int e = Q::at(tid, i);
+      if (!Q::has(e)) continue;
 #pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      const int e = tid + i * kThreads;
-      if (kChunks % kThreads != 0 && e >= kChunks) continue;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) qs[e * 8 + k] = x[i][k] * p.qscale;
+      for (int k = 0; k < 8; ++k) qs[e * 8 + k] = qc.x[i][k] * p.qscale;
     }
   }
   __syncthreads();

@@ -78,21 +78,16 @@ __global__ void __launch_bounds__(kThreads, 2) decode_mma_kernel(const fa__dec_p
   // the block's 16 query rows, rotated, in the dtype, swizzled for ldmatrix
   // (every chunk of the thread loaded before any is stored: query_chunk)
   {
-    constexpr int kChunks = RB * KD / 8, kPer = (kChunks + kThreads - 1) / kThreads;
-    float x[kPer][8];
+    using Q = query_chunks<T, RB, KD>;
+    Q qc;
+    qc.load(p, w, tid);
 #pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      const int e = tid + i * kThreads;
-      if (kChunks % kThreads == 0 || e < kChunks)
-        query_chunk<T>(p, w, w.rb * RB + e / (KD / 8), e % (KD / 8) * 8, x[i]);
-    }
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      const int e = tid + i * kThreads;
-      if (kChunks % kThreads != 0 && e >= kChunks) continue;
+    for (int i = 0; i < Q::kPer; ++i) {
+      const int e = Q::at(tid, i);
+      if (!Q::has(e)) continue;
       alignas(16) T y[8];
 #pragma unroll
-      for (int k = 0; k < 8; ++k) y[k] = from_f32<T>(x[i][k]);
+      for (int k = 0; k < 8; ++k) y[k] = from_f32<T>(qc.x[i][k]);
       *reinterpret_cast<uint4 *>(qs + fa_cuda::swz<KD>(e / (KD / 8), e % (KD / 8) * 8)) =
           *reinterpret_cast<const uint4 *>(y);
     }

@@ -313,6 +313,25 @@ __device__ __forceinline__ void query_chunk(const fa__dec_params &p, const block
   for (int e = 0; e < 8; ++e) x[e] = y[e];
 }
 
+// The block's RB query rows as chunks of 8 columns (query_chunk's), thread
+// tid's chunks e = tid + i kThreads of the RB x KD / 8 (row e / (KD / 8),
+// columns 8 (e % (KD / 8)) ...): all loaded before the kernel stores any.
+template <typename T, int RB, int KD>
+struct query_chunks {
+  static constexpr int kChunks = RB * KD / 8, kPer = (kChunks + kThreads - 1) / kThreads;
+  float x[kPer][8];
+  // whether thread tid's i-th chunk exists, and which it is
+  static __device__ __forceinline__ bool has(int e) { return kChunks % kThreads == 0 || e < kChunks; }
+  static __device__ __forceinline__ int at(int tid, int i) { return tid + i * kThreads; }
+  __device__ __forceinline__ void load(const fa__dec_params &p, const block_work &w, int tid) {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int e = at(tid, i);
+      if (has(e)) query_chunk<T>(p, w, w.rb * RB + e / (KD / 8), e % (KD / 8) * 8, x[i]);
+    }
+  }
+};
+
 // The block's NG partial states of its RB rows (state g of row rr: running
 // max ms[g * RB + rr] in log2 units, sum ls[...], accumulator as[(g * RB +
 // rr) * KD + d]) merged in g order; o = acc / l, lse = m ln 2 + log l, to o
