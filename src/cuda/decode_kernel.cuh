@@ -59,7 +59,7 @@ template <typename T, int KD, int RB>
 __global__ void __launch_bounds__(kThreads) decode_kernel(const fa__dec_params p) {
   using C = cfg<T, KD, RB>;
   constexpr int LG = C::LG, BK = C::BK, STAGES = C::STAGES, kKeysPerGroup = C::KPG;
-  extern __shared__ __align__(16) unsigned char smem[];
+  extern __shared__ __align__(128) unsigned char smem[];  // (as decode_mma_kernel declares it: one declaration a file)
   T *pipe = reinterpret_cast<T *>(smem);
   float *qs = reinterpret_cast<float *>(smem + C::big);
   float *red = qs + RB * KD;  // [NG][NV]: each key group's reduced scores of the tile
@@ -78,16 +78,12 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const fa__dec_params p
   // query rows r = rb * RB + rr, rotated, scaled, f32 in shared memory
   // (every chunk of the thread loaded before any is stored: query_chunk)
   {
-    using Q = query_chunks<T, RB, KD>;
-    Q qc;
+    query_chunks<T, RB, KD> qc;
     qc.load(p, w, tid);
+    qc.each(tid, [&](int e, const float(&x)[8]) {
 #pragma unroll
-    for (int i = 0; i < Q::kPer; ++i) {
-      const int e = Q::at(tid, i);
-      if (!Q::has(e)) continue;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) qs[e * 8 + k] = qc.x[i][k] * p.qscale;
-    }
+      for (int k = 0; k < 8; ++k) qs[e * 8 + k] = x[k] * p.qscale;
+    });
   }
   __syncthreads();
   const int li = tid % LG, g = tid / LG;

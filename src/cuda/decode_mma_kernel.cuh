@@ -78,19 +78,15 @@ __global__ void __launch_bounds__(kThreads, 2) decode_mma_kernel(const fa__dec_p
   // the block's 16 query rows, rotated, in the dtype, swizzled for ldmatrix
   // (every chunk of the thread loaded before any is stored: query_chunk)
   {
-    using Q = query_chunks<T, RB, KD>;
-    Q qc;
+    query_chunks<T, RB, KD> qc;
     qc.load(p, w, tid);
-#pragma unroll
-    for (int i = 0; i < Q::kPer; ++i) {
-      const int e = Q::at(tid, i);
-      if (!Q::has(e)) continue;
+    qc.each(tid, [&](int e, const float(&x)[8]) {
       alignas(16) T y[8];
 #pragma unroll
-      for (int k = 0; k < 8; ++k) y[k] = from_f32<T>(qc.x[i][k]);
+      for (int k = 0; k < 8; ++k) y[k] = from_f32<T>(x[k]);
       *reinterpret_cast<uint4 *>(qs + fa_cuda::swz<KD>(e / (KD / 8), e % (KD / 8) * 8)) =
           *reinterpret_cast<const uint4 *>(y);
-    }
+    });
   }
   __syncthreads();
   uint32_t qa[KS][4];

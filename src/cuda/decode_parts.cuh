@@ -320,15 +320,20 @@ template <typename T, int RB, int KD>
 struct query_chunks {
   static constexpr int kChunks = RB * KD / 8, kPer = (kChunks + kThreads - 1) / kThreads;
   float x[kPer][8];
-  // whether thread tid's i-th chunk exists, and which it is
   static __device__ __forceinline__ bool has(int e) { return kChunks % kThreads == 0 || e < kChunks; }
-  static __device__ __forceinline__ int at(int tid, int i) { return tid + i * kThreads; }
   __device__ __forceinline__ void load(const fa__dec_params &p, const block_work &w, int tid) {
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
-      const int e = at(tid, i);
+      const int e = tid + i * kThreads;
       if (has(e)) query_chunk<T>(p, w, w.rb * RB + e / (KD / 8), e % (KD / 8) * 8, x[i]);
     }
+  }
+  // f(e, chunk e's 8 values) for each of thread tid's chunks
+  template <typename F>
+  __device__ __forceinline__ void each(int tid, F f) const {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i)
+      if (has(tid + i * kThreads)) f(tid + i * kThreads, x[i]);
   }
 };
 
