@@ -233,17 +233,16 @@ __device__ __forceinline__ void fp8_ws_transpose_v_ldsm(uint32_t vt, uint32_t sv
   }
 }
 
-// kOrder: the consumers' order within an iteration (both issue S of tile
-// it + 1 with P V of tile it in one turn):
-//   1  P V first; its add into O once it is in (S may still run), then the
-//      softmax of it + 1 (fwd_fp8_kernel's kPipe 1)
-//   2  S first; the softmax of it + 1 under P V, the add after
-//      (FlashAttention 3's order, fwd_ws_kernel's; kPipe 2): O, the
-//      temporary, S and P all live at once
+// The consumers' order within an iteration (both issue S of tile it + 1
+// with P V of tile it in one turn): P V first; its add into O once it is in
+// (S may still run), then the softmax of it + 1 (fwd_fp8_kernel's kPipe 1).
+// FlashAttention 3's order (S first, the softmax under P V, the add after)
+// keeps O, the temporary, S and P live at once: it spilled in the
+// consumers and was slower on the H200 (2026-12-01), so it is gone.
 // kTurns false: no turn-taking, each warpgroup issues its products as soon
 // as its operands are in (the same products, so the same bits; for A/B
 // timing against the turns).
-template <typename E, int kD, int kBN, int kStages, int kOrder, int kTv = 0, bool kTurns = true>
+template <typename E, int kD, int kBN, int kStages, int kTv = 0, bool kTurns = true>
 __global__ void __launch_bounds__(384, 1)
     fwd_fp8_ws_kernel(const __grid_constant__ fa__cuda_params p, const __grid_constant__ CUtensorMap tq,
                       const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv, int64_t row_tiles,
@@ -253,7 +252,7 @@ __global__ void __launch_bounds__(384, 1)
   constexpr int kBM = cfg::kBM, kCWG = cfg::kCWG, kNB = kBN / 8, kDB = kD / 8;
   static_assert(kD == 128, "Q, K, V rows are one 128-byte swizzle atom (head-dim bucket 128)");
   static_assert(kBN == FA__FP8_BLOCK_K, "the key tile is the block of the FP8 rule (src/rules/fp8.h)");
-  static_assert(kStages >= 2 && (kOrder == 1 || kOrder == 2), "configuration");
+  static_assert(kStages >= 2, "configuration");
   static_assert(cfg::kTransposers == 64, "fp8_ws_transpose_v's thread count");
   static_assert(kTv == 0 || kTv == 1, "transposer");
   // arrivals on a V^T slot's full barrier and a V slot's empty one: one per
@@ -517,28 +516,15 @@ __global__ void __launch_bounds__(384, 1)
           mbar_wait(full_vt(slot(it)), full_parity(it));
           turn_wait();
           wgmma_fence();  // pa written, tmp read by pv_add, s read by p_to_frags
-          if constexpr (kOrder == 1) {
-            pv_issue(it);
-            s_issue(it + 1);
-            turn_pass();
-            wgmma_wait<1>();  // P V of it (the older group) is in; S may still run
-            release(empty_vt(slot(it)));
-            pv_add(alpha[0]);  // tile it's alpha: the softmax of it + 1 has not run yet
-            wgmma_wait<0>();
-            s_done(it + 1);
-            s_softmax(it + 1);
-          } else {
-            s_issue(it + 1);
-            pv_issue(it);
-            turn_pass();
-            wgmma_wait<1>();  // S of it + 1 is in; P V of it may still run
-            s_done(it + 1);
-            const float a_pv[2] = {alpha[0][0], alpha[0][1]};  // tile it's, before the softmax of it + 1 moves it
-            s_softmax(it + 1);
-            wgmma_wait<0>();
-            release(empty_vt(slot(it)));
-            pv_add(a_pv);
-          }
+          pv_issue(it);
+          s_issue(it + 1);
+          turn_pass();
+          wgmma_wait<1>();  // P V of it (the older group) is in; S may still run
+          release(empty_vt(slot(it)));
+          pv_add(alpha[0]);  // tile it's alpha: the softmax of it + 1 has not run yet
+          wgmma_wait<0>();
+          s_done(it + 1);
+          s_softmax(it + 1);
           p_to_frags();
         }
         mbar_wait(full_vt(slot(n - 1)), full_parity(n - 1));

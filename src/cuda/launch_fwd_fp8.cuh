@@ -83,10 +83,10 @@ inline bool fp8_ws_maps(const fa__cuda_params &p, CUtensorMap (&maps)[3]) {
          fp8_tma_map_4d(&maps[2], p.v, p.vs, B, p.Hkv, p.Lk_rows, p.Dv, FA__FP8_BLOCK_K);
 }
 
-template <typename E, int kStages, int kOrder, int kTv = 0, bool kTurns = true>
+template <typename E, int kStages, int kTv = 0, bool kTurns = true>
 fa_status launch_fwd_fp8_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&maps)[3], cudaStream_t s, fa__err *err) {
   using cfg = fwd_fp8_ws_cfg<128, FA__FP8_BLOCK_K, kStages>;
-  auto kernel = fwd_fp8_ws_kernel<E, 128, FA__FP8_BLOCK_K, kStages, kOrder, kTv, kTurns>;
+  auto kernel = fwd_fp8_ws_kernel<E, 128, FA__FP8_BLOCK_K, kStages, kTv, kTurns>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "forward (fp8, warp-specialized): shared memory limit");
   // persistent: one block per multiprocessor, or fewer when there are fewer
   // work tiles (launch_fwd_ws_cfg's grid and work order)
@@ -117,7 +117,7 @@ fa_status launch_fwd_fp8_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&ma
 // The warp-specialized kernel takes the band-only calls of bucket 128 unless
 // FLASHATTN_CUDA_FP8_WS=0 (fp8_ws_mode): 3 stages, V transposed by
 // ldmatrix.trans / stmatrix on producer warps 1-3 (kTv 1), P V first and its
-// add under S (kOrder 1), the two consumer warpgroups issuing as soon as
+// add under S, the two consumer warpgroups issuing as soon as
 // their operands are in (kTurns false). On the H200 (2026-12-01,
 // bench/results/2026-12-01-h200-fp8-ws.txt) that was the fastest of the
 // variants timed, all with the same bits: 1.04-1.14x our bf16 forward at D =
@@ -137,9 +137,9 @@ fa_status launch_fwd_fp8(const fa__cuda_params &p, int kd, cudaStream_t s, fa__e
     const int ws = fp8_ws_mode(p, kd);
     CUtensorMap maps[3];
     if (ws && fp8_ws_maps(p, maps)) switch (p.variant) {
-        case 5: return launch_fwd_fp8_ws_cfg<E, 2, 1>(p, maps, s, err);
-        case 6: return launch_fwd_fp8_ws_cfg<E, 3, 1, 1>(p, maps, s, err);
-        default: return launch_fwd_fp8_ws_cfg<E, 3, 1, 1, false>(p, maps, s, err);
+        case 5: return launch_fwd_fp8_ws_cfg<E, 2>(p, maps, s, err);
+        case 6: return launch_fwd_fp8_ws_cfg<E, 3, 1>(p, maps, s, err);
+        default: return launch_fwd_fp8_ws_cfg<E, 3, 1, false>(p, maps, s, err);
       }
     if (ws == 2) {
       fa__err_set(err, "cuda: FLASHATTN_CUDA_FP8_WS=2: no tensor maps for the warp-specialized FP8 forward");
