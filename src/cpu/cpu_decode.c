@@ -22,6 +22,7 @@
 
 #include "core/kv_host.h"
 #include "cpu_io.h"
+#include "cpu_isa.h"
 #include "cpu_parallel.h"
 #include "cpu_passes.h"
 #include "rules/layout.h"
@@ -58,6 +59,22 @@
  * half or twice those measured slower, and f32 GQA 32/8 (8 keys) and
  * Lq_new = 4 (16 rows) slower than the 128-key tiles: those keep them. */
 #define DEC_REGION_BYTES 32768
+/* The above was measured on AMD Zen. On Intel (a 2-vCPU Xeon, Sapphire
+ * Rapids class, L1d 48 KiB, L2 2 MiB; bench/results/2026-12-01-cpu-decode-
+ * xeon.txt) prefetchnta fills L1 only and skips L2, and the NT path ran at
+ * 32% (f32 GQA 32/8) and 40-45% (bf16) of the triad, slower than with no
+ * software prefetch at all (65-68%, 28-55%); prefetcht1 (into L2, DEC_PF_L2)
+ * at the same distance: 85-96%, f32 and bf16, 8192 and 32768 keys
+ * (prefetcht0 85%, prefetcht2 the same as t1; tiles of 16 KiB to 256 KiB
+ * and 2-4 tiles ahead made no difference there). Interleaved heads: bf16
+ * GQA 32/8 paged 256 ran 78 -> 88-100% at 32768 keys with t1 instead of t0;
+ * f32 MHA paged 256 (one row) 56-58 -> 77% with 4x DEC_REGION_BYTES (16
+ * keys: the 4-key block of all heads is 64 KiB, already more than L1; 8 or
+ * 32 keys measured 65-68%, t1 63%). So on any x86 CPU that is not AMD's
+ * (fa__cpu_vendor_amd) the read-once hint is t1 and one-row region tiles
+ * are 4x; AMD keeps the Zen tuning. */
+#define DEC_PF_L2 2
+#define DEC_REGION_ONE_ROW_INTEL 4
 
 typedef struct dec_ctx {
   const fa__problem *p;
@@ -68,7 +85,7 @@ typedef struct dec_ctx {
   int hg;     /* kv heads per item: all of them when the cache interleaves heads within a token's row */
   int bk, D, Dv;
   int elementwise; /* softcap or ALiBi */
-  int pf_keep;     /* the kernels' prefetch hint (kernels.h) */
+  int pf_keep;     /* the kernels' prefetch hint (kernels.h), DEC_PF_L2 */
   int region;      /* hg > 1, a tile of all heads one block: prefetch the next one in address order (DEC_REGION_BYTES) */
   float *part_o;   /* [items][R][Dv] when nsplit > 1 */
   float *part_lse; /* [items][R] */
@@ -357,15 +374,24 @@ fa_status fa__cpu_decode(const fa__problem *p, const fa__cpu_kernels *kt, fa__er
                 rs = p->k.stride[2] < 0 ? -p->k.stride[2] : p->k.stride[2];
   c.hg = p->Hkv > 1 && hs < rs ? (int)p->Hkv : 1;
   c.pf_keep = c.hg > 1 || c.R < 2 || c.R > DEC_NT_ROWS;
+  const int ntrows = !c.pf_keep; /* the read-once rows of DEC_NT_ROWS */
+#if defined(__x86_64__) || defined(__i386__)
+  const int zen = fa__cpu_vendor_amd(); /* the Zen tuning above, or Intel's (DEC_PF_L2) */
+#else
+  const int zen = 1; /* not x86: as tuned */
+#endif
+  if (ntrows && !zen) c.pf_keep = DEC_PF_L2;
   const int64_t kes = (int64_t)fa_dtype_size(p->k.dtype);
   c.region = c.hg > 1 && c.hg == p->Hkv && c.R >= 1 && c.R <= DEC_NT_ROWS && (kes == 2 || c.R == 1) &&
              p->v.dtype == p->k.dtype && (kt->dec_dtypes >> p->k.dtype & 1u) && p->k.stride[3] == 1 &&
              p->v.stride[3] == 1 && p->k.stride[1] == p->D && p->k.stride[2] == p->Hkv * p->D &&
              p->v.stride[1] == p->Dv && p->v.stride[2] == p->Hkv * p->Dv;
-  if (c.region && p->block_k <= 0) { /* DEC_REGION_BYTES of K (twice for one row), 1 .. DEC_BK keys */
-    const int64_t bk = (c.R == 1 ? 2 : 1) * (int64_t)DEC_REGION_BYTES / (p->Hkv * p->D * kes);
+  if (c.region && c.R > 1 && !zen) c.pf_keep = DEC_PF_L2;
+  if (c.region && p->block_k <= 0) { /* DEC_REGION_BYTES of K (twice for one row, 4x that on Intel), 1 .. DEC_BK keys */
+    const int64_t one = zen ? 2 : 2 * DEC_REGION_ONE_ROW_INTEL;
+    const int64_t bk = (c.R == 1 ? one : 1) * (int64_t)DEC_REGION_BYTES / (p->Hkv * p->D * kes);
     c.bk = bk < 1 ? 1 : bk > DEC_BK ? DEC_BK : (int)bk;
-  } else if (p->block_k > 0 || c.pf_keep) {
+  } else if (p->block_k > 0 || !ntrows) {
     c.bk = p->block_k > 0 ? p->block_k : DEC_BK;
   } else { /* DEC_TILE_BYTES / R of K, whole panels, 1 .. 8 of them */
     const int64_t kb = DEC_TILE_BYTES / (c.R > 0 ? c.R : 1), rowb = p->D * (int64_t)fa_dtype_size(p->k.dtype);
