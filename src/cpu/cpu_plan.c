@@ -72,14 +72,15 @@ fa__cpu_blocks fa__cpu_blocks_forward(const fa__cpu_kernels *kt, int64_t D, int6
  * So f32 products also go in groups once a head's K/V outgrow half of L2 (the
  * other half holds the tile's own working set): the steps are the same, so
  * the cost is only fewer, larger work items (the caller halves the group
- * while that would leave fewer than 4 items per thread). */
+ * while that would leave fewer than 4 items per thread). Not on AMD, where
+ * this was not measured: Zen keeps the L3 / 8 rule it was tuned with. */
 void fa__cpu_forward_group(fa__cpu_blocks blk, int64_t D, int64_t Dv, int64_t Lk, size_t elem, int f32_products,
                            int *group, int64_t *chunk) {
   const fa__cpuinfo *ci = fa__cpuinfo_get();
   const size_t l2 = ci->l2_bytes ? ci->l2_bytes : (size_t)1 << 20;
   const size_t l3 = ci->l3_bytes ? ci->l3_bytes : 8 * l2;
   const size_t kv = (size_t)Lk * (size_t)(D + Dv) * elem;
-  *group = kv > l3 / 8 || (f32_products && kv > l2 / 2) ? 8 : 1;
+  *group = kv > l3 / 8 || (f32_products && !fa__cpu_vendor_amd() && kv > l2 / 2) ? 8 : 1;
   if (blk.bk < 1) blk.bk = 1; /* no keys (Lk = 0): nothing to walk */
   const int64_t keys = (int64_t)(l2 / 2 / ((size_t)(D + Dv) * sizeof(float))) / blk.bk * blk.bk;
   *chunk = keys < blk.bk ? blk.bk : keys;
