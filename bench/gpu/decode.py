@@ -84,25 +84,33 @@ def events_ms(fn, reps, inner, warmup=3):
     return statistics.median(times)
 
 
-def kernel_ms(fn, calls=10):
-    """Device time of the kernels fn launches (all of them), per call, their
-    names, and the GPU's idle time between them per call (the span from the
-    first kernel's start to the last one's end, minus the kernels' time)."""
+def profiled(fn, calls, warm=1):
+    """The profiler over `calls` back-to-back calls of fn (after `warm`
+    calls), and the device events of our kernels: (start, end, name)
+    sorted."""
     from torch.profiler import ProfilerActivity, profile
 
-    fn()
+    for _ in range(warm):
+        fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
             fn()
         torch.cuda.synchronize()
-    spans = [
-        (e.time_range.start, e.time_range.end)
+    ev = sorted(
+        (e.time_range.start, e.time_range.end, e.name)
         for e in prof.events()
         if str(getattr(e, "device_type", "")).endswith("CUDA") and ("fa_dec" in e.name or "kernel" in e.name)
-    ]
-    spans.sort()
-    busy = sum(b - a for a, b in spans)
+    )
+    return prof, ev
+
+
+def kernel_ms(fn, calls=10):
+    """Device time of the kernels fn launches (all of them), per call, their
+    names, and the GPU's idle time between them per call (the span from the
+    first kernel's start to the last one's end, minus the kernels' time)."""
+    prof, spans = profiled(fn, calls)
+    busy = sum(b - a for a, b, _ in spans)
     idle = ((spans[-1][1] - spans[0][0]) - busy) / 1000.0 / calls if spans else float("nan")
     total = 0.0
     names = []
@@ -120,26 +128,14 @@ def timeline(fn, calls=4):
     """Our kernels of `calls` back-to-back calls (after a warm-up, no sync
     between them, as the timed loop runs them): each kernel's start and end
     in us from the first one's start, and the gap before it."""
-    from torch.profiler import ProfilerActivity, profile
-
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    ev = sorted(
-        (e.time_range.start, e.time_range.end, e.name.split("(")[0].split("<")[0][-24:])
-        for e in prof.events()
-        if str(getattr(e, "device_type", "")).endswith("CUDA") and ("fa_dec" in e.name or "kernel" in e.name)
-    )
+    _, ev = profiled(fn, calls, warm=3)
     if not ev:
         return []
     t0, prev = ev[0][0], ev[0][0]
     out = []
     for a0, a1, name in ev:
-        out.append("%-24s start %8.1f end %8.1f (%6.1f us, gap %5.1f)" % (name, a0 - t0, a1 - t0, a1 - a0, a0 - prev))
+        short = name.split("(")[0].split("<")[0][-24:]
+        out.append("%-24s start %8.1f end %8.1f (%6.1f us, gap %5.1f)" % (short, a0 - t0, a1 - t0, a1 - a0, a0 - prev))
         prev = a1
     return out
 
