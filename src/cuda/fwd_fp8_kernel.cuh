@@ -108,6 +108,55 @@ __device__ __forceinline__ void fp8_p_frag(uint32_t (&a)[4], const float (&s)[kN
 // kPipe 1 is the default, 2 FLASHATTN_CUDA_VARIANT=2 (launch_fwd_fp8.cuh);
 // kSkip: warpgroups skip the key tiles outside their rows' band (one tile at
 // a time only, as in fwd_wgmma_kernel.cuh).
+// The steps of the FP8 rule (docs/semantics.md, "FP8 (e4m3)") that every
+// FP8 forward kernel runs (this one and fwd_fp8_ws_kernel.cuh), written once.
+// Once S of a key tile at n0 is in: S * q_descale * k_descale, then
+// fwd_tile.cuh's scores and online softmax with P = 2^(s - m + shift).
+template <bool kFull, int kNB>
+__device__ __forceinline__ void fp8_scores_softmax(const fa__cuda_params &p, const seq_ctx &c, float (&s)[1][kNB][4],
+                                                   float (&alpha)[1][2], float (&row_m)[1][2], float (&row_l)[1][2],
+                                                   float qk_descale, int64_t r0, int64_t n0, int g, int t) {
+  if (qk_descale != 1.f) {
+#pragma unroll
+    for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[0][nb][e] *= qk_descale;
+  }
+  fwd_scores<kFull>(p, c, s, r0, n0, g, t);
+  fwd_softmax<kFull, FA__FP8_P_SHIFT>(p, c, s, alpha, row_m, row_l, r0, n0, g, t);
+}
+
+// The two-level P V: once a tile's P V (from zero) is in tmp, o = o * a + tmp
+// in f32 on output blocks db0 .. db0 + kDT8 - 1 (a: that tile's alpha).
+template <int kDB, int kDT8>
+__device__ __forceinline__ void fp8_pv_add(float (&o)[1][kDB][4], const float (&tmp)[1][kDT8][4], int db0,
+                                           const float (&a)[2]) {
+#pragma unroll
+  for (int db = 0; db < kDT8; ++db) {
+    float(&od)[4] = o[0][db0 + db];
+    od[0] = fmaf(od[0], a[0], tmp[0][db][0]);
+    od[1] = fmaf(od[1], a[0], tmp[0][db][1]);
+    od[2] = fmaf(od[2], a[1], tmp[0][db][2]);
+    od[3] = fmaf(od[3], a[1], tmp[0][db][3]);
+  }
+}
+
+// The epilogue: o = acc * v_descale / l; the P shift leaves l (and acc)
+// 2^shift too large, which the division cancels and m - shift takes out of
+// lse; then fwd_tile.cuh's store.
+template <typename E, int kDB>
+__device__ __forceinline__ void fp8_store(const fa__cuda_params &p, const fwd_block &fb, float (&o)[1][kDB][4],
+                                          float (&row_m)[1][2], const float (&row_l)[1][2], int64_t r0, int g, int t) {
+  const float vd = fp8_descale(p.v_descale, p.vds, fb.b, fb.kvh);
+#pragma unroll
+  for (int db = 0; db < kDB; ++db)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[0][db][e] *= vd;
+  row_m[0][0] -= static_cast<float>(FA__FP8_P_SHIFT);
+  row_m[0][1] -= static_cast<float>(FA__FP8_P_SHIFT);
+  fwd_store<E>(p, fb, o, row_m, row_l, r0, g, t);
+}
+
 template <typename E, int kD, int kWG, int kBN, int kSlots, bool kFull, int kPipe, bool kSkip>
 __global__ void __launch_bounds__(128 * kWG, 1) fwd_fp8_kernel(const fa__cuda_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -189,15 +238,8 @@ __global__ void __launch_bounds__(128 * kWG, 1) fwd_fp8_kernel(const fa__cuda_pa
   };
   auto s_softmax = [&](int it) {  // once S of tile it is in: descales, scores, softmax, P in s
     fence_regs(s[0]);
-    if (qk_descale != 1.f) {
-#pragma unroll
-      for (int nb = 0; nb < kNB; ++nb)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[0][nb][e] *= qk_descale;
-    }
-    const int64_t n0 = static_cast<int64_t>(fb.nb_lo + it) * kBN;
-    fwd_scores<kFull>(p, c, s, m0 + wrow, n0, g, t);
-    fwd_softmax<kFull, FA__FP8_P_SHIFT>(p, c, s, alpha, row_m, row_l, m0 + wrow, n0, g, t);
+    fp8_scores_softmax<kFull>(p, c, s, alpha, row_m, row_l, qk_descale, m0 + wrow,
+                              static_cast<int64_t>(fb.nb_lo + it) * kBN, g, t);
   };
   auto p_to_frags = [&]() {
 #pragma unroll
@@ -219,14 +261,7 @@ __global__ void __launch_bounds__(128 * kWG, 1) fwd_fp8_kernel(const fa__cuda_pa
   // once P V is waited for: o = o * a + tmp on those dims (a: the tile's alpha)
   auto pv_add = [&](int half, const float(&a)[2]) {
     fence_regs(tmp[0]);
-#pragma unroll
-    for (int db = 0; db < kDT / 8; ++db) {
-      float(&od)[4] = o[0][half * (kDT / 8) + db];
-      od[0] = fmaf(od[0], a[0], tmp[0][db][0]);
-      od[1] = fmaf(od[1], a[0], tmp[0][db][1]);
-      od[2] = fmaf(od[2], a[1], tmp[0][db][2]);
-      od[3] = fmaf(od[3], a[1], tmp[0][db][3]);
-    }
+    fp8_pv_add(o, tmp, half * (kDT / 8), a);
   };
   // cp.async copies (K, V) and st.shared (V^T) of every thread, fenced
   // to the async proxy wgmma reads through, then published to all
@@ -321,16 +356,7 @@ __global__ void __launch_bounds__(128 * kWG, 1) fwd_fp8_kernel(const fa__cuda_pa
     }
   }
   cp_async_wait<0>();
-  // o = acc * v_descale / l; the P shift leaves l (and acc) 2^shift too
-  // large, which the division cancels and m - shift takes out of lse.
-  const float vd = fp8_descale(p.v_descale, p.vds, b, fb.kvh);
-#pragma unroll
-  for (int db = 0; db < kDB; ++db)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) o[0][db][e] *= vd;
-  row_m[0][0] -= static_cast<float>(FA__FP8_P_SHIFT);
-  row_m[0][1] -= static_cast<float>(FA__FP8_P_SHIFT);
-  fwd_store<E>(p, fb, o, row_m, row_l, m0 + wrow, g, t);
+  fp8_store<E>(p, fb, o, row_m, row_l, m0 + wrow, g, t);
 #endif
 }
 

@@ -471,15 +471,8 @@ __global__ void __launch_bounds__(384, 1)
       };
       auto s_softmax = [&](int it) {
         fence_regs(s[0]);
-        if (qk_descale != 1.f) {
-#pragma unroll
-          for (int nb = 0; nb < kNB; ++nb)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[0][nb][e] *= qk_descale;
-        }
-        const int64_t n0 = static_cast<int64_t>(fb.nb_lo + it) * kBN;
-        fwd_scores<false>(p, c, s, m0 + wrow, n0, g, t);
-        fwd_softmax<false, FA__FP8_P_SHIFT>(p, c, s, alpha, row_m, row_l, m0 + wrow, n0, g, t);
+        fp8_scores_softmax<false>(p, c, s, alpha, row_m, row_l, qk_descale, m0 + wrow,
+                                  static_cast<int64_t>(fb.nb_lo + it) * kBN, g, t);
       };
       auto p_to_frags = [&]() {
 #pragma unroll
@@ -488,14 +481,7 @@ __global__ void __launch_bounds__(384, 1)
       // once P V of a tile is in: o = o * a + tmp (a: that tile's alpha)
       auto pv_add = [&](const float(&a)[2]) {
         fence_regs(tmp[0]);
-#pragma unroll
-        for (int db = 0; db < kDB; ++db) {
-          float(&od)[4] = o[0][db];
-          od[0] = fmaf(od[0], a[0], tmp[0][db][0]);
-          od[1] = fmaf(od[1], a[0], tmp[0][db][1]);
-          od[2] = fmaf(od[2], a[1], tmp[0][db][2]);
-          od[3] = fmaf(od[3], a[1], tmp[0][db][3]);
-        }
+        fp8_pv_add(o, tmp, 0, a);
       };
 
       if (n > 0) {
@@ -538,20 +524,10 @@ __global__ void __launch_bounds__(384, 1)
         ++q_round;
         kv += n;
       }
-      // o = acc * v_descale / l; the P shift leaves l (and acc) 2^shift too
-      // large, which the division cancels and m - shift takes out of lse
-      // (fwd_fp8_kernel's epilogue). The block's bookkeeping recomputed
-      // rather than kept live across the loop.
+      // The block's bookkeeping recomputed rather than kept live across the loop.
       fwd_block fb_out;
       fwd_ws_block<kBM, kBN>(p, w, row_tiles, heads_inner, &fb_out);
-      const float vd = fp8_descale(p.v_descale, p.vds, fb_out.b, fb_out.kvh);
-#pragma unroll
-      for (int db = 0; db < kDB; ++db)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) o[0][db][e] *= vd;
-      row_m[0][0] -= static_cast<float>(FA__FP8_P_SHIFT);
-      row_m[0][1] -= static_cast<float>(FA__FP8_P_SHIFT);
-      fwd_store<E>(p, fb_out, o, row_m, row_l, fb_out.m0 + wrow, g, t);
+      fp8_store<E>(p, fb_out, o, row_m, row_l, fb_out.m0 + wrow, g, t);
     }
     // The last warpgroup's last pass (or its opening one) is still pending on
     // warpgroup 0's barrier: take it, so none is left behind.
