@@ -2,9 +2,10 @@
  * --peak` once printed the 1-thread FMA rate for 2 threads on a 2-core
  * Xeon (the 2-thread run had lost a core to another process and the
  * "all threads >= one" floor hid it), so `bench` showed 125% of peak. No
- * timing is asserted (the machine may be busy): that the all-threads run
- * had its threads, that the rates are positive and that N threads claim
- * no more than N times one thread's FMA rate (with slack for turbo). */
+ * timing is asserted, not even a ratio of two rates (the machine may be
+ * busy in one run and not the other): that the all-threads run had its
+ * threads, that each thread's on-CPU share is a share, and that the rates
+ * are positive. */
 #include <stdio.h>
 
 #include "peak.h"
@@ -31,11 +32,7 @@ int main(void) {
         fprintf(stderr, "FAIL: %s: the %d-thread measurement ran %d threads\n", name, threads, r->threads_ran);
         ++fails;
       }
-      /* the FMA rates only: the AMX unit's first runs in a process vary
-       * by 2x (seen on the Xeon: 1785 then 3844 GFLOP/s on one thread) */
-      const int fma = isa <= FA_ISA_AVX512;
-      if (!(r->gflops_1t > 0) || !(r->gflops_all >= r->gflops_1t) ||
-          (fma && r->gflops_all > 1.25 * want * r->gflops_1t)) {
+      if (!(r->gflops_1t > 0) || !(r->gflops_all > 0)) {
         fprintf(stderr, "FAIL: %s: %.1f GFLOP/s on 1 thread, %.1f on %d\n", name, r->gflops_1t, r->gflops_all, threads);
         ++fails;
       }
