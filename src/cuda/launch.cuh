@@ -55,6 +55,30 @@ inline fa_status fa__cuda_rows_grid(int64_t bh, int64_t rows, int tile, const ch
   return FA_OK;
 }
 
+// The persistent grid of the warp-specialized forwards (fwd_ws_kernel.cuh,
+// fwd_fp8_ws_kernel.cuh): one block per multiprocessor (their shared memory
+// allows no second), or fewer when there are fewer work tiles of `bm` rows;
+// and fwd_ws_block's work order: a head's row tiles side by side only where
+// every tile costs the same and that measured faster (head-dim bucket 128,
+// no band, no per-sequence lengths), else heads innermost.
+struct fa__cuda_ws_grid {
+  unsigned blocks;
+  int64_t row_tiles;
+  bool heads_inner;
+};
+
+inline fa_status fa__cuda_ws_grid_of(const fa__cuda_params &p, int bm, int kd, const char *what, fa__cuda_ws_grid *out,
+                                     fa__err *err) {
+  int dev = 0, sms = 0;
+  FA_CUDA_TRY(cudaGetDevice(&dev), what);
+  FA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), what);
+  out->row_tiles = (p.Lq + bm - 1) / bm;
+  const int64_t works = p.B * p.Hq * out->row_tiles;
+  out->blocks = static_cast<unsigned>(works < sms ? works : sms);
+  out->heads_inner = kd != 128 || p.wl >= 0 || p.wr >= 0 || p.seqlens_q || p.seqlens_k || p.cu_q || p.cu_k;
+  return FA_OK;
+}
+
 #define FA_CUDA_ROWS_GRID(grid, bh, rows, tile, what)                                   \
   dim3 grid;                                                                            \
   do {                                                                                  \

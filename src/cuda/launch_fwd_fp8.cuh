@@ -88,17 +88,11 @@ fa_status launch_fwd_fp8_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&ma
   using cfg = fwd_fp8_ws_cfg<128, FA__FP8_BLOCK_K, kStages>;
   auto kernel = fwd_fp8_ws_kernel<E, 128, FA__FP8_BLOCK_K, kStages, kTv, kTurns>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "forward (fp8, warp-specialized): shared memory limit");
-  // persistent: one block per multiprocessor, or fewer when there are fewer
-  // work tiles (launch_fwd_ws_cfg's grid and work order)
-  int dev = 0, sms = 0;
-  FA_CUDA_TRY(cudaGetDevice(&dev), "forward (fp8, warp-specialized): current device");
-  FA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev),
-              "forward (fp8, warp-specialized): multiprocessor count");
-  const int64_t row_tiles = (p.Lq + cfg::kBM - 1) / cfg::kBM, works = p.B * p.Hq * row_tiles;
-  const unsigned grid = static_cast<unsigned>(works < sms ? works : sms);
-  // a head's row tiles side by side only without a band (every tile costs the same)
-  const bool heads_inner = p.wl >= 0 || p.wr >= 0 || p.seqlens_q || p.seqlens_k || p.cu_q || p.cu_k;
-  kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p, maps[0], maps[1], maps[2], row_tiles, heads_inner);
+  fa__cuda_ws_grid g;  // bucket 128 only
+  const fa_status st =
+      fa__cuda_ws_grid_of(p, cfg::kBM, 128, "forward (fp8, warp-specialized): the device's multiprocessors", &g, err);
+  if (st != FA_OK) return st;
+  kernel<<<g.blocks, cfg::kThreads, cfg::smem_bytes, s>>>(p, maps[0], maps[1], maps[2], g.row_tiles, g.heads_inner);
   FA_CUDA_CHECK_LAUNCH("forward (fp8, warp-specialized) kernel launch");
   return FA_OK;
 }

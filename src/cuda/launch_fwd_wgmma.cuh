@@ -33,18 +33,11 @@ fa_status launch_fwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&maps)[
   using cfg = fwd_ws_cfg<kD, kBN, kStages, kCWG>;
   auto kernel = fwd_ws_kernel<E, kD, kBN, kStages, kCWG>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "forward (warp-specialized): shared memory limit");
-  // persistent: one block per multiprocessor (its shared memory allows no
-  // second), or fewer when there are fewer work tiles
-  int dev = 0, sms = 0;
-  FA_CUDA_TRY(cudaGetDevice(&dev), "forward (warp-specialized): current device");
-  FA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev),
-              "forward (warp-specialized): multiprocessor count");
-  const int64_t row_tiles = (p.Lq + cfg::kBM - 1) / cfg::kBM, works = p.B * p.Hq * row_tiles;
-  const unsigned grid = static_cast<unsigned>(works < sms ? works : sms);
-  // fwd_ws_block's orders: a head's tiles side by side only where every tile
-  // costs the same and that measured faster (D = 128, no band)
-  const bool heads_inner = kD != 128 || p.wl >= 0 || p.wr >= 0 || p.seqlens_q || p.seqlens_k || p.cu_q || p.cu_k;
-  kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p, maps[0], maps[1], maps[2], row_tiles, heads_inner);
+  fa__cuda_ws_grid g;
+  const fa_status st =
+      fa__cuda_ws_grid_of(p, cfg::kBM, kD, "forward (warp-specialized): the device's multiprocessors", &g, err);
+  if (st != FA_OK) return st;
+  kernel<<<g.blocks, cfg::kThreads, cfg::smem_bytes, s>>>(p, maps[0], maps[1], maps[2], g.row_tiles, g.heads_inner);
   FA_CUDA_CHECK_LAUNCH("forward (warp-specialized) kernel launch");
   return FA_OK;
 }
