@@ -14,7 +14,7 @@
 #      and the amx forward at block_k 128, 256 and 512
 #   6. bench/cpu_vs_torch.py --dtypes bfloat16 at 2 and 16 threads (ours on
 #      auto = amx, PyTorch's CPU SDPA in the same process); a float32 pass
-#      too if CPU_AMX_F32=1
+#      too if CPU_AMX_F32=1; median of CPU_AMX_REPS (default 3) calls each
 #   7. tests/python/test_numpy.py's ISA and plan tests on this library
 # Results: $OUT/summary.txt (verdicts) and $OUT/cpu-amx-logs.tar.gz (every log).
 #
@@ -120,11 +120,11 @@ done
 stage "bench/cpu_vs_torch.py (bf16, 2 and 16 threads)"
 export FLASHATTN_LIBRARY=$P/lib/libflashattn.so PYTHONPATH=$ROOT/python PYTHONUNBUFFERED=1
 python3 -c "import flashattn; print('flashattn cpu ISAs', flashattn.cpu_isas())" 2>&1 | tee -a "$SUMMARY"
-timeout 420 python3 bench/cpu_vs_torch.py --threads 2,16 --dtypes bfloat16 --reps 3 >"$LOG/cpu_vs_torch-bf16.txt" 2>&1
+timeout 420 python3 bench/cpu_vs_torch.py --threads 2,16 --dtypes bfloat16 --reps "${CPU_AMX_REPS:-3}" >"$LOG/cpu_vs_torch-bf16.txt" 2>&1
 say "rc $?"
 grep -E "^#|^\|" "$LOG/cpu_vs_torch-bf16.txt" | tee -a "$SUMMARY"
 if [ "${CPU_AMX_F32:-0}" = 1 ]; then
-  timeout 420 python3 bench/cpu_vs_torch.py --threads 2,16 --dtypes float32 --reps 3 >"$LOG/cpu_vs_torch-f32.txt" 2>&1
+  timeout 420 python3 bench/cpu_vs_torch.py --threads 2,16 --dtypes float32 --reps "${CPU_AMX_REPS:-3}" >"$LOG/cpu_vs_torch-f32.txt" 2>&1
   grep -E "^\|" "$LOG/cpu_vs_torch-f32.txt" | tee -a "$SUMMARY"
 fi
 
