@@ -6,8 +6,13 @@ L = 2048 / 4096, causal and not, B * H = 8).
 Ours: flashattn.torch.attention on CPU tensors with backend="cpu" (threads =
 torch.get_num_threads(), as the Python layer passes them); torch:
 F.scaled_dot_product_attention. Both forward alone, then forward + backward
-minus forward for the backward. Median of --reps after one warm-up. The
-ratio is torch's time over ours (> 1: ours is faster).
+minus forward for the backward. The four calls of a row are timed in turns
+(one of each per round, the order rotating from round to round) so that a
+shared host's load changing over the run reaches both sides alike; medians
+of --reps rounds after one warm-up; the ratio is the median of the rounds'
+ratios, torch's time over ours (> 1: ours is faster). The "CPU share"
+column is the process's CPU time over wall time x threads during the row:
+well under 1 means other work held the cores and the row is noisy.
 
 usage: PYTHONPATH=python FLASHATTN_LIBRARY=build/libflashattn.so \\
        python3 bench/cpu_vs_torch.py [--threads 2,16] [--quick] [--out FILE]
@@ -35,6 +40,24 @@ def median_ms(fn, reps):
         fn()
         times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
+
+
+def rounds_ms(fns, reps):
+    """Each of fns once per round, for reps rounds after one warm-up call each, the order rotated every round;
+    returns a list of per-round times (ms) for each fn, and the CPU share of the rounds (process CPU time over
+    wall time x threads)."""
+    for fn in fns:
+        fn()
+    times = [[] for _ in fns]
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    for r in range(reps):
+        for i in range(len(fns)):
+            j = (i + r) % len(fns)
+            t0 = time.perf_counter()
+            fns[j]()
+            times[j].append((time.perf_counter() - t0) * 1e3)
+    share = (time.process_time() - cpu0) / ((time.perf_counter() - wall0) * torch.get_num_threads())
+    return times, share
 
 
 def cpu_model():
@@ -105,12 +128,16 @@ def main():
     say(
         f"# {cpu_model()}, {os.cpu_count()} logical CPUs; torch {torch.__version__}; flashattn ISAs {flashattn.cpu_isas()}"
     )
-    say(f"# B=1 H={a.heads}, median of {a.reps} after a warm-up; ratio = torch ms / ours ms (> 1: ours faster)")
+    say(
+        f"# B=1 H={a.heads}, {a.reps} rounds after a warm-up (the four calls of a row in turns), medians; ratio = the "
+        "median of the rounds' torch ms / ours ms (> 1: ours faster)"
+    )
     say()
     say(
-        "| threads | dtype | D | L | causal | ours fwd ms | torch fwd ms | fwd ratio | ours bwd ms | torch bwd ms | bwd ratio |"
+        "| threads | dtype | D | L | causal | ours fwd ms | torch fwd ms | fwd ratio | ours bwd ms | torch bwd ms | bwd ratio "
+        "| CPU share |"
     )
-    say("|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+    say("|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for threads in (int(x) for x in a.threads.split(",")):
         torch.set_num_threads(threads)
         for dname in a.dtypes.split(","):
@@ -134,11 +161,14 @@ def main():
                         def torch_fb():
                             F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal).backward(do)
 
-                        of, tf = median_ms(ours_f, a.reps), median_ms(torch_f, a.reps)
-                        ofb, tfb = median_ms(ours_fb, a.reps), median_ms(torch_fb, a.reps)
-                        ob, tb = max(ofb - of, 1e-9), max(tfb - tf, 1e-9)
-                        say(f"| {threads} | {dname} | {D} | {L} | {causal} | {of:.1f} | {tf:.1f} | {tf / of:.2f} | "
-                            f"{ob:.1f} | {tb:.1f} | {tb / ob:.2f} |")  # fmt: skip
+                        (of_, tf_, ofb_, tfb_), share = rounds_ms([ours_f, torch_f, ours_fb, torch_fb], a.reps)
+                        ob_ = [max(x - y, 1e-9) for x, y in zip(ofb_, of_)]
+                        tb_ = [max(x - y, 1e-9) for x, y in zip(tfb_, tf_)]
+                        med = statistics.median
+                        fr = med(t / o for t, o in zip(tf_, of_))
+                        br = med(t / o for t, o in zip(tb_, ob_))
+                        say(f"| {threads} | {dname} | {D} | {L} | {causal} | {med(of_):.1f} | {med(tf_):.1f} | {fr:.2f} | "
+                            f"{med(ob_):.1f} | {med(tb_):.1f} | {br:.2f} | {share:.2f} |")  # fmt: skip
     if a.out:
         with open(a.out, "w") as f:
             f.write("\n".join(lines) + "\n")
