@@ -27,8 +27,9 @@
 namespace {
 
 using fa_dec::kMaxSplits;  // a larger num_splits is taken as this many
-using fa_dec::merge_step;
 using fa_dec::merge_weights;
+using fa_dec::split_step;
+using fa_dec::split_weights;
 
 // ---- append ---------------------------------------------------------------
 
@@ -104,16 +105,17 @@ struct combine_params {
 // decode kernel's last split block merges, decode_parts.cuh's merge_splits,
 // with the same arithmetic in the same order: the same bits). One block per
 // (sequence, kv head, row): the splits of the decode kernel, summed in split
-// order. The merge is a chain of round trips to L2 (the lse values, the
-// float64 weights, the values), the whole cost of a short split call's
-// tail: so the row's values of every split are first copied into shared
-// memory with cp.async (when they fit, kStageBytes), in flight while warp 0
-// computes the weights, and summed from there.
-constexpr int kStageBytes = 40 * 1024;  // with the static 2 KiB: under the default 48 KiB
+// order. It is the call's tail, so it is written for latency: the row's
+// values of every split are copied into shared memory with cp.async (when
+// they fit, kStageBytes), in flight while warp 0 loads every split's lse at
+// once and computes the f32 weights (split_weights), so the whole merge
+// waits for about one round trip to L2; then each thread sums its values
+// over the splits from shared memory.
+constexpr int kStageBytes = 40 * 1024;  // with the static 1 KiB: under the default 48 KiB
 __global__ void combine_kernel(const combine_params p) {
   extern __shared__ __align__(16) float staged[];  // [nsplit][Dv] when staged
-  __shared__ double w[kMaxSplits];
-  __shared__ double lse_s;
+  __shared__ float w[kMaxSplits];
+  __shared__ float lse_s;
   const int64_t x = blockIdx.x;
   const int r = static_cast<int>(x % p.R);
   const int64_t item = x / p.R, kvh = item % p.Hkv, b = item / p.Hkv;
@@ -125,30 +127,31 @@ __global__ void combine_kernel(const combine_params p) {
   if (stage) {  // Dv % 8 == 0 and 16-byte aligned rows: whole 16-byte units
     const int upr = p.Dv / 4;
     for (int u = threadIdx.x; u < p.nsplit * upr; u += blockDim.x) {
-      const int k = u / upr, c = (u % upr) * 4;
+      const int k = u / upr, c = (u - k * upr) * 4;
       fa_cuda::cp_async16(fa_cuda::smem_addr(staged + k * p.Dv + c), po + k * kstride + c, 16);
     }
     fa_cuda::cp_async_commit();
   }
   if (threadIdx.x < 32) {
-    const double lse = merge_weights(
-        p.nsplit, [&](int k) { return static_cast<double>(plse[k * p.R]); }, w);
+    const float lse = split_weights<false>(
+        p.nsplit, [&](int k) { return plse[k * p.R]; }, w);
     if (threadIdx.x == 0) lse_s = lse;
   }
   fa_cuda::cp_async_wait<0>();
   __syncthreads();
   const int64_t h = kvh * p.group + r / p.Lq, i = r % p.Lq;
   for (int e = threadIdx.x; e < p.Dv; e += blockDim.x) {
-    double acc = 0.0;
+    float acc = 0.0f;
     if (stage) {
-      for (int k = 0; k < p.nsplit; ++k) acc = merge_step(acc, w[k], staged[k * p.Dv + e]);
+#pragma unroll 8
+      for (int k = 0; k < p.nsplit; ++k) acc = split_step(acc, w[k], staged[k * p.Dv + e]);
     } else {  // unrolled: 8 splits' loads in flight, not one at a time
 #pragma unroll 8
-      for (int k = 0; k < p.nsplit; ++k) acc = merge_step(acc, w[k], po[k * kstride + e]);
+      for (int k = 0; k < p.nsplit; ++k) acc = split_step(acc, w[k], po[k * kstride + e]);
     }
-    fa_cuda::store_any(p.o, b * p.os[0] + h * p.os[1] + i * p.os[2] + e, p.dtype, static_cast<float>(acc));
+    fa_cuda::store_any(p.o, b * p.os[0] + h * p.os[1] + i * p.os[2] + e, p.dtype, acc);
   }
-  if (threadIdx.x == 0 && p.lse) p.lse[b * p.lses[0] + h * p.lses[1] + i * p.lses[2]] = static_cast<float>(lse_s);
+  if (threadIdx.x == 0 && p.lse) p.lse[b * p.lses[0] + h * p.lses[1] + i * p.lses[2]] = lse_s;
 }
 
 struct part_desc {

@@ -16,7 +16,7 @@
 //            arithmetic (decode_kernel.cuh: about 2 R multiply-adds per
 //            byte, enough at R = 1, issue-bound from R = 4);
 //   merge    with more than one split, the splits' partial (o, lse) merged
-//            in float64: the online-softmax merge (src/rules/online_softmax.h)
+//            in f32: the online-softmax merge (src/rules/online_softmax.h)
 //            with the weights exp(lse_k - max) summed in a fixed order
 //            (decode_merge.cuh), as its own kernel (combine_kernel,
 //            decode.cu). FLASHATTN_CUDA_DECODE_FUSED_MERGE=1 merges inside
@@ -26,7 +26,7 @@
 //            (merge_splits, decode_parts.cuh: the same arithmetic, the same
 //            bits) and puts the counter back to 0 (slower on the H200: see
 //            fused_merge in decode.cu).
-// fa_merge_states is the combine over the caller's tensors.
+// fa_merge_states is the combine over the caller's tensors (in float64).
 #ifndef FA_CUDA_DECODE_CUH
 #define FA_CUDA_DECODE_CUH
 

@@ -1,9 +1,10 @@
-// The arithmetic of the split-KV merge, in one place for its three users:
-// the combine kernel and fa_merge_states' kernel (decode.cu), and the last
-// split block of a decode item, which merges the splits itself
-// (merge_splits in decode_parts.cuh). The combine kernel and that block run
-// exactly these functions on the same values in the same order, so the two
-// paths give the same bits for a given num_splits.
+// The arithmetic of the merges of partial softmax results, in one place
+// for their users: fa_merge_states' kernel (decode.cu: float64, any number
+// of parts, as docs/semantics.md gives it), and the split-KV merge of the
+// decode, which the combine kernel (decode.cu) and the last split block of
+// a decode item (merge_splits in decode_parts.cuh) both run: f32, exactly
+// these functions on the same values in the same order, so the two paths
+// give the same bits for a given num_splits.
 #ifndef FA_CUDA_DECODE_MERGE_CUH
 #define FA_CUDA_DECODE_MERGE_CUH
 
@@ -13,20 +14,16 @@ namespace fa_dec {
 
 constexpr int kMaxSplits = 256;  // a larger num_splits is taken as this many
 
-// One warp merges the n lse values: m = the largest (exact in any order),
-// w[k] = exp(lse_k - m) into shared memory, their sum l (each lane its parts
-// lane, lane + 32, ... in order, then a fixed butterfly, lane 0's bits taken:
-// the same for a given n on every run), then w[k] /= l; returns m + ln l on
-// every lane of the warp. The same function as the left-to-right fold of
-// src/rules/online_softmax.h up to rounding in float64, but one exp per part
-// in parallel instead of a chain of two per merge: the fold's chain of ~16
-// float64 exps was the whole 10 us of a split call's combine kernel (ncu,
-// H200, 33 parts). All 32 lanes of the warp must call it.
+// fa_merge_states' weights, in float64. One warp merges the n lse values:
+// m = the largest (exact in any order), w[k] = exp(lse_k - m) into shared
+// memory, their sum l (each lane its parts lane, lane + 32, ... in order,
+// then a fixed butterfly, lane 0's bits taken: the same for a given n on
+// every run), then w[k] /= l; returns m + ln l on every lane of the warp.
+// The same function as the left-to-right fold of src/rules/online_softmax.h
+// up to rounding in float64, but one exp per part in parallel instead of a
+// chain of two per merge. All 32 lanes of the warp must call it.
 template <typename F>
 __device__ __forceinline__ double merge_weights(int n, F lse_of, double *w) {
-  // (the part loops are kept rolled: at most 8 turns for the decode's 256
-  // parts, and unrolled they cost the decode kernels' main loops registers,
-  // hence spills)
   const int lane = threadIdx.x & 31;
   double m = -INFINITY;
 #pragma unroll 1
@@ -48,12 +45,68 @@ __device__ __forceinline__ double merge_weights(int n, F lse_of, double *w) {
   return l > 0 ? m + log(l) : -INFINITY;
 }
 
-// One part's term of a merged value, added in part order: acc + w v as one
-// float64 fma (written out, so that no contraction choice of the compiler
-// can make two callers differ); a part of weight 0 (no keys, or too small to
-// count) is skipped, so whatever its values are they do not reach the sum.
-__device__ __forceinline__ double merge_step(double acc, double w, float v) {
-  return w != 0.0 ? fma(w, static_cast<double>(v), acc) : acc;
+// The split-KV merge's weights, in f32: the decode's partial o and lse are
+// f32 already, and a float64 merge only lengthened the call's tail (the
+// combine kernel's 8.5 us, ncu at the locked clock, H200, 33 parts: a chain
+// of float64 exps and log and one L2 round trip per part's lse). One warp:
+// lane l takes parts l, l + 32, ... (at most kMaxSplits / 32 of them, all
+// loads issued before any is used when ROLLED is false), m = the largest,
+// w[k] = exp(lse_k - m) into w (shared memory), their sum l (each lane its
+// parts in order, then a fixed butterfly, lane 0's bits taken: the same
+// for a given n on every run), then w[k] /= l; returns m + ln l on every
+// lane of the warp. ROLLED keeps the part loop rolled (same sums in the
+// same order, so the same bits): the decode kernels' merge_splits runs it
+// from shared memory, where unrolled loops cost their main loops registers.
+// All 32 lanes of the warp must call it.
+template <bool ROLLED, typename F>
+__device__ __forceinline__ float split_weights(int n, F lse_of, float *w) {
+  constexpr int kPer = kMaxSplits / 32;
+  constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+  const int lane = threadIdx.x & 31;
+  float x[kPer];
+  float m = -INFINITY;
+  if (ROLLED) {
+#pragma unroll 1
+    for (int k = lane; k < n; k += 32) m = fmaxf(m, lse_of(k));
+  } else {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) x[i] = lane + 32 * i < n ? lse_of(lane + 32 * i) : -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) m = fmaxf(m, x[i]);
+  }
+  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+  float l = 0.0f;
+  if (ROLLED) {
+#pragma unroll 1
+    for (int k = lane; k < n; k += 32) {
+      const float v = lse_of(k);
+      const float e = v == -INFINITY || m == -INFINITY ? 0.0f : exp2f((v - m) * kLog2e);
+      w[k] = e;
+      l += e;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const float e = x[i] == -INFINITY || m == -INFINITY ? 0.0f : exp2f((x[i] - m) * kLog2e);
+      if (lane + 32 * i < n) w[lane + 32 * i] = e;
+      l += e;
+    }
+  }
+  for (int off = 16; off > 0; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
+  l = __shfl_sync(0xffffffffu, l, 0);  // the lanes summed in different orders: one lane's bits for all
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll 1
+  for (int k = lane; k < n; k += 32) w[k] *= inv;  // each lane its own parts' weights
+  return l > 0.0f ? m + log2f(l) * kLn2 : -INFINITY;
+}
+
+// One part's term of a split-merged value, added in part order: acc + w v
+// as one f32 fma (written out, so that no contraction choice of the
+// compiler can make the two callers differ); a part of weight 0 (no keys,
+// or too small to count) is skipped, so whatever its values are they do
+// not reach the sum.
+__device__ __forceinline__ float split_step(float acc, float w, float v) {
+  return w != 0.0f ? fmaf(w, v, acc) : acc;
 }
 
 }  // namespace fa_dec

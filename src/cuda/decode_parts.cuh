@@ -375,11 +375,11 @@ __device__ __forceinline__ void store_merged(const fa__dec_params &p, const bloc
 }
 
 // Shared memory merge_splits needs at least (a kernel's whole dynamic
-// shared memory is free by then, and must hold this): the weights (float64)
-// and lse values (f32) of RB rows of kMaxSplits parts, the rows' merged lse
-// and output offsets, and one split's values of the RB rows.
+// shared memory is free by then, and must hold this): the rows' output
+// offsets, the weights and lse values of RB rows of kMaxSplits parts, the
+// rows' merged lse, and one split's values of the RB rows.
 constexpr size_t merge_splits_min_smem(int RB, int KD) {
-  return static_cast<size_t>(RB) * kMaxSplits * (sizeof(double) + sizeof(float)) + 2 * RB * sizeof(double) + 16 +
+  return RB * sizeof(int64_t) + (2 * static_cast<size_t>(RB) * kMaxSplits + RB) * sizeof(float) + 16 +
          static_cast<size_t>(RB) * KD * sizeof(float);
 }
 
@@ -394,8 +394,8 @@ constexpr size_t merge_splits_min_smem(int RB, int KD) {
 //     with cp.async, as many splits at a time as fit (all of them but for
 //     many splits of long rows); meanwhile
 //   - the nr x nsplit lse values are loaded (one load each, all in flight)
-//     into shared memory, and then warp rr % 4 computes row rr's float64
-//     weights from there (merge_weights) while the values still arrive;
+//     into shared memory, and then warp rr % 4 computes row rr's weights
+//     from there (split_weights) while the values still arrive;
 //   - thread t owns the merged values t, t + 128, ... of the nr x Dv rows
 //     (register accumulators) and sums the splits in split order.
 // Partials of other blocks are read from L2 only (__ldcg, cp.async.cg): a
@@ -412,22 +412,21 @@ __device__ __forceinline__ void merge_splits(const fa__dec_params &p, const bloc
   const int64_t item = w.b * p.Hkv + w.kvh, kstride = static_cast<int64_t>(p.R) * Dv;
   const float *plse = p.part_lse + item * n * p.R + r0;     // split k, row r0 + rr: plse[k * R + rr]
   const float *po = p.part_o + (item * n * p.R + r0) * Dv;  // split k's run: po + k * kstride
-  double *wts = reinterpret_cast<double *>(smem);           // [nr][n]
-  double *lse = wts + nr * n;                               // [nr]: the merged rows' lse
-  int64_t *orow = reinterpret_cast<int64_t *>(lse + nr);    // [nr]: where row r0 + rr of o starts
-  float *lsv = reinterpret_cast<float *>(orow + nr);        // [nr][n]: the splits' lse
-  const size_t hdr =
-      (static_cast<size_t>(nr) * n * (sizeof(double) + sizeof(float)) + 2 * nr * sizeof(double) + 15) / 16 * 16;
+  int64_t *orow = reinterpret_cast<int64_t *>(smem);        // [nr]: where row r0 + rr of o starts
+  float *wts = reinterpret_cast<float *>(orow + nr);        // [nr][n]
+  float *lse = wts + nr * n;                                // [nr]: the merged rows' lse
+  float *lsv = lse + nr;                                    // [nr][n]: the splits' lse
+  const size_t hdr = (nr * sizeof(int64_t) + (2 * static_cast<size_t>(nr) * n + nr) * sizeof(float) + 15) / 16 * 16;
   float *staged = reinterpret_cast<float *>(smem + hdr);  // [kc][run]
   const int kc = static_cast<int>((smem_bytes - hdr) / (static_cast<size_t>(run) * sizeof(float)));
   const int lq = static_cast<int>(p.Lq);  // <= R: 32-bit divisions
   int row[MAXO];                          // the row (0 .. nr - 1) of each owned value
-  double acc[MAXO];
+  float acc[MAXO];
 #pragma unroll
   for (int i = 0; i < MAXO; ++i) {
     const int o = tid + i * kThreads;
     row[i] = o < run ? o / Dv : 0;
-    acc[i] = 0.0;
+    acc[i] = 0.0f;
   }
   for (int k0 = 0; k0 < n; k0 += kc) {
     const int kn = n - k0 < kc ? n - k0 : kc;
@@ -446,10 +445,10 @@ __device__ __forceinline__ void merge_splits(const fa__dec_params &p, const bloc
         orow[tid] = w.b * p.os[0] + (w.kvh * p.group + r / lq) * p.os[1] + (r % lq) * p.os[2];
       }
       __syncthreads();
-      for (int rr = tid >> 5; rr < nr; rr += kThreads / 32) {  // whole warps: merge_weights shuffles
+      for (int rr = tid >> 5; rr < nr; rr += kThreads / 32) {  // whole warps: split_weights shuffles
         const float *lr = lsv + rr * n;
-        const double l = merge_weights(
-            n, [&](int k) { return static_cast<double>(lr[k]); }, wts + rr * n);
+        const float l = split_weights<true>(
+            n, [&](int k) { return lr[k]; }, wts + rr * n);
         if ((tid & 31) == 0) lse[rr] = l;
       }
     }
@@ -462,7 +461,7 @@ __device__ __forceinline__ void merge_splits(const fa__dec_params &p, const bloc
 #pragma unroll
       for (int i = 0; i < MAXO; ++i) {
         const int o = tid + i * kThreads;
-        if (o < run) acc[i] = merge_step(acc[i], wts[row[i] * n + k0 + k], sk[o]);
+        if (o < run) acc[i] = split_step(acc[i], wts[row[i] * n + k0 + k], sk[o]);
       }
     }
     __syncthreads();  // the next chunk's copies overwrite staged
@@ -470,12 +469,11 @@ __device__ __forceinline__ void merge_splits(const fa__dec_params &p, const bloc
 #pragma unroll
   for (int i = 0; i < MAXO; ++i) {
     const int o = tid + i * kThreads;
-    if (o < run) static_cast<T *>(p.o)[orow[row[i]] + (o - row[i] * Dv)] = from_f32<T>(static_cast<float>(acc[i]));
+    if (o < run) static_cast<T *>(p.o)[orow[row[i]] + (o - row[i] * Dv)] = from_f32<T>(acc[i]);
   }
   if (tid < nr && p.lse) {
     const int r = r0 + tid;
-    p.lse[w.b * p.lses[0] + (w.kvh * p.group + r / lq) * p.lses[1] + (r % lq) * p.lses[2]] =
-        static_cast<float>(lse[tid]);
+    p.lse[w.b * p.lses[0] + (w.kvh * p.group + r / lq) * p.lses[1] + (r % lq) * p.lses[2]] = lse[tid];
   }
 }
 
