@@ -42,15 +42,23 @@ def median_ms(fn, reps):
     return statistics.median(times)
 
 
-def rounds_ms(fns, reps):
-    """Each of fns once per round, for reps rounds after one warm-up call each, the order rotated every round;
-    returns a list of per-round times (ms) for each fn, and the CPU share of the rounds (process CPU time over
-    wall time x threads)."""
-    for fn in fns:
-        fn()
+def rounds_ms(fns, reps, blocks=False):
+    """Each of fns once per round, for reps rounds after one warm-up call each, the order rotated every round
+    (blocks: each fn's warm-up and reps calls back to back instead, one fn after the other); returns a list of
+    per-round times (ms) for each fn, and the CPU share of the rounds (process CPU time over wall time x
+    threads)."""
+    if not blocks:
+        for fn in fns:
+            fn()
     times = [[] for _ in fns]
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    for r in range(reps):
+    for j, fn in enumerate(fns if blocks else []):
+        fn()
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            times[j].append((time.perf_counter() - t0) * 1e3)
+    for r in range(0 if blocks else reps):
         for i in range(len(fns)):
             j = (i + r) % len(fns)
             t0 = time.perf_counter()
@@ -108,6 +116,14 @@ def main():
     ap.add_argument("--quick", action="store_true", help="L = 1024, D = 64 only: a smoke run")
     ap.add_argument("--out", help="also write the table here")
     ap.add_argument(
+        "--order",
+        choices=("turns", "blocks"),
+        default="turns",
+        help="turns (default): a row's four calls in turns, round by round; blocks: each call's rounds back to back "
+        "(how this script timed before 2026-12-01: ours after ours, torch after torch, so neither runs while the "
+        "other's OpenMP threads still spin)",
+    )
+    ap.add_argument(
         "--decode",
         action="store_true",
         help="decode instead (issue 13): one query row, Hq = 32, Hkv = 32 and 8, D = 128, Lk = 8192 / 32768, "
@@ -129,7 +145,7 @@ def main():
         f"# {cpu_model()}, {os.cpu_count()} logical CPUs; torch {torch.__version__}; flashattn ISAs {flashattn.cpu_isas()}"
     )
     say(
-        f"# B=1 H={a.heads}, {a.reps} rounds after a warm-up (the four calls of a row in turns), medians; ratio = the "
+        f"# B=1 H={a.heads}, {a.reps} rounds after a warm-up (the four calls of a row {'in turns' if a.order == 'turns' else 'each in a block'}), medians; ratio = the "
         "median of the rounds' torch ms / ours ms (> 1: ours faster)"
     )
     say()
@@ -161,7 +177,9 @@ def main():
                         def torch_fb():
                             F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal).backward(do)
 
-                        (of_, tf_, ofb_, tfb_), share = rounds_ms([ours_f, torch_f, ours_fb, torch_fb], a.reps)
+                        (of_, tf_, ofb_, tfb_), share = rounds_ms(
+                            [ours_f, torch_f, ours_fb, torch_fb], a.reps, a.order == "blocks"
+                        )
                         ob_ = [max(x - y, 1e-9) for x, y in zip(ofb_, of_)]
                         tb_ = [max(x - y, 1e-9) for x, y in zip(tfb_, tf_)]
                         med = statistics.median
