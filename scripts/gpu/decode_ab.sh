@@ -9,6 +9,9 @@
 # the machine's drift reaches both alike.
 #   carry:   [".gpu-deps", ".gpu-build-old.tar.xz", ".gpu-build.tar.xz"]
 #   command: DECODE_ARGS="--checks off --reps 10 --inner 10" ROUNDS=2 bash scripts/gpu/decode_ab.sh
+# AB_SAME=1: one build (.gpu-build.tar.xz) on both sides, told apart by
+# A_ENV / B_ENV (environment assignments for that side's process, e.g.
+# B_ENV="FLASHATTN_CUDA_DECODE_FUSED_MERGE=1"); they apply with two builds too.
 # Results: $OUT/summary.txt (test verdicts and every round's table) and the
 # raw logs next to it.
 set -u -o pipefail
@@ -30,10 +33,12 @@ extract() {
   if [ "$old" != "$ROOT" ] && [ ! -e "$old" ]; then mkdir -p "$(dirname "$old")" && ln -s "$ROOT" "$old"; fi
   say "$2: $1 (commit $(git -C "$ROOT" log -1 --format=%h 2>/dev/null || echo '?') tree; configured at $old)"
 }
-for t in .gpu-build-old.tar.xz .gpu-build.tar.xz; do
-  [ -f "$ROOT/$t" ] || { say "missing $t: carry both builds"; exit 1; }
+tarballs=(.gpu-build.tar.xz)
+[ "${AB_SAME:-0}" = 1 ] || tarballs+=(.gpu-build-old.tar.xz)
+for t in "${tarballs[@]}"; do
+  [ -f "$ROOT/$t" ] || { say "missing $t: carry both builds (or AB_SAME=1)"; exit 1; }
 done
-extract "$ROOT/.gpu-build-old.tar.xz" build-a || exit 1
+[ "${AB_SAME:-0}" = 1 ] || extract "$ROOT/.gpu-build-old.tar.xz" build-a || exit 1
 # B where the carried tests expect their library (their paths lead to build-gpu)
 extract "$ROOT/.gpu-build.tar.xz" build-gpu || exit 1
 export LD_LIBRARY_PATH=$ROOT/.gpu-deps/cmocka/lib:${LD_LIBRARY_PATH:-}
@@ -52,10 +57,13 @@ export PYTHONUNBUFFERED=1
 for r in $(seq 1 "${ROUNDS:-2}"); do
   for side in a b; do
     lib=$ROOT/build-$side/libflashattn.so
-    [ "$side" = b ] && lib=$ROOT/build-gpu/libflashattn.so
-    say "== round $r, build ${side^^} ($(date -u +%T))"
+    [ "$side" = b ] || [ "${AB_SAME:-0}" = 1 ] && lib=$ROOT/build-gpu/libflashattn.so
+    side_env=${A_ENV:-}
+    [ "$side" = b ] && side_env=${B_ENV:-}
+    say "== round $r, side ${side^^}: $(basename "$(dirname "$lib")") ${side_env} ($(date -u +%T))"
     # shellcheck disable=SC2086
-    timeout "${AB_BENCH_S:-200}" python3 bench/gpu/decode.py --lib "$lib" ${DECODE_ARGS:-} >"$OUT/decode-$side-$r.txt" 2>&1
+    env $side_env timeout "${AB_BENCH_S:-200}" python3 bench/gpu/decode.py --lib "$lib" ${DECODE_ARGS:-} \
+      >"$OUT/decode-$side-$r.txt" 2>&1
     say "exit $?"
     grep -E "^B=|^ +kernels|copy" "$OUT/decode-$side-$r.txt" | tee -a "$SUMMARY"
   done

@@ -305,19 +305,26 @@ int tile_keys(int kd, int rb) {
 
 // ---- split counters ----------------------------------------------------------
 
-// A split call's partial results are merged by the combine kernel, or, with
-// FLASHATTN_CUDA_DECODE_FUSED_MERGE=1, by the decode kernel's last split
-// block of each item (decode_parts.cuh's finish_splits). Read at each call.
-// The combine is the default: on the H200 (bf16, D 128, GQA 32/8, 2026-12-01,
-// bench/results/2026-12-01-h200-decode-fused-merge.txt) the fused merge made
-// B = 1 calls slower (Lk 32768: 0.066 against 0.052 ms a call; 131072: 0.156
-// against 0.143): its few last blocks merge 4 rows each, one after another,
+// A split call's partial results are merged by the combine kernel or by
+// the decode kernel's last split block of each item (decode_parts.cuh's
+// finish_splits): the fused merge from kFusedMergeMinItems items (B * Hkv *
+// row blocks) up, the combine below. FLASHATTN_CUDA_DECODE_FUSED_MERGE=1 /
+// =0 forces one (read at each call). On the H200 (bf16, D 128, GQA 32/8,
+// unchecked calls, bench/results/2026-12-01-h200-decode-fused-merge-f32.txt),
+// with the merge in f32: B = 8 (64 items) 0.0775 against 0.0811-0.0846 ms a
+// call fused (paged, page 16: 0.085 against 0.089-0.092), B = 1 (8 items)
+// 0.063 against 0.054-0.059 at Lk 32768 and 0.151 against 0.142-0.148 at
+// 131072: with few items the last blocks merge their rows one after another
 // on the call's tail, where the combine runs a block per row in parallel
-// (and, launched as a programmatic dependent, starts while the decode
-// kernel drains); B = 8 came out even.
-bool fused_merge() {
+// (launched as a programmatic dependent, it starts while the decode kernel
+// drains); with many, the merges spread over the machine and the second
+// kernel's launch and tail are saved.
+constexpr int64_t kFusedMergeMinItems = 32;
+bool fused_merge(int64_t items) {
   const char *env = getenv("FLASHATTN_CUDA_DECODE_FUSED_MERGE");
-  return env && strcmp(env, "1") == 0;
+  if (env && strcmp(env, "1") == 0) return true;
+  if (env && strcmp(env, "0") == 0) return false;
+  return items >= kFusedMergeMinItems;
 }
 
 // The fused merge's arrival counters (fa__dec_params::counters): one per
@@ -537,7 +544,7 @@ static fa_status run_decode(const fa__problem *p, const fa__kv *kv, const fa__de
   scratch part;
   bool zeroed_here = false;  // a memset on s since the append kernel: launch the decode kernel plainly
   if (nsplit > 1) {
-    const bool fused = fused_merge();
+    const bool fused = fused_merge(items);
     if (fused) dp.counters = stream_counters_for(dev, s, items, &zeroed_here);
     const bool own_counters = fused && !dp.counters;
     const size_t rows = static_cast<size_t>(p->B * p->Hkv) * static_cast<size_t>(nsplit) * static_cast<size_t>(R);
