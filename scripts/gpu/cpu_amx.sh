@@ -23,15 +23,10 @@
 # Then the device tool's run with
 #   command: bash scripts/gpu/cpu_amx.sh
 #   carry:   [".gpu-deps", ".gpu-cpu.tar.xz"]
-set -u -o pipefail
-OUT=${OUT:-/tmp/fa-out}
-mkdir -p "$OUT"
-ROOT=$(pwd)
+# shellcheck source=scripts/gpu/summary.sh
+. "$(dirname "${BASH_SOURCE[0]}")/summary.sh"
 LOG=$OUT/logs
 mkdir -p "$LOG"
-SUMMARY=$OUT/summary.txt
-: >"$SUMMARY"
-say() { echo "$*" | tee -a "$SUMMARY"; }
 stage() { say "== $1 ($(date -u +%T))"; }
 suite_counts() { # CMocka's verdicts in a log, each test once (the summary lists skips and failures again)
   local failed

@@ -12,13 +12,8 @@
 #   carry:   [".gpu-cpu.tar.xz"]
 #   command: ORDERS=turns,blocks THREADS=2,16 REPS=5 PASSIVE=1 bash scripts/gpu/cpu_table.sh
 # Results: $OUT/summary.txt (the host's topology and every table).
-set -u -o pipefail
-OUT=${OUT:-/tmp/fa-out}
-mkdir -p "$OUT"
-ROOT=$(pwd)
-SUMMARY=$OUT/summary.txt
-: >"$SUMMARY"
-say() { echo "$*" | tee -a "$SUMMARY"; }
+# shellcheck source=scripts/gpu/summary.sh
+. "$(dirname "${BASH_SOURCE[0]}")/summary.sh"
 
 [ -f "$ROOT/.gpu-cpu.tar.xz" ] || { say "no .gpu-cpu.tar.xz: make it with scripts/gpu/prebuild.sh cpu and carry it"; exit 1; }
 tar -xJf "$ROOT/.gpu-cpu.tar.xz" -C "$ROOT"

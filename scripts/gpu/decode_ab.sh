@@ -14,13 +14,8 @@
 # B_ENV="FLASHATTN_CUDA_DECODE_FUSED_MERGE=1"); they apply with two builds too.
 # Results: $OUT/summary.txt (test verdicts and every round's table) and the
 # raw logs next to it.
-set -u -o pipefail
-OUT=${OUT:-/tmp/fa-out}
-mkdir -p "$OUT"
-ROOT=$(pwd)
-SUMMARY=$OUT/summary.txt
-: >"$SUMMARY"
-say() { echo "$*" | tee -a "$SUMMARY"; }
+# shellcheck source=scripts/gpu/summary.sh
+. "$(dirname "${BASH_SOURCE[0]}")/summary.sh"
 
 # extract TARBALL DIR: the carried build into DIR; its absolute paths name
 # the dev machine's checkout, so that path is made to lead here

@@ -14,6 +14,21 @@ namespace fa_dec {
 
 constexpr int kMaxSplits = 256;  // a larger num_splits is taken as this many
 
+// The end of both weight functions below: each lane's partial sum l of
+// the weights summed over the warp (a fixed butterfly; the lanes summed in
+// different orders, so lane 0's bits are taken for all: the same for a
+// given n on every run), then each lane's own parts' w[k] /= l; returns l.
+template <typename T>
+__device__ __forceinline__ T normalize_weights(T l, int n, T *w) {
+  const int lane = threadIdx.x & 31;
+  for (int off = 16; off > 0; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
+  l = __shfl_sync(0xffffffffu, l, 0);
+  const T inv = l > T(0) ? T(1) / l : T(0);
+#pragma unroll 1
+  for (int k = lane; k < n; k += 32) w[k] *= inv;
+  return l;
+}
+
 // fa_merge_states' weights, in float64. One warp merges the n lse values:
 // m = the largest (exact in any order), w[k] = exp(lse_k - m) into shared
 // memory, their sum l (each lane its parts lane, lane + 32, ... in order,
@@ -37,11 +52,7 @@ __device__ __forceinline__ double merge_weights(int n, F lse_of, double *w) {
     w[k] = e;
     l += e;
   }
-  for (int off = 16; off > 0; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
-  l = __shfl_sync(0xffffffffu, l, 0);  // the lanes summed in different orders: one lane's bits for all
-  const double inv = l > 0 ? 1.0 / l : 0.0;
-#pragma unroll 1
-  for (int k = lane; k < n; k += 32) w[k] *= inv;  // each lane its own parts' weights
+  l = normalize_weights(l, n, w);
   return l > 0 ? m + log(l) : -INFINITY;
 }
 
@@ -92,11 +103,7 @@ __device__ __forceinline__ float split_weights(int n, F lse_of, float *w) {
       l += e;
     }
   }
-  for (int off = 16; off > 0; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
-  l = __shfl_sync(0xffffffffu, l, 0);  // the lanes summed in different orders: one lane's bits for all
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-#pragma unroll 1
-  for (int k = lane; k < n; k += 32) w[k] *= inv;  // each lane its own parts' weights
+  l = normalize_weights(l, n, w);
   return l > 0.0f ? m + log2f(l) * kLn2 : -INFINITY;
 }
 
