@@ -72,7 +72,22 @@
  * keys: the 4-key block of all heads is 64 KiB, already more than L1; 8 or
  * 32 keys measured 65-68%, t1 63%). So on any x86 CPU that is not AMD's
  * (fa__cpu_vendor_amd) the read-once hint is t1 and one-row region tiles
- * are 4x; AMD keeps the Zen tuning. */
+ * are 4x; AMD keeps the Zen tuning.
+ *
+ * Later on the same Xeon (bench/results/2026-12-01-cpu-decode-xeon-2.txt;
+ * the bench's caches sit on 4 KiB pages): one row per kv head streamed at
+ * 66-76% of the triad, MHA paged 256 at 32768 keys and MHA contiguous.
+ * Paged, the region's prefetch (head x fetches the x-th nh-th of the next
+ * tile's block, a whole tile ahead) ran slower than no software prefetch at
+ * all (f32 78 -> 84%, bf16 64 -> 80% with 16 keys); prefetching the next
+ * head's rows of this tile instead (the hg > 1 path without region), 512 or
+ * 256 bytes past this head's in each of the tile's key rows, so that every
+ * key row is one ascending stream the L2 streamer follows: f32 101%, bf16
+ * 91% (t0 or t1 alike; 16 keys, 32 measured 93% for f32; bf16 16 or 32
+ * keys alike). So one row, interleaved heads, on Intel: the region's tile,
+ * not its prefetch (3 rounds: f32 75 -> 103%, bf16 66 -> 92%). Contiguous
+ * (one kv head an item), one row: prefetcht1 instead of t0, bf16 73 -> 81%,
+ * f32 84 -> 88% at 32768 keys (t2 78%, 64 or 256 keys a tile 77-79%). */
 #define DEC_PF_L2 2
 #define DEC_REGION_ONE_ROW_INTEL 4
 
@@ -380,7 +395,7 @@ fa_status fa__cpu_decode(const fa__problem *p, const fa__cpu_kernels *kt, fa__er
 #else
   const int zen = 1; /* not x86: as tuned */
 #endif
-  if (ntrows && !zen) c.pf_keep = DEC_PF_L2;
+  if (!zen && c.hg == 1 && c.R <= DEC_NT_ROWS) c.pf_keep = DEC_PF_L2; /* the NT rows, and one row (above) */
   const int64_t kes = (int64_t)fa_dtype_size(p->k.dtype);
   c.region = c.hg > 1 && c.hg == p->Hkv && c.R >= 1 && c.R <= DEC_NT_ROWS && (kes == 2 || c.R == 1) &&
              p->v.dtype == p->k.dtype && (kt->dec_dtypes >> p->k.dtype & 1u) && p->k.stride[3] == 1 &&
@@ -398,7 +413,8 @@ fa_status fa__cpu_decode(const fa__problem *p, const fa__cpu_kernels *kt, fa__er
     const int64_t bk = kb / rowb / FA_CPU_PANEL * FA_CPU_PANEL;
     c.bk = bk < FA_CPU_PANEL ? FA_CPU_PANEL : bk > DEC_BK ? DEC_BK : (int)bk;
   }
-  if (c.bk > 65536) c.bk = 65536; /* as fa_cpu_plan_get cuts asked-for tiles */
+  if (c.region && c.R == 1 && !zen) c.region = 0; /* Intel, one row: the next head's rows come next (above) */
+  if (c.bk > 65536) c.bk = 65536;                 /* as fa_cpu_plan_get cuts asked-for tiles */
   if (c.bk > keys) c.bk = (int)keys;
   c.lds = (c.bk + FA_CPU_PANEL - 1) / FA_CPU_PANEL * FA_CPU_PANEL;
   c.D = (int)p->D;

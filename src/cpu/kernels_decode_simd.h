@@ -168,8 +168,10 @@ static int ds_dec_softmax(float *s, ptrdiff_t lds, int nr, int bc, float *m, flo
     const float mn = mx > m[r] ? mx : m[r];
     const float mu = mn == -INFINITY ? 0.0f : mn;
     const DS_V vmu = dsv_set1(mu);
-    float fr;
-    {
+    /* the running max mostly stays put after the first tiles: then fr =
+     * exp(0) = 1 exactly (dsv_exp(0) is 1), without a vector exp per row */
+    float fr = 1.0f;
+    if (m[r] != mu) {
       float t[DS_W];
       dsv_storeu(t, dsv_exp(dsv_set1(m[r] - mu)));
       fr = t[0];
