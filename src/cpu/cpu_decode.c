@@ -90,6 +90,14 @@
  * f32 84 -> 88% at 32768 keys (t2 78%, 64 or 256 keys a tile 77-79%). */
 #define DEC_PF_L2 2
 #define DEC_REGION_ONE_ROW_INTEL 4
+/* Splits on Intel (bench/results/2026-12-01-cpu-decode-xeon-3.txt): an
+ * item's first tile is read cold (the kernels prefetch only the next tile,
+ * and the hardware prefetcher has yet to ramp up on the new stream), and
+ * the default "about 8 items per thread" cut 8192 keys of bf16 GQA 32/8
+ * into 16 splits of 2 MiB: 73% of the triad against 83% with 2 (paged 256:
+ * 69 -> 75%, f32 GQA 86 -> 92%). So an item there carries at least this
+ * much K and V, while every thread still gets one. */
+#define DEC_SPLIT_BYTES_INTEL ((int64_t)16 << 20)
 
 typedef struct dec_ctx {
   const fa__problem *p;
@@ -437,6 +445,13 @@ fa_status fa__cpu_decode(const fa__problem *p, const fa__cpu_kernels *kt, fa__er
     int64_t want = base >= 8 * (int64_t)nt ? 1 : (8 * (int64_t)nt + base - 1) / base;
     const int64_t most = p->Lk / DEC_MIN_SPLIT > 1 ? p->Lk / DEC_MIN_SPLIT : 1;
     nsplit = (int)(want < most ? want : most);
+    if (!zen) { /* Intel: items of at least DEC_SPLIT_BYTES_INTEL, but one for every thread */
+      const int64_t vs = (int64_t)fa_dtype_size(p->v.dtype);
+      const int64_t bytes = keys * c.hg * (p->D * kes + p->Dv * vs); /* K and V of one (b, kv head group) */
+      const int64_t few = bytes / DEC_SPLIT_BYTES_INTEL, one_each = (nt + base - 1) / base;
+      const int64_t cap = few > one_each ? few : one_each;
+      if (nsplit > cap) nsplit = (int)cap;
+    }
   }
   if (nsplit > 4096) nsplit = 4096;
   if (nsplit > (keys + c.bk - 1) / c.bk) nsplit = (int)((keys + c.bk - 1) / c.bk); /* whole tiles each */
