@@ -53,6 +53,14 @@ static void probe(fa__cpuinfo *ci) {
   memset(ci, 0, sizeof *ci);
 #ifdef FA_X86
   unsigned a, b, c, d;
+  if (__get_cpuid(0, &a, &b, &c, &d)) {
+    char v[13];
+    memcpy(v, &b, 4);
+    memcpy(v + 4, &d, 4);
+    memcpy(v + 8, &c, 4);
+    v[12] = '\0';
+    ci->vendor_amd = strcmp(v, "AuthenticAMD") == 0 || strcmp(v, "HygonGenuine") == 0;
+  }
   if (__get_cpuid(1, &a, &b, &c, &d)) {
     const int osxsave = (c >> 27) & 1, fma = (c >> 12) & 1;
     unsigned long long xcr0 = 0;

@@ -20,9 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cpuinfo.h"
 #include "core/kv_host.h"
 #include "cpu_io.h"
-#include "cpu_isa.h"
 #include "cpu_parallel.h"
 #include "cpu_passes.h"
 #include "rules/layout.h"
@@ -71,7 +71,7 @@
  * f32 MHA paged 256 (one row) 56-58 -> 77% with 4x DEC_REGION_BYTES (16
  * keys: the 4-key block of all heads is 64 KiB, already more than L1; 8 or
  * 32 keys measured 65-68%, t1 63%). So on any x86 CPU that is not AMD's
- * (fa__cpu_vendor_amd) the read-once hint is t1 and one-row region tiles
+ * (fa__cpuinfo vendor_amd) the read-once hint is t1 and one-row region tiles
  * are 4x; AMD keeps the Zen tuning.
  *
  * Later on the same Xeon (bench/results/2026-12-01-cpu-decode-xeon-2.txt;
@@ -399,7 +399,7 @@ fa_status fa__cpu_decode(const fa__problem *p, const fa__cpu_kernels *kt, fa__er
   c.pf_keep = c.hg > 1 || c.R < 2 || c.R > DEC_NT_ROWS;
   const int ntrows = !c.pf_keep; /* the read-once rows of DEC_NT_ROWS */
 #if defined(__x86_64__) || defined(__i386__)
-  const int zen = fa__cpu_vendor_amd(); /* the Zen tuning above, or Intel's (DEC_PF_L2) */
+  const int zen = fa__cpuinfo_get()->vendor_amd; /* the Zen tuning above, or Intel's (DEC_PF_L2) */
 #else
   const int zen = 1; /* not x86: as tuned */
 #endif

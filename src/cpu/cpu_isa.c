@@ -7,31 +7,6 @@
 
 #include "core/cpuinfo.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
-
-static int g_amd;
-static pthread_once_t g_vendor_once = PTHREAD_ONCE_INIT;
-static void vendor_probe(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  unsigned a, b, c, d;
-  if (__get_cpuid(0, &a, &b, &c, &d)) {
-    char v[13];
-    memcpy(v, &b, 4);
-    memcpy(v + 4, &d, 4);
-    memcpy(v + 8, &c, 4);
-    v[12] = '\0';
-    g_amd = strcmp(v, "AuthenticAMD") == 0 || strcmp(v, "HygonGenuine") == 0;
-  }
-#endif
-}
-
-int fa__cpu_vendor_amd(void) {
-  pthread_once(&g_vendor_once, vendor_probe);
-  return g_amd;
-}
-
 int fa__cpu_isa_have(fa_cpu_isa isa) {
   switch (isa) {
     case FA_ISA_AUTO:

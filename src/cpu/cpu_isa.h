@@ -16,11 +16,6 @@ int fa__cpu_isa_have(fa_cpu_isa isa);
  * CPU (or build) lacks it or FLASHATTN_ISA names none. */
 fa_status fa__cpu_isa_resolve(fa_cpu_isa requested, fa_cpu_isa *out, char *why, size_t why_size);
 
-/* Nonzero on an AMD (or Hygon, the same cores) x86 CPU: where a prefetch
- * hint's meaning differs by vendor (cpu_decode.c: prefetchnta fills L1 only
- * on Zen, which its tiles are sized for; on Intel it skips L2). Probed once. */
-int fa__cpu_vendor_amd(void);
-
 /* The kernel table of a resolved ISA (never AUTO), built once. */
 const fa__cpu_kernels *fa__cpu_kernels_get(fa_cpu_isa isa);
 

@@ -80,7 +80,7 @@ void fa__cpu_forward_group(fa__cpu_blocks blk, int64_t D, int64_t Dv, int64_t Lk
   const size_t l2 = ci->l2_bytes ? ci->l2_bytes : (size_t)1 << 20;
   const size_t l3 = ci->l3_bytes ? ci->l3_bytes : 8 * l2;
   const size_t kv = (size_t)Lk * (size_t)(D + Dv) * elem;
-  *group = kv > l3 / 8 || (f32_products && !fa__cpu_vendor_amd() && kv > l2 / 2) ? 8 : 1;
+  *group = kv > l3 / 8 || (f32_products && !fa__cpuinfo_get()->vendor_amd && kv > l2 / 2) ? 8 : 1;
   if (blk.bk < 1) blk.bk = 1; /* no keys (Lk = 0): nothing to walk */
   const int64_t keys = (int64_t)(l2 / 2 / ((size_t)(D + Dv) * sizeof(float))) / blk.bk * blk.bk;
   *chunk = keys < blk.bk ? blk.bk : keys;
