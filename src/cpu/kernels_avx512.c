@@ -13,17 +13,18 @@ enum { K5_VL = 16, K5_MR = 8, K5_NV = 3 };
 
 #define FA_INLINE static inline __attribute__((always_inline))
 
-/* The micro-tile with compile-time MR_ x NV_. Named accumulators rather
- * than an array, so that no compiler is tempted to keep them in memory
- * (GCC does exactly that with an array in the AVX2 kernel); the guards
- * fold away for each instantiation. */
+/* The micro-tile with compile-time MR_ x NV_ (at most 8 x 3, or 6 x 4 for
+ * the wide tile below: 24 accumulators either way). Named accumulators
+ * rather than an array, so that no compiler is tempted to keep them in
+ * memory (GCC does exactly that with an array in the AVX2 kernel); the
+ * guards fold away for each instantiation. */
 #define K5_ACC(m, v) c##m##v
-#define K5_FOR_ALL(X)                                                                                             \
-  X(0, 0)                                                                                                         \
-  X(0, 1)                                                                                                         \
-  X(0, 2)                                                                                                         \
-  X(1, 0) X(1, 1) X(1, 2) X(2, 0) X(2, 1) X(2, 2) X(3, 0) X(3, 1) X(3, 2) X(4, 0) X(4, 1) X(4, 2) X(5, 0) X(5, 1) \
-      X(5, 2) X(6, 0) X(6, 1) X(6, 2) X(7, 0) X(7, 1) X(7, 2)
+#define K5_FOR_ALL(X)                                                                                                 \
+  X(0, 0)                                                                                                             \
+  X(0, 1)                                                                                                             \
+  X(0, 2) X(0, 3) X(1, 0) X(1, 1) X(1, 2) X(1, 3) X(2, 0) X(2, 1) X(2, 2) X(2, 3) X(3, 0) X(3, 1) X(3, 2) X(3, 3)     \
+      X(4, 0) X(4, 1) X(4, 2) X(4, 3) X(5, 0) X(5, 1) X(5, 2) X(5, 3) X(6, 0) X(6, 1) X(6, 2) X(6, 3) X(7, 0) X(7, 1) \
+          X(7, 2) X(7, 3)
 
 FA_INLINE void mk512(const int MR_, const int NV_, int kc, const float *a, ptrdiff_t rsa, ptrdiff_t csa, const float *b,
                      ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate) {
@@ -43,6 +44,7 @@ FA_INLINE void mk512(const int MR_, const int NV_, int kc, const float *a, ptrdi
     const __m512 b0 = _mm512_loadu_ps(b);
     const __m512 b1 = NV_ > 1 ? _mm512_loadu_ps(b + K5_VL) : b0;
     const __m512 b2 = NV_ > 2 ? _mm512_loadu_ps(b + 2 * K5_VL) : b0;
+    const __m512 b3 = NV_ > 3 ? _mm512_loadu_ps(b + 3 * K5_VL) : b0;
     __m512 am;
 #define K5_ROW(m)                                                      \
   if (m < MR_) {                                                       \
@@ -50,11 +52,14 @@ FA_INLINE void mk512(const int MR_, const int NV_, int kc, const float *a, ptrdi
     K5_ACC(m, 0) = _mm512_fmadd_ps(am, b0, K5_ACC(m, 0));              \
     if (NV_ > 1) K5_ACC(m, 1) = _mm512_fmadd_ps(am, b1, K5_ACC(m, 1)); \
     if (NV_ > 2) K5_ACC(m, 2) = _mm512_fmadd_ps(am, b2, K5_ACC(m, 2)); \
+    if (NV_ > 3) K5_ACC(m, 3) = _mm512_fmadd_ps(am, b3, K5_ACC(m, 3)); \
   }
     K5_ROW(0)
     K5_ROW(1)
     K5_ROW(2)
-    K5_ROW(3) K5_ROW(4) K5_ROW(5) K5_ROW(6) K5_ROW(7)
+    K5_ROW(3)
+    K5_ROW(4)
+    K5_ROW(5) K5_ROW(6) K5_ROW(7)
 #undef K5_ROW
         ko += csa;
     b += ldb;
@@ -104,55 +109,13 @@ static void gemm_avx512(int mr, int nv, int kc, const float *a, ptrdiff_t rsa, p
  * 10 loads per 16 FMAs, every A element broadcast twice). Measured on the
  * Xeon (Sapphire Rapids class, one thread, D = 128, 48-64 key-wide panels
  * in L1): the P.V product 182 GFLOP/s as 8 x 32 strips, 212 as 6 x 64; the
- * score product 217 and 224. The same k order per element as mk512, so the
+ * score product 217 and 224. It is mk512 at NV_ = 4: the same k order per
+ * element as the 8 x 48 tile, so the
  * same bits. */
-#define K5W_FOR_ALL(X)                                                                                            \
-  X(0, 0)                                                                                                         \
-  X(0, 1) X(0, 2) X(0, 3) X(1, 0) X(1, 1) X(1, 2) X(1, 3) X(2, 0) X(2, 1) X(2, 2) X(2, 3) X(3, 0) X(3, 1) X(3, 2) \
-      X(3, 3) X(4, 0) X(4, 1) X(4, 2) X(4, 3) X(5, 0) X(5, 1) X(5, 2) X(5, 3)
-
-FA_INLINE void mk512w(const int MR_, int kc, const float *a, ptrdiff_t rsa, ptrdiff_t csa, const float *b,
-                      ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate) {
-#define K5_DECL(m, v) __m512 K5_ACC(m, v) = _mm512_setzero_ps();
-  K5W_FOR_ALL(K5_DECL)
-#undef K5_DECL
-  if (accumulate) {
-#define K5_LOAD(m, v) \
-  if (m < MR_) K5_ACC(m, v) = _mm512_loadu_ps(c + m * ldc + v * K5_VL);
-    K5W_FOR_ALL(K5_LOAD)
-#undef K5_LOAD
-  }
-  const float *a0 = a, *a1 = a + rsa, *a2 = a + 2 * rsa, *a3 = a + 3 * rsa, *a4 = a + 4 * rsa, *a5 = a + 5 * rsa;
-  ptrdiff_t ko = 0;
-  for (int k = 0; k < kc; ++k) {
-    const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + K5_VL), b2 = _mm512_loadu_ps(b + 2 * K5_VL),
-                 b3 = _mm512_loadu_ps(b + 3 * K5_VL);
-    __m512 am;
-#define K5_ROW(m)                                         \
-  if (m < MR_) {                                          \
-    am = _mm512_set1_ps(a##m[ko]);                        \
-    K5_ACC(m, 0) = _mm512_fmadd_ps(am, b0, K5_ACC(m, 0)); \
-    K5_ACC(m, 1) = _mm512_fmadd_ps(am, b1, K5_ACC(m, 1)); \
-    K5_ACC(m, 2) = _mm512_fmadd_ps(am, b2, K5_ACC(m, 2)); \
-    K5_ACC(m, 3) = _mm512_fmadd_ps(am, b3, K5_ACC(m, 3)); \
-  }
-    K5_ROW(0)
-    K5_ROW(1) K5_ROW(2) K5_ROW(3) K5_ROW(4) K5_ROW(5)
-#undef K5_ROW
-        ko += csa;
-    b += ldb;
-  }
-#define K5_STORE(m, v) \
-  if (m < MR_) _mm512_storeu_ps(c + m * ldc + v * K5_VL, K5_ACC(m, v));
-  K5W_FOR_ALL(K5_STORE)
-#undef K5_STORE
-  (void)a1, (void)a2, (void)a3, (void)a4, (void)a5;
-}
-
 #define MKW(MR_)                                                                                                \
   static void mk512w_##MR_(int kc, const float *a, ptrdiff_t rsa, ptrdiff_t csa, const float *b, ptrdiff_t ldb, \
                            float *c, ptrdiff_t ldc, int accumulate) {                                           \
-    mk512w(MR_, kc, a, rsa, csa, b, ldb, c, ldc, accumulate);                                                   \
+    mk512(MR_, 4, kc, a, rsa, csa, b, ldb, c, ldc, accumulate);                                                 \
   }
 MKW(1)
 MKW(2)
