@@ -15,6 +15,7 @@ and V bytes once (2 B Hkv Lk D bytes each).
 
 usage: python3 bench/gpu/decode.py --lib build/libflashattn.so [--out DIR]
        [--reps 15] [--inner 20] [--splits 0,16,64] [--quick] [--shapes B:Hq:Hkv:Lk:page,...]
+       [--breakdown] [--timeline] [--api] [--trace]  (decode_probe.py: where a call's time goes)
 """
 
 import argparse
@@ -34,6 +35,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 warnings.filterwarnings("ignore", category=UserWarning)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import decode_probe  # noqa: E402
 import fa_ctypes as fa  # noqa: E402
 
 
@@ -209,6 +211,10 @@ def main():
     ap.add_argument(
         "--timeline", action="store_true", help="print our kernels' start / end over 4 back-to-back calls per row"
     )
+    ap.add_argument(
+        "--trace", action="store_true", help="per-block timeline of each row's call (a FA_CUDA_DECODE_TRACE=ON build)"
+    )
+    ap.add_argument("--api", action="store_true", help="the CUDA runtime calls of each row's call, host us each")
     a = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.cuda.get_device_properties(0)
@@ -351,6 +357,12 @@ def main():
             if a.timeline:
                 for line in timeline(fn):
                     say("      " + line)
+            if a.trace:
+                for line in decode_probe.trace_lines(ours.lib, fn):
+                    say("    " + line)
+            if a.api:
+                for line in decode_probe.api_lines(fn):
+                    say("    " + line)
             if a.breakdown:
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()

@@ -5,6 +5,9 @@
 # library, which a 64 MiB xz dictionary stores once) for the device tool's
 # carry: [".gpu-deps", ".gpu-build.tar.xz"]. Needs .gpu-deps (see run.sh).
 #
+#   DECODE_TRACE=1 scripts/gpu/prebuild.sh   the same with the decode kernels'
+#   per-block timeline compiled in (bench/gpu/decode.py --trace).
+#
 #   scripts/gpu/prebuild.sh python   instead builds only libflashattn.so (sm_90,
 #   no tests) into .gpu-py/ for scripts/gpu/python.sh: carry [".gpu-py"].
 #   scripts/gpu/prebuild.sh cpu      instead builds the cpu backend alone (no CUDA:
@@ -54,11 +57,15 @@ CM=$ROOT/.gpu-deps/cmocka
 MODE=${1:-tests} # tests | notests (as run.sh's bench, perf and ncu modes)
 TESTS=ON
 [ "$MODE" = notests ] && TESTS=OFF
+# DECODE_TRACE=1: the decode kernels' per-block timeline (src/cuda/decode_trace.cuh; a
+# benchmark instrument for bench/gpu/decode.py --trace), off otherwise
+TRACE=OFF
+[ "${DECODE_TRACE:-0}" = 1 ] && TRACE=ON
 for x in /.gpu-build/ /.gpu-build.tar.xz; do
   grep -qx "$x" .git/info/exclude 2>/dev/null || echo "$x" >>.git/info/exclude
 done
 cmake -S "$ROOT" -B "$ROOT/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DFA_BUILD_TESTS=$TESTS -DFA_BUILD_CLI=OFF -DCMOCKA_INCLUDE_DIR="$CM/include" \
+  -DFA_CUDA_DECODE_TRACE="$TRACE" -DFA_BUILD_TESTS=$TESTS -DFA_BUILD_CLI=OFF -DCMOCKA_INCLUDE_DIR="$CM/include" \
   -DCMOCKA_LIBRARY="$CM/lib/libcmocka.so" >/dev/null
 cmake --build "$ROOT/build-gpu" -j"$(nproc)" >/dev/null
 rm -rf "$ROOT/.gpu-build"

@@ -18,6 +18,7 @@
 #include "../rules/online_softmax.h"
 #include "decode.cuh"
 #include "decode_merge.cuh"
+#include "decode_trace.cuh"
 #include "host_call.cuh"
 #include "launch.cuh"
 #include "mma.cuh"
@@ -122,7 +123,10 @@ __global__ void combine_kernel(const combine_params p) {
   const float *plse = p.part_lse + item * p.nsplit * p.R + r;
   const float *po = p.part_o + (item * p.nsplit * p.R + r) * p.Dv;
   const int64_t kstride = static_cast<int64_t>(p.R) * p.Dv;
+  fa_dec::trace_mark(fa_dec::kMarkStart);
+  fa_dec::trace_mark(fa_dec::kMarkSm);
   fa_cuda::pdl_wait();  // launched early (pdl.cuh): the decode kernel's partials are written once this returns
+  fa_dec::trace_mark(fa_dec::kMarkFirstTile);
   const bool stage = static_cast<size_t>(p.nsplit) * p.Dv * sizeof(float) <= kStageBytes;
   if (stage) {  // Dv % 8 == 0 and 16-byte aligned rows: whole 16-byte units
     const int upr = p.Dv / 4;
@@ -139,6 +143,7 @@ __global__ void combine_kernel(const combine_params p) {
   }
   fa_cuda::cp_async_wait<0>();
   __syncthreads();
+  fa_dec::trace_mark(fa_dec::kMarkLoopEnd);
   const int64_t h = kvh * p.group + r / p.Lq, i = r % p.Lq;
   for (int e = threadIdx.x; e < p.Dv; e += blockDim.x) {
     float acc = 0.0f;
@@ -152,6 +157,7 @@ __global__ void combine_kernel(const combine_params p) {
     fa_cuda::store_any(p.o, b * p.os[0] + h * p.os[1] + i * p.os[2] + e, p.dtype, acc);
   }
   if (threadIdx.x == 0 && p.lse) p.lse[b * p.lses[0] + h * p.lses[1] + i * p.lses[2]] = lse_s;
+  fa_dec::trace_mark(fa_dec::kMarkEnd);
 }
 
 struct part_desc {
@@ -439,6 +445,8 @@ unsigned *stream_counters_for(int dev, cudaStream_t s, int64_t n, bool *fresh) {
 }
 
 }  // namespace
+
+FA_DEC_TRACE_EXPORT(combine)
 
 // num_splits = 0: the blocks of one wave. items = B * Hkv * row blocks; each
 // multiprocessor holds `occ` decode blocks (occupancy API), so SMs * occ blocks

@@ -101,6 +101,7 @@ int occupancy(int kd, int rb) {
   }                                                                                                          \
   int fa__cuda_decode_occupancy_##NAME(int kd, int rb) {                                                     \
     return fa_dec::occupancy<T>(kd, rb);                                                                     \
-  }
+  }                                                                                                          \
+  FA_DEC_TRACE_EXPORT(NAME)
 
 #endif

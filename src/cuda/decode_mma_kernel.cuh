@@ -25,6 +25,7 @@
 
 #include "../rules/score.h"
 #include "decode_parts.cuh"
+#include "decode_trace.cuh"
 
 namespace fa_dec {
 
@@ -63,6 +64,8 @@ __global__ void __launch_bounds__(kThreads, 2) decode_mma_kernel(const fa__dec_p
   T *pipe = reinterpret_cast<T *>(smem);
   T *qs = reinterpret_cast<T *>(smem + C::big);
 
+  trace_mark(kMarkStart);
+  trace_mark(kMarkSm);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   // the block's keys and where its first rows lie (cache_seqlens, the block
   // table: nothing the append kernel writes) found while that kernel may
@@ -112,6 +115,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_mma_kernel(const fa__dec_p
   for (int t = 0; t < w.ntiles; ++t) {
     fa_cuda::cp_async_wait<STAGES - 2>();
     __syncthreads();
+    if (t == 0) trace_mark(kMarkFirstTile);
     kv.issue(t + STAGES - 1);
     const T *ks = kv.k_tile(pipe, t);
     const T *vs = kv.v_tile(pipe, t);
@@ -211,6 +215,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_mma_kernel(const fa__dec_p
     }
   }
 
+  trace_mark(kMarkLoopEnd);
   // the warps' states merged in warp order (store_merged)
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -237,7 +242,9 @@ __global__ void __launch_bounds__(kThreads, 2) decode_mma_kernel(const fa__dec_p
   }
   __syncthreads();
   store_merged<T>(p, w, ms, ls, as, C::kWarps, RB, KD, tid);
+  trace_mark(kMarkStored);
   finish_splits<T, RB, KD>(p, w, smem, C::smem, tid);  // splits: the last one merges them
+  trace_mark(kMarkEnd);
 }
 
 }  // namespace fa_dec
