@@ -358,7 +358,8 @@ def main():
                 for line in timeline(fn):
                     say("      " + line)
             if a.trace:
-                for line in decode_probe.trace_lines(ours.lib, fn):
+                dump = os.path.join(a.out, "trace-%d.csv" % len(lines)) if a.out else None
+                for line in decode_probe.trace_lines(ours.lib, fn, dump=dump):
                     say("    " + line)
             if a.api:
                 for line in decode_probe.api_lines(fn):

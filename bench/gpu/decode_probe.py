@@ -21,8 +21,26 @@ import time
 
 import torch
 
-SLOTS = 8  # decode_trace.cuh: kTraceSlots
-START, FIRST, LOOP_END, STORED, END, SM = range(6)
+SLOTS = 16  # decode_trace.cuh: kTraceSlots and the marks
+START, FIRST, LOOP_END, STATES, STORED, SM, MERGE_START, MERGE_WEIGHTS, MERGE_VALUES, END, TIMER = range(11)
+DECODE_MARKS = (
+    ("second timer read", TIMER),
+    ("first tile in", FIRST),
+    ("loop end", LOOP_END),
+    ("states in smem", STATES),
+    ("stored", STORED),
+    ("merge start", MERGE_START),
+    ("merge weights", MERGE_WEIGHTS),
+    ("merge values in", MERGE_VALUES),
+    ("end", END),
+)
+COMBINE_MARKS = (
+    ("start", START),
+    ("wait returned", FIRST),
+    ("weights", MERGE_WEIGHTS),
+    ("values in", MERGE_VALUES),
+    ("end", END),
+)
 TRACE_BLOCKS = 16384
 
 
@@ -52,9 +70,10 @@ def _spread(xs):
     return "%6.1f %6.1f %6.1f %6.1f %6.1f" % (xs[0], q(0.1), q(0.5), q(0.9), xs[-1])
 
 
-def trace_lines(lib, fn, calls=5, dtype="bf16"):
-    """The last of `calls` back-to-back calls of fn, block by block; [] when
-    lib is not a trace build."""
+def trace_lines(lib, fn, calls=5, dtype="bf16", dump=None):
+    """The last of `calls` back-to-back calls of fn, block by block (dump: a
+    path for the raw marks as CSV, ns from the first block's start); one line
+    saying so when lib is not a trace build."""
     dec, comb = _reader(lib, dtype), _reader(lib, "combine")
     if dec is None or comb is None:
         return ["(no trace: the library was not built with FA_CUDA_DECODE_TRACE=ON)"]
@@ -70,6 +89,14 @@ def trace_lines(lib, fn, calls=5, dtype="bf16"):
         return ["(no decode block traced)"]
     t0 = min(r[START] for r in d)
     us = lambda r, k: (r[k] - t0) / 1000.0  # noqa: E731
+    if dump:
+        with open(dump, "w") as f:
+            cols = (("start", START),) + DECODE_MARKS
+            f.write("kernel,block,sm," + ",".join(n.replace(" ", "_") for n, _ in cols) + "\n")
+            for kind, rows in (("decode", d), ("combine", c)):
+                for i, r in enumerate(rows):
+                    ts = ("%d" % (r[k] - t0) if r[k] else "" for _, k in cols)
+                    f.write("%s,%d,%d,%s\n" % (kind, i, r[SM], ",".join(ts)))
     per_sm = {}
     for r in d:
         per_sm.setdefault(r[SM], []).append(r)
@@ -81,23 +108,27 @@ def trace_lines(lib, fn, calls=5, dtype="bf16"):
         "decode block's start, min p10 p50 p90 max:"
         % (calls, len(d), len(per_sm), ", ".join("%d SMs x %d" % (n, k) for k, n in sorted(hist.items())), len(c))
     ]
-    for name, k in (("start", START), ("first tile in", FIRST), ("loop end", LOOP_END), ("stored", STORED),
-                    ("end", END)):  # fmt: skip
-        out.append("  decode %-14s %s" % (name, _spread([us(r, k) for r in d])))
+    for name, k in DECODE_MARKS:  # a mark's blocks: those that reach it (tiles, the fused merge's last ones)
+        xs = [us(r, k) for r in d if r[k] != 0]
+        if xs:
+            out.append("  decode %-17s %s  (%d blocks)" % (name, _spread(xs), len(xs)))
+    last_end = max(us(r, END) for r in d)
+    d = [r for r in d if r[FIRST] != 0]  # below: blocks with keys (a split past the keys has no tile)
     loop = [(r[LOOP_END] - r[FIRST]) / 1000.0 for r in d]
     out.append("  decode loop time   %s" % _spread(loop))
     by_load = {}
     for rs in per_sm.values():
-        for r in rs:
+        for r in (r for r in rs if r[FIRST] != 0):
             by_load.setdefault(len(rs), []).append((r[LOOP_END] - r[FIRST]) / 1000.0)
     for n, xs in sorted(by_load.items()):
         out.append(
             "    loop time on SMs with %d block(s): median %.1f us (%d blocks)" % (n, statistics.median(xs), len(xs))
         )
-    last_end = max(us(r, END) for r in d)
     if c:
-        for name, k in (("start", START), ("wait returned", FIRST), ("values staged", LOOP_END), ("end", END)):
-            out.append("  combine %-13s %s" % (name, _spread([us(r, k) for r in c])))
+        for name, k in COMBINE_MARKS:
+            xs = [us(r, k) for r in c if r[k] != 0]
+            if xs:
+                out.append("  combine %-16s %s" % (name, _spread(xs)))
         out.append(
             "  the call: last decode block ends at %.1f, the combine's last block at %.1f (tail %.1f us)"
             % (last_end, max(us(r, END) for r in c), max(us(r, END) for r in c) - last_end)

@@ -100,6 +100,7 @@ struct combine_params {
   int64_t os[3], lses[3];
   int64_t Hkv, group, Lq;
   int R, Dv, nsplit, dtype;
+  int warm;  // launched early (programmatic dependent): run the merge once before the wait
 };
 
 // The two-kernel merge (the default; FLASHATTN_CUDA_DECODE_FUSED_MERGE=1: the
@@ -112,6 +113,15 @@ struct combine_params {
 // once and computes the f32 weights (split_weights), so the whole merge
 // waits for about one round trip to L2; then each thread sums its values
 // over the splits from shared memory.
+// Launched early as the decode kernel's programmatic dependent (p.warm), a
+// block first runs its whole merge once before griddepcontrol.wait, on
+// whatever the partial buffers hold then, storing nothing: the real pass
+// then finds its instructions in the multiprocessor's instruction cache.
+// Why: the K/V stream has pushed the kernel's code out of L2 by then, and
+// each instruction-cache miss of the real pass went to DRAM, one after
+// another: 8.4 us from the wait to the last block's end at B = 1, 33
+// splits (H200, decode_trace.cuh's timeline), for a merge of ~1 us of work;
+// 6.3 us with the warm pass.
 constexpr int kStageBytes = 40 * 1024;  // with the static 1 KiB: under the default 48 KiB
 __global__ void combine_kernel(const combine_params p) {
   extern __shared__ __align__(16) float staged[];  // [nsplit][Dv] when staged
@@ -123,40 +133,50 @@ __global__ void combine_kernel(const combine_params p) {
   const float *plse = p.part_lse + item * p.nsplit * p.R + r;
   const float *po = p.part_o + (item * p.nsplit * p.R + r) * p.Dv;
   const int64_t kstride = static_cast<int64_t>(p.R) * p.Dv;
-  fa_dec::trace_mark(fa_dec::kMarkStart);
-  fa_dec::trace_mark(fa_dec::kMarkSm);
-  fa_cuda::pdl_wait();  // launched early (pdl.cuh): the decode kernel's partials are written once this returns
-  fa_dec::trace_mark(fa_dec::kMarkFirstTile);
+  const int lq = static_cast<int>(p.Lq);  // <= R: 32-bit divisions
+  const int64_t orow = b * p.os[0] + (kvh * p.group + r / lq) * p.os[1] + (r % lq) * p.os[2];
   const bool stage = static_cast<size_t>(p.nsplit) * p.Dv * sizeof(float) <= kStageBytes;
-  if (stage) {  // Dv % 8 == 0 and 16-byte aligned rows: whole 16-byte units
-    const int upr = p.Dv / 4;
-    for (int u = threadIdx.x; u < p.nsplit * upr; u += blockDim.x) {
-      const int k = u / upr, c = (u - k * upr) * 4;
-      fa_cuda::cp_async16(fa_cuda::smem_addr(staged + k * p.Dv + c), po + k * kstride + c, 16);
+  fa_dec::trace_start();
+  // (kept rolled: one copy of the body, run twice)
+#pragma unroll 1
+  for (int pass = p.warm ? 0 : 1; pass < 2; ++pass) {
+    const bool live = pass == 1;
+    if (live) {
+      __syncthreads();      // the warm pass is done with staged and w
+      fa_cuda::pdl_wait();  // launched early (pdl.cuh): the decode kernel's partials are written once this returns
+      fa_dec::trace_mark(fa_dec::kMarkFirstTile);
     }
-    fa_cuda::cp_async_commit();
-  }
-  if (threadIdx.x < 32) {
-    const float lse = split_weights<false>(
-        p.nsplit, [&](int k) { return plse[k * p.R]; }, w);
-    if (threadIdx.x == 0) lse_s = lse;
-  }
-  fa_cuda::cp_async_wait<0>();
-  __syncthreads();
-  fa_dec::trace_mark(fa_dec::kMarkLoopEnd);
-  const int64_t h = kvh * p.group + r / p.Lq, i = r % p.Lq;
-  for (int e = threadIdx.x; e < p.Dv; e += blockDim.x) {
-    float acc = 0.0f;
-    if (stage) {
-#pragma unroll 8
-      for (int k = 0; k < p.nsplit; ++k) acc = split_step(acc, w[k], staged[k * p.Dv + e]);
-    } else {  // unrolled: 8 splits' loads in flight, not one at a time
-#pragma unroll 8
-      for (int k = 0; k < p.nsplit; ++k) acc = split_step(acc, w[k], po[k * kstride + e]);
+    if (stage) {  // Dv % 8 == 0 and 16-byte aligned rows: whole 16-byte units
+      const int upr = p.Dv / 4;
+      for (int u = threadIdx.x; u < p.nsplit * upr; u += blockDim.x) {
+        const int k = u / upr, c = (u - k * upr) * 4;
+        fa_cuda::cp_async16(fa_cuda::smem_addr(staged + k * p.Dv + c), po + k * kstride + c, 16);
+      }
+      fa_cuda::cp_async_commit();
     }
-    fa_cuda::store_any(p.o, b * p.os[0] + h * p.os[1] + i * p.os[2] + e, p.dtype, acc);
+    if (threadIdx.x < 32) {
+      const float lse = split_weights<false>(
+          p.nsplit, [&](int k) { return __ldcg(plse + k * p.R); }, w);
+      if (threadIdx.x == 0) lse_s = lse;
+      if (live) fa_dec::trace_mark(fa_dec::kMarkMergeWeights);
+    }
+    fa_cuda::cp_async_wait<0>();
+    __syncthreads();
+    if (live) fa_dec::trace_mark(fa_dec::kMarkMergeValues);
+    for (int e = threadIdx.x; e < p.Dv; e += blockDim.x) {
+      float acc = 0.0f;
+      if (stage) {
+#pragma unroll 8
+        for (int k = 0; k < p.nsplit; ++k) acc = split_step(acc, w[k], staged[k * p.Dv + e]);
+      } else {  // unrolled: 8 splits' loads in flight, not one at a time
+#pragma unroll 8
+        for (int k = 0; k < p.nsplit; ++k) acc = split_step(acc, w[k], __ldcg(po + k * kstride + e));
+      }
+      if (live) fa_cuda::store_any(p.o, orow + e, p.dtype, acc);
+    }
+    if (live && threadIdx.x == 0 && p.lse)
+      p.lse[b * p.lses[0] + (kvh * p.group + r / lq) * p.lses[1] + (r % lq) * p.lses[2]] = lse_s;
   }
-  if (threadIdx.x == 0 && p.lse) p.lse[b * p.lses[0] + h * p.lses[1] + i * p.lses[2]] = lse_s;
   fa_dec::trace_mark(fa_dec::kMarkEnd);
 }
 
@@ -290,6 +310,22 @@ bool use_pdl(int dev) {
     if (slot) slot->store(major, std::memory_order_relaxed);
   }
   return major >= 9;
+}
+
+// How the splits share a row's tiles (block_work_of in decode_parts.cuh):
+// interleaved for caches without a block table (and the plain forward), runs
+// of tiles for paged ones; FLASHATTN_CUDA_DECODE_INTERLEAVE=1 / =0 forces
+// either (read at each call; A/B timing and tests of both). H200, bf16, D
+// 128, GQA 32/8, unchecked calls, 2 rounds (bench/results/
+// 2026-12-01-h200-decode-trace.txt): B = 1, 32k keys, [B, Hkv, L, D]
+// 0.057-0.060 -> 0.050-0.051 ms, [B, L, Hkv, D] 0.047 -> 0.045; but pages
+// of 256 (shuffled) 0.047 -> 0.051 and of 16 0.050 -> 0.052; B = 8 and
+// Lk = 131072 within the runs' spread either way.
+bool interleave_splits(bool paged) {
+  const char *env = getenv("FLASHATTN_CUDA_DECODE_INTERLEAVE");
+  if (env && strcmp(env, "1") == 0) return true;
+  if (env && strcmp(env, "0") == 0) return false;
+  return !paged;
 }
 
 // Rows per decode block: 16 (one m16 tile) on the tensor-core kernel for
@@ -544,6 +580,7 @@ static fa_status run_decode(const fa__problem *p, const fa__kv *kv, const fa__de
   dp.softcap = static_cast<float>(p->softcap);
   dp.wl = p->window_left;
   dp.wr = p->window_right;
+  dp.interleave = interleave_splits(dp.map.block_table != nullptr);
 
   // with splits: the partial results in scratch, merged by the decode
   // kernel's last split blocks through per-item counters (the stream's, or
@@ -591,6 +628,7 @@ static fa_status run_decode(const fa__problem *p, const fa__kv *kv, const fa__de
   cp.Dv = static_cast<int>(p->Dv);
   cp.nsplit = nsplit;
   cp.dtype = p->dtype;
+  cp.warm = pdl;
   const size_t staged = static_cast<size_t>(nsplit) * static_cast<size_t>(p->Dv) * sizeof(float);
   FA_CUDA_TRY(fa_cuda::launch_pdl(pdl, combine_kernel, dim3(static_cast<unsigned>(p->B * p->Hkv * R)), dim3(128),
                                   staged <= kStageBytes ? staged : 0, s, cp),

@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const fa__dec_params p
     kv.issue(t + STAGES - 1);
     const T *ks = kv.k_tile(pipe, t);
     const T *vs = kv.v_tile(pipe, t);
-    const int64_t jt = w.j0 + static_cast<int64_t>(t) * BK;
+    const int64_t jt = w.j0 + static_cast<int64_t>(t) * w.step;
     const bool full = jt + BK <= j1 && fa__band_tile_full(&bd, 0, p.Lq, jt, jt + BK);
 
     float s[kKeysPerGroup][RB];
@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const fa__dec_params p
     for (int e = 0; e < 8; ++e) as[(g * RB + rr) * KD + li * 8 + e] = acc[rr][e];
   }
   __syncthreads();
-  store_merged<T>(p, w, ms, ls, as, C::NG, RB, KD, tid);
+  store_merged<T, C::NG, RB, KD>(p, w, ms, ls, as, tid);
   finish_splits<T, RB, KD>(p, w, smem, C::smem, tid);  // splits: the last one merges them
 }
 

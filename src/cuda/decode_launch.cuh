@@ -5,6 +5,10 @@
 #ifndef FA_CUDA_DECODE_LAUNCH_CUH
 #define FA_CUDA_DECODE_LAUNCH_CUH
 
+#include <stdint.h>
+
+#include <atomic>
+
 #include "decode_kernel.cuh"
 #include "decode_mma_kernel.cuh"
 #include "launch.cuh"
@@ -34,12 +38,29 @@ struct kernel_of {
   }
 };
 
+// The kernel's shared-memory opt-in, asked of the runtime once per device
+// (devices 0..63; others at every launch): a decode step is a few tens of
+// microseconds, and cudaFuncSetAttribute took ~1 us of host time a call
+// (H200 host, bench/gpu/decode.py --api).
+template <typename T, int KD, int RB>
+cudaError_t smem_optin_once() {
+  using K = kernel_of<T, KD, RB>;
+  static std::atomic<uint64_t> raised{0};
+  int dev = -1;
+  if (cudaGetDevice(&dev) != cudaSuccess) dev = -1;
+  const uint64_t bit = dev >= 0 && dev < 64 ? uint64_t{1} << dev : 0;
+  if (bit && (raised.load(std::memory_order_relaxed) & bit)) return cudaSuccess;
+  const cudaError_t e = fa__cuda_smem_optin(K::get(), K::smem());
+  if (e == cudaSuccess && bit) raised.fetch_or(bit, std::memory_order_relaxed);
+  return e;
+}
+
 // pdl: launched as a programmatic dependent of the append kernel (pdl.cuh).
 template <typename T, int KD, int RB>
 fa_status launch_one(const fa__dec_params &p, bool pdl, int64_t blocks, cudaStream_t s, fa__err *err) {
   using K = kernel_of<T, KD, RB>;
   auto kern = K::get();
-  FA_CUDA_TRY(fa__cuda_smem_optin(kern, K::smem()), "raising the decode kernel's shared-memory limit");
+  FA_CUDA_TRY((smem_optin_once<T, KD, RB>()), "raising the decode kernel's shared-memory limit");
   FA_CUDA_TRY(fa_cuda::launch_pdl(pdl, kern, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), K::smem(), s, p),
               "launching the decode kernel");
   return FA_OK;
@@ -50,7 +71,7 @@ int occupancy_one() {
   using K = kernel_of<T, KD, RB>;
   auto kern = K::get();
   int n = 0;
-  if (fa__cuda_smem_optin(kern, K::smem()) != cudaSuccess ||
+  if (smem_optin_once<T, KD, RB>() != cudaSuccess ||
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, kThreads, K::smem()) != cudaSuccess) {
     (void)cudaGetLastError();
     return 0;

@@ -64,8 +64,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_mma_kernel(const fa__dec_p
   T *pipe = reinterpret_cast<T *>(smem);
   T *qs = reinterpret_cast<T *>(smem + C::big);
 
-  trace_mark(kMarkStart);
-  trace_mark(kMarkSm);
+  trace_start();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   // the block's keys and where its first rows lie (cache_seqlens, the block
   // table: nothing the append kernel writes) found while that kernel may
@@ -119,7 +118,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_mma_kernel(const fa__dec_p
     kv.issue(t + STAGES - 1);
     const T *ks = kv.k_tile(pipe, t);
     const T *vs = kv.v_tile(pipe, t);
-    const int64_t jt = w.j0 + static_cast<int64_t>(t) * BK;
+    const int64_t jt = w.j0 + static_cast<int64_t>(t) * w.step;
     const bool full = jt + BK <= w.j1 && fa__band_tile_full(&bd, 0, p.Lq, jt, jt + BK);
 
     // S[n][e]: key jw + 8n + 2tq + (e & 1) of row gr + 8 (e >> 1); even and
@@ -241,7 +240,8 @@ __global__ void __launch_bounds__(kThreads, 2) decode_mma_kernel(const fa__dec_p
     }
   }
   __syncthreads();
-  store_merged<T>(p, w, ms, ls, as, C::kWarps, RB, KD, tid);
+  trace_mark(kMarkStates);
+  store_merged<T, C::kWarps, RB, KD>(p, w, ms, ls, as, tid);
   trace_mark(kMarkStored);
   finish_splits<T, RB, KD>(p, w, smem, C::smem, tid);  // splits: the last one merges them
   trace_mark(kMarkEnd);

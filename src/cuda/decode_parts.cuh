@@ -15,6 +15,7 @@
 #include "../rules/visibility.h"
 #include "decode.cuh"
 #include "decode_merge.cuh"
+#include "decode_trace.cuh"
 #include "mma.cuh"
 #include "pdl.cuh"
 
@@ -93,12 +94,22 @@ struct chunk8<float> {
 };
 
 // A block's work: row block rb of kv head kvh of sequence b, and split sp's
-// share [j0, j1) of the keys the band lets those rows see, cut at whole
-// tiles of BK keys (so the split boundaries, hence the bits for a given
-// num_splits, depend on BK).
+// share of the keys [jlo, jhi) the band lets those rows see, in whole tiles
+// of BK keys: tile t of the block starts at key j0 + t * step, keys from j1
+// on are past the share. Two ways to share (so the split boundaries, hence
+// the bits for a given num_splits, depend on BK and on the way):
+//   - interleaved (p.interleave; caches without a block table): split sp
+//     takes tiles sp, sp + nsplit, sp + 2 nsplit, ... of the row (step =
+//     nsplit * BK, j1 = jhi), so at any moment the splits of a kv head read
+//     neighbouring tiles, one region of memory, instead of nsplit regions a
+//     chunk apart (H200, B = 1, 32k keys in [B, Hkv, L, D]: 15% faster a
+//     call; decode.cu's interleave_splits has the figures);
+//   - runs (paged caches, where interleaving measured slower): split sp
+//     takes the sp-th run of ceil(span / nsplit) keys rounded up to whole
+//     tiles.
 struct block_work {
   int rb, sp, ntiles;
-  int64_t kvh, b, len, j0, j1;
+  int64_t kvh, b, len, j0, j1, step;
   fa__band bd;
 };
 
@@ -124,9 +135,17 @@ __device__ __forceinline__ block_work block_work_of(const fa__dec_params &p, int
   w.bd.diag_shift = p.top_left ? 0 : lk - p.Lq;
   int64_t jlo, jhi;
   fa__band_cols(&w.bd, 0, p.Lq, &jlo, &jhi);
+  if (p.interleave) {
+    w.step = static_cast<int64_t>(p.nsplit) * BK;
+    w.j0 = jlo + static_cast<int64_t>(w.sp) * BK;
+    w.j1 = jhi;
+    w.ntiles = w.j0 < jhi ? static_cast<int>((jhi - w.j0 + w.step - 1) / w.step) : 0;
+    return w;
+  }
   const int64_t span = jhi > jlo ? jhi - jlo : 0;
   int64_t chunk = (span + p.nsplit - 1) / p.nsplit;
   chunk = (chunk + BK - 1) / BK * BK;
+  w.step = BK;
   w.j0 = jlo + w.sp * chunk < jhi ? jlo + w.sp * chunk : jhi;
   w.j1 = w.j0 + chunk < jhi ? w.j0 + chunk : jhi;
   w.ntiles = static_cast<int>((w.j1 - w.j0 + BK - 1) / BK);
@@ -161,7 +180,7 @@ struct kv_stream {
   int64_t ks0, ks2, vs0, vs2, pages;
   const int32_t *bt_row;         // NULL: contiguous
   uint32_t psz, pshift, pipe_s;  // pshift: log2 of the page size when a power of two, else 0
-  int64_t seq, j0, j1;           // sequence b, the split's keys
+  int64_t seq, j0, j1, step;     // sequence b, the split's tiles (block_work)
   int ntiles, cu, r0;            // r0: the thread's first row in a tile
   bool kcol, vcol;
   bool same;  // K and V caches share their page and row strides
@@ -193,12 +212,13 @@ struct kv_stream {
     seq = w.b;
     j0 = w.j0;
     j1 = w.j1;
+    step = w.step;
     ntiles = w.ntiles;
     locate(0);
   }
 
   __device__ __forceinline__ void locate(int t) {
-    const int64_t jr = j0 + static_cast<int64_t>(t) * BK + r0;  // the thread's first key
+    const int64_t jr = j0 + static_cast<int64_t>(t) * step + r0;  // the thread's first key
     const int64_t left = j1 - jr;
     nvalid = left <= 0 ? 0 : left >= UPT ? UPT : static_cast<int>(left);
     if (!bt_row) {
@@ -340,36 +360,57 @@ struct query_chunks {
 // The block's NG partial states of its RB rows (state g of row rr: running
 // max ms[g * RB + rr] in log2 units, sum ls[...], accumulator as[(g * RB +
 // rr) * KD + d]) merged in g order; o = acc / l, lse = m ln 2 + log l, to o
-// and lse (one split) or to the split's partial rows.
-template <typename T>
-__device__ __forceinline__ void store_merged(const fa__dec_params &p, const block_work &w, const float *ms,
-                                             const float *ls, const float *as, int NG, int RB, int KD, int tid) {
+// and lse (one split) or to the split's partial rows. Two steps: thread rr
+// turns row rr's maxima into the groups' weights 2^(m_g - M) (in place of
+// ms) and sums l (into ls[rr]), storing the row's lse; then each value sums
+// its groups' accumulators with those weights. (Each value used to redo its
+// row's weights, l and log: at 16 rows of 128 values, ~4 us of a split
+// call's critical path on the H200, the block's last step before the merge.)
+template <typename T, int NG, int RB, int KD>
+__device__ __forceinline__ void store_merged(const fa__dec_params &p, const block_work &w, float *ms, float *ls,
+                                             const float *as, int tid) {
   const int64_t item = w.b * p.Hkv + w.kvh;
-  for (int e = tid; e < RB * p.Dv; e += kThreads) {
-    const int rr = e / p.Dv, d = e % p.Dv, r = w.rb * RB + rr;
-    if (r >= p.R) continue;
+  const int lq = static_cast<int>(p.Lq);                       // <= R: 32-bit divisions, not 64-bit subroutine calls
+  const int nr = p.R - w.rb * RB < RB ? p.R - w.rb * RB : RB;  // the block's rows below R (>= 1)
+  if (tid < nr) {
+    const int rr = tid, r = w.rb * RB + rr;
     float M = -INFINITY;
+#pragma unroll
     for (int g = 0; g < NG; ++g) M = fmaxf(M, ms[g * RB + rr]);
-    float L = 0.f, O = 0.f;
-    if (M != -INFINITY)
-      for (int g = 0; g < NG; ++g) {
-        const float mg = ms[g * RB + rr];
-        if (mg == -INFINITY) continue;
-        const float f = exp2f(mg - M);
-        L += f * ls[g * RB + rr];
-        O += f * as[(g * RB + rr) * KD + d];
-      }
-    const float o = L > 0.f ? O / L : 0.f;
+    float L = 0.f;
+#pragma unroll
+    for (int g = 0; g < NG; ++g) {
+      const float mg = ms[g * RB + rr];
+      const float f = M == -INFINITY || mg == -INFINITY ? 0.f : exp2f(mg - M);
+      L += f * ls[g * RB + rr];
+      ms[g * RB + rr] = f;
+    }
+    ls[rr] = L;  // (ls[rr] is group 0's, read above)
     const float lse = L > 0.f ? M * kLn2 + logf(L) : -INFINITY;
     if (p.nsplit == 1) {
-      const int lq = static_cast<int>(p.Lq);  // <= R: 32-bit divisions, not 64-bit subroutine calls
+      const int64_t h = w.kvh * p.group + r / lq, i = r % lq;
+      if (p.lse) p.lse[w.b * p.lses[0] + h * p.lses[1] + i * p.lses[2]] = lse;
+    } else {
+      p.part_lse[(item * p.nsplit + w.sp) * p.R + r] = lse;
+    }
+  }
+  __syncthreads();
+  for (int e = tid; e < nr * KD; e += kThreads) {
+    const int rr = e / KD, d = e % KD, r = w.rb * RB + rr;  // KD: a power of two
+    if (d >= p.Dv) continue;
+    float O = 0.f;
+#pragma unroll
+    for (int g = 0; g < NG; ++g) {
+      const float f = ms[g * RB + rr];
+      if (f != 0.f) O += f * as[(g * RB + rr) * KD + d];
+    }
+    const float L = ls[rr];
+    const float o = L > 0.f ? O / L : 0.f;
+    if (p.nsplit == 1) {
       const int64_t h = w.kvh * p.group + r / lq, i = r % lq;
       static_cast<T *>(p.o)[w.b * p.os[0] + h * p.os[1] + i * p.os[2] + d] = from_f32<T>(o);
-      if (d == 0 && p.lse) p.lse[w.b * p.lses[0] + h * p.lses[1] + i * p.lses[2]] = lse;
     } else {
-      const int64_t row = (item * p.nsplit + w.sp) * p.R + r;
-      p.part_o[row * p.Dv + d] = o;
-      if (d == 0) p.part_lse[row] = lse;
+      p.part_o[((item * p.nsplit + w.sp) * p.R + r) * p.Dv + d] = o;
     }
   }
 }
@@ -451,10 +492,12 @@ __device__ __forceinline__ void merge_splits(const fa__dec_params &p, const bloc
             n, [&](int k) { return lr[k]; }, wts + rr * n);
         if ((tid & 31) == 0) lse[rr] = l;
       }
+      trace_mark(kMarkMergeWeights);
     }
     fa_cuda::cp_async_wait<0>();
     __syncthreads();
-    // (kept rolled: unrolled, it costs the decode kernels' main loops registers)
+    if (k0 == 0) trace_mark(kMarkMergeValues);
+      // (kept rolled: unrolled, it costs the decode kernels' main loops registers)
 #pragma unroll 1
     for (int k = 0; k < kn; ++k) {
       const float *sk = staged + k * run;
@@ -504,6 +547,7 @@ __device__ __forceinline__ void finish_splits(const fa__dec_params &p, const blo
   }
   if (!__syncthreads_or(last)) return;
   __threadfence();
+  trace_mark(kMarkMergeStart);
   merge_splits<T, RB, KD>(p, w, smem, smem_bytes, tid);
 }
 

@@ -14,15 +14,20 @@
 
 namespace fa_dec {
 
-// Marks of a decode block (the combine's use the same slots for its stages).
+// Marks of a decode block, and of a combine block where it has the stage.
 enum trace_mark {
-  kMarkStart = 0,  // the block's first instruction
-  kMarkFirstTile,  // its first K/V tile in shared memory (combine: griddepcontrol.wait returned)
-  kMarkLoopEnd,    // its last tile done (combine: weights and staged values ready)
-  kMarkStored,     // its partial (or final) rows stored
-  kMarkEnd,        // leaving (after the fused merge, where it runs)
-  kMarkSm,         // the multiprocessor's id (not a time)
-  kTraceSlots = 8
+  kMarkStart = 0,     // the block's first instruction
+  kMarkFirstTile,     // its first K/V tile in shared memory (combine: griddepcontrol.wait returned)
+  kMarkLoopEnd,       // its last tile done
+  kMarkStates,        // its warps' (key groups') states in shared memory, store_merged next
+  kMarkStored,        // its partial (or final) rows stored
+  kMarkSm,            // the multiprocessor's id (not a time)
+  kMarkMergeStart,    // fused merge: the last split block, past its counter and fences
+  kMarkMergeWeights,  // the split weights computed (fused merge; combine: warp 0's)
+  kMarkMergeValues,   // the splits' values in shared memory (fused merge, combine)
+  kMarkEnd,           // leaving
+  kMarkTimer,         // a second timer read right after kMarkStart: what one read costs
+  kTraceSlots = 16
 };
 constexpr int kTraceBlocks = 16384;  // blocks past this are not traced
 
@@ -43,6 +48,12 @@ __device__ __forceinline__ void trace_mark(int slot) {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   }
   trace_table[blockIdx.x][slot] = t;
+}
+// The two marks every block starts with (the second read times the first).
+__device__ __forceinline__ void trace_start() {
+  trace_mark(kMarkStart);
+  trace_mark(kMarkTimer);
+  trace_mark(kMarkSm);
 }
 
 // The reader a TU exports: clear (zero the table) or copy n_blocks rows of
@@ -65,6 +76,7 @@ static inline int trace_access(unsigned long long *host, int n_blocks) {
   }
 #else
 __device__ __forceinline__ void trace_mark(int) {}
+__device__ __forceinline__ void trace_start() {}
 #define FA_DEC_TRACE_EXPORT(NAME)
 #endif
 
