@@ -14,7 +14,10 @@
 //            128 (decode_mma_kernel.cuh: a key costs the same few mma
 //            instructions whatever R is), else on CUDA cores with f32
 //            arithmetic (decode_kernel.cuh: about 2 R multiply-adds per
-//            byte, enough at R = 1, issue-bound from R = 4);
+//            byte, enough at R = 1, issue-bound from R = 4). A split takes
+//            interleaved tiles of its row (s, s + n, ...) where the cache
+//            has no block table, runs of tiles in paged caches
+//            (block_work_of, decode_parts.cuh);
 //   merge    with more than one split, the splits' partial (o, lse) merged
 //            in f32: the online-softmax merge (src/rules/online_softmax.h)
 //            with the weights exp(lse_k - max) summed in a fixed order
