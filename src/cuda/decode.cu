@@ -328,6 +328,13 @@ bool interleave_splits(bool paged) {
   return !paged;
 }
 
+// The fused merge's dry runs (decode_parts.cuh, finish_splits): on unless
+// FLASHATTN_CUDA_DECODE_WARM_MERGE=0 (read at each call; A/B timing).
+bool warm_merge() {
+  const char *env = getenv("FLASHATTN_CUDA_DECODE_WARM_MERGE");
+  return !(env && strcmp(env, "0") == 0);
+}
+
 // Rows per decode block: 16 (one m16 tile) on the tensor-core kernel for
 // grouped f16 / bf16 queries with head dims up to 128 (decode_mma_kernel.cuh);
 // else the CUDA-core kernel's 1, 4 or 8. FLASHATTN_CUDA_DECODE_MMA=0 keeps
@@ -581,6 +588,7 @@ static fa_status run_decode(const fa__problem *p, const fa__kv *kv, const fa__de
   dp.wl = p->window_left;
   dp.wr = p->window_right;
   dp.interleave = interleave_splits(dp.map.block_table != nullptr);
+  dp.warm_merge = warm_merge();
 
   // with splits: the partial results in scratch, merged by the decode
   // kernel's last split blocks through per-item counters (the stream's, or

@@ -96,6 +96,7 @@ struct fa__dec_params {
   int elementwise;
   int64_t wl, wr;
   int interleave;  // splits take every nsplit-th tile, not a run of tiles (block_work_of)
+  int warm_merge;  // fused merge: the other split blocks run it dry first (finish_splits)
 };
 
 // One decode launch: dtype (FA_F16 / FA_BF16 / FA_F32), kd head-dim bucket

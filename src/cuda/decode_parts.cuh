@@ -442,12 +442,14 @@ constexpr size_t merge_splits_min_smem(int RB, int KD) {
 // Partials of other blocks are read from L2 only (__ldcg, cp.async.cg): a
 // line this multiprocessor's L1 holds may predate their stores.
 // smem / smem_bytes: the kernel's dynamic shared memory, free at this point
-// (merge_splits_min_smem at least), 16-byte aligned.
+// (merge_splits_min_smem at least), 16-byte aligned. live false: a dry run
+// (finish_splits says why) over split 0's partial rows alone, storing
+// nothing: the same instructions, whatever the values.
 template <typename T, int RB, int KD>
 __device__ __forceinline__ void merge_splits(const fa__dec_params &p, const block_work &w, unsigned char *smem,
-                                             size_t smem_bytes, int tid) {
+                                             size_t smem_bytes, int tid, bool live) {
   constexpr int MAXO = (RB * KD + kThreads - 1) / kThreads;  // merged values per thread (Dv <= KD)
-  const int n = p.nsplit, Dv = p.Dv, r0 = w.rb * RB;
+  const int n = live ? p.nsplit : 1, Dv = p.Dv, r0 = w.rb * RB;
   const int nr = p.R - r0 < RB ? p.R - r0 : RB;  // >= 1: row blocks start below R
   const int run = nr * Dv, upr = run / 4;        // floats and 16-byte units of one split's rows (Dv % 8 == 0)
   const int64_t item = w.b * p.Hkv + w.kvh, kstride = static_cast<int64_t>(p.R) * Dv;
@@ -492,11 +494,11 @@ __device__ __forceinline__ void merge_splits(const fa__dec_params &p, const bloc
             n, [&](int k) { return lr[k]; }, wts + rr * n);
         if ((tid & 31) == 0) lse[rr] = l;
       }
-      trace_mark(kMarkMergeWeights);
+      if (live) trace_mark(kMarkMergeWeights);
     }
     fa_cuda::cp_async_wait<0>();
     __syncthreads();
-    if (k0 == 0) trace_mark(kMarkMergeValues);
+    if (live && k0 == 0) trace_mark(kMarkMergeValues);
       // (kept rolled: unrolled, it costs the decode kernels' main loops registers)
 #pragma unroll 1
     for (int k = 0; k < kn; ++k) {
@@ -512,9 +514,9 @@ __device__ __forceinline__ void merge_splits(const fa__dec_params &p, const bloc
 #pragma unroll
   for (int i = 0; i < MAXO; ++i) {
     const int o = tid + i * kThreads;
-    if (o < run) static_cast<T *>(p.o)[orow[row[i]] + (o - row[i] * Dv)] = from_f32<T>(acc[i]);
+    if (live && o < run) static_cast<T *>(p.o)[orow[row[i]] + (o - row[i] * Dv)] = from_f32<T>(acc[i]);
   }
-  if (tid < nr && p.lse) {
+  if (live && tid < nr && p.lse) {
     const int r = r0 + tid;
     p.lse[w.b * p.lses[0] + (w.kvh * p.group + r / lq) * p.lses[1] + (r % lq) * p.lses[2]] = lse[tid];
   }
@@ -530,6 +532,13 @@ __device__ __forceinline__ void merge_splits(const fa__dec_params &p, const bloc
 // fenced (__threadfence, device scope) before the barrier that precedes
 // thread 0's atomic; the last block fences again after its atomic and reads
 // the other splits' partials only through L2 (__ldcg, cp.async.cg).
+// With p.warm_merge every other split block, once counted, runs the merge
+// dry (merge_splits with live false) before it leaves, so that the merge's
+// code is in L2 and in some multiprocessors' instruction caches when the
+// last blocks run it for real: code that runs once a call otherwise waits
+// for DRAM line by line (the K/V stream evicts it from L2), which made the
+// fused merge's tail ~6 us at B = 8 and ~20 us at B = 1 (H200,
+// decode_trace.cuh).
 template <typename T, int RB, int KD>
 __device__ __forceinline__ void finish_splits(const fa__dec_params &p, const block_work &w, unsigned char *smem,
                                               size_t smem_bytes, int tid) {
@@ -545,10 +554,14 @@ __device__ __forceinline__ void finish_splits(const fa__dec_params &p, const blo
       __threadfence();
     }
   }
-  if (!__syncthreads_or(last)) return;
-  __threadfence();
-  trace_mark(kMarkMergeStart);
-  merge_splits<T, RB, KD>(p, w, smem, smem_bytes, tid);
+  const bool merger = __syncthreads_or(last);
+  if (!merger && !p.warm_merge) return;
+  if (merger) {
+    __threadfence();
+    trace_mark(kMarkMergeStart);
+  }
+  // (one call for both: the dry run must be the merger's instructions)
+  merge_splits<T, RB, KD>(p, w, smem, smem_bytes, tid, merger);
 }
 
 }  // namespace fa_dec
