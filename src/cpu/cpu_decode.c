@@ -87,7 +87,20 @@
  * keys alike). So one row, interleaved heads, on Intel: the region's tile,
  * not its prefetch (3 rounds: f32 75 -> 103%, bf16 66 -> 92%). Contiguous
  * (one kv head an item), one row: prefetcht1 instead of t0, bf16 73 -> 81%,
- * f32 84 -> 88% at 32768 keys (t2 78%, 64 or 256 keys a tile 77-79%). */
+ * f32 84 -> 88% at 32768 keys (t2 78%, 64 or 256 keys a tile 77-79%).
+ *
+ * Interleaved heads with 2 .. DEC_NT_ROWS rows (bf16 GQA 32/8, vLLM's pages
+ * or not; bench/results/2026-12-01-cpu-decode-xeon-4.txt): the region's
+ * prefetch hands head x the x-th nh-th of the next tile's block, but head 0
+ * of the next tile reads a row of every key of it, so the part the last
+ * head fetched is needed almost at once; each head fetching its own rows
+ * of the next tile (256 B at the key-row stride) gives every line a whole
+ * tile of lead. 8192 keys (page 256, 1024 or 8192 alike: not the pages):
+ * region 69-79%, own rows 76-79% of the triad; prefetching 2 or 4 tiles
+ * ahead (70%), no software prefetch (42%), the next head's rows of this
+ * tile (64%), every 4th line (37%), all heads' rows of 4 keys at a time
+ * (68-73%), 8, 32 or 64 keys a tile (44-73%) were slower. So on Intel these
+ * items keep the region's 16-key tile and t1 and take c.own. */
 #define DEC_PF_L2 2
 #define DEC_REGION_ONE_ROW_INTEL 4
 /* Splits on Intel (bench/results/2026-12-01-cpu-decode-xeon-3.txt): an
@@ -109,9 +122,10 @@ typedef struct dec_ctx {
   int bk, D, Dv;
   int elementwise; /* softcap or ALiBi */
   int pf_keep;     /* the kernels' prefetch hint (kernels.h), DEC_PF_L2 */
-  int region;      /* hg > 1, a tile of all heads one block: prefetch the next one in address order (DEC_REGION_BYTES) */
-  float *part_o;   /* [items][R][Dv] when nsplit > 1 */
-  float *part_lse; /* [items][R] */
+  int own;         /* hg > 1 on Intel, 2 .. DEC_NT_ROWS rows: each head prefetches its own rows of the next tile */
+  int region;    /* hg > 1, a tile of all heads one block: prefetch the next one in address order (DEC_REGION_BYTES) */
+  float *part_o; /* [items][R][Dv] when nsplit > 1 */
+  float *part_lse;  /* [items][R] */
   atomic_int *left; /* per (b, kv head group): splits not yet done; the thread that ends the last merges */
 } dec_ctx;
 
@@ -161,8 +175,8 @@ static fa__kvpos dec_locate(const fa__problem *p, const fa__seq *sq, int64_t b, 
 /* bc rows of K (or V) of head h from position at, as the kernels take them:
  * the tensor itself (row stride *ld bytes, dtype *dt) when the kernels read
  * its dtype and its rows are contiguous, else converted to f32 into buf. */
-static const void *dec_rows(const dec_ctx *c, const fa_tensor *t, fa__kvpos at, int64_t h, int bc, int cols,
-                            float *buf, ptrdiff_t *ld, fa_dtype *dt) {
+static const void *dec_rows(const dec_ctx *c, const fa_tensor *t, fa__kvpos at, int64_t h, int bc, int cols, float *buf,
+                            ptrdiff_t *ld, fa_dtype *dt) {
   const ptrdiff_t es = (ptrdiff_t)fa_dtype_size(t->dtype);
   fa__cpu_mat m;
   m.base = (const char *)t->data + (ptrdiff_t)fa__kv_offset(t->stride, at, h, 0) * es;
@@ -263,6 +277,11 @@ static void dec_split(const dec_ctx *c, dec_scratch *s, int64_t it) {
           ldpk /= nh;
           ldpv /= nh;
         }
+      } else if (c->own) { /* head x's rows of the next tile: every line one tile ahead of its use */
+        if (bcn) {
+          pfk = dec_row0(&p->k, atn, kvh, &ldpk);
+          pfv = dec_row0(&p->v, atn, kvh, &ldpv);
+        }
       } else if (x + 1 < nh) { /* heads interleaved in a token's row: the next head's rows of this tile come next */
         pfk = dec_row0(&p->k, at, kvh + 1, &ldpk);
         pfv = dec_row0(&p->v, at, kvh + 1, &ldpv);
@@ -349,8 +368,7 @@ static void dec_merge(const dec_ctx *c, dec_scratch *s, int64_t b, int64_t h0, i
       const fa__cpu_mat om = fa__cpu_mat_of(&p->o, sq.bidx, h, i);
       fa__cpu_store_row(&om, 0, row, Dv);
       if (p->lse.data)
-        *((float *)p->lse.data + sq.bidx * p->lse.stride[0] + h * p->lse.stride[1] + i * p->lse.stride[2]) =
-            (float)lse;
+        *((float *)p->lse.data + sq.bidx * p->lse.stride[0] + h * p->lse.stride[1] + i * p->lse.stride[2]) = (float)lse;
     }
 }
 
@@ -422,7 +440,11 @@ fa_status fa__cpu_decode(const fa__problem *p, const fa__cpu_kernels *kt, fa__er
     c.bk = bk < FA_CPU_PANEL ? FA_CPU_PANEL : bk > DEC_BK ? DEC_BK : (int)bk;
   }
   if (c.region && c.R == 1 && !zen) c.region = 0; /* Intel, one row: the next head's rows come next (above) */
-  if (c.bk > 65536) c.bk = 65536;                 /* as fa_cpu_plan_get cuts asked-for tiles */
+  if (c.region && !zen) { /* Intel, 2 .. DEC_NT_ROWS rows: the region's tile, each head's own prefetch (above) */
+    c.region = 0;
+    c.own = 1;
+  }
+  if (c.bk > 65536) c.bk = 65536; /* as fa_cpu_plan_get cuts asked-for tiles */
   if (c.bk > keys) c.bk = (int)keys;
   c.lds = (c.bk + FA_CPU_PANEL - 1) / FA_CPU_PANEL * FA_CPU_PANEL;
   c.D = (int)p->D;
