@@ -108,8 +108,10 @@ def trace_lines(lib, fn, calls=5, dtype="bf16", dump=None):
         "decode block's start, min p10 p50 p90 max:"
         % (calls, len(d), len(per_sm), ", ".join("%d SMs x %d" % (n, k) for k, n in sorted(hist.items())), len(c))
     ]
-    for name, k in DECODE_MARKS:  # a mark's blocks: those that reach it (tiles, the fused merge's last ones)
-        xs = [us(r, k) for r in d if r[k] != 0]
+    # a mark's blocks: those that reach it in this call (tiles, the fused merge's last ones; a block that merged in
+    # an earlier call but not in this one keeps that call's merge marks, older than its start)
+    for name, k in DECODE_MARKS:
+        xs = [us(r, k) for r in d if r[k] >= r[START]]
         if xs:
             out.append("  decode %-17s %s  (%d blocks)" % (name, _spread(xs), len(xs)))
     last_end = max(us(r, END) for r in d)
@@ -126,7 +128,7 @@ def trace_lines(lib, fn, calls=5, dtype="bf16", dump=None):
         )
     if c:
         for name, k in COMBINE_MARKS:
-            xs = [us(r, k) for r in c if r[k] != 0]
+            xs = [us(r, k) for r in c if r[k] >= r[START]]
             if xs:
                 out.append("  combine %-16s %s" % (name, _spread(xs)))
         out.append(
