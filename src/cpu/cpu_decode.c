@@ -439,10 +439,9 @@ fa_status fa__cpu_decode(const fa__problem *p, const fa__cpu_kernels *kt, fa__er
     const int64_t bk = kb / rowb / FA_CPU_PANEL * FA_CPU_PANEL;
     c.bk = bk < FA_CPU_PANEL ? FA_CPU_PANEL : bk > DEC_BK ? DEC_BK : (int)bk;
   }
-  if (c.region && c.R == 1 && !zen) c.region = 0; /* Intel, one row: the next head's rows come next (above) */
-  if (c.region && !zen) { /* Intel, 2 .. DEC_NT_ROWS rows: the region's tile, each head's own prefetch (above) */
+  if (c.region && !zen) { /* Intel (above): one row, the next head's rows come next; more, each head's own */
+    c.own = c.R > 1;
     c.region = 0;
-    c.own = 1;
   }
   if (c.bk > 65536) c.bk = 65536; /* as fa_cpu_plan_get cuts asked-for tiles */
   if (c.bk > keys) c.bk = (int)keys;
