@@ -133,8 +133,9 @@ __global__ void combine_kernel(const combine_params p) {
   const float *plse = p.part_lse + item * p.nsplit * p.R + r;
   const float *po = p.part_o + (item * p.nsplit * p.R + r) * p.Dv;
   const int64_t kstride = static_cast<int64_t>(p.R) * p.Dv;
-  const int lq = static_cast<int>(p.Lq);  // <= R: 32-bit divisions
-  const int64_t orow = b * p.os[0] + (kvh * p.group + r / lq) * p.os[1] + (r % lq) * p.os[2];
+  const int lq = static_cast<int>(p.Lq);                 // <= R: 32-bit divisions
+  const int64_t h = kvh * p.group + r / lq, i = r % lq;  // the row's query head and query row
+  const int64_t orow = b * p.os[0] + h * p.os[1] + i * p.os[2];
   const bool stage = static_cast<size_t>(p.nsplit) * p.Dv * sizeof(float) <= kStageBytes;
   fa_dec::trace_start();
   // (kept rolled: one copy of the body, run twice)
@@ -174,8 +175,7 @@ __global__ void combine_kernel(const combine_params p) {
       }
       if (live) fa_cuda::store_any(p.o, orow + e, p.dtype, acc);
     }
-    if (live && threadIdx.x == 0 && p.lse)
-      p.lse[b * p.lses[0] + (kvh * p.group + r / lq) * p.lses[1] + (r % lq) * p.lses[2]] = lse_s;
+    if (live && threadIdx.x == 0 && p.lse) p.lse[b * p.lses[0] + h * p.lses[1] + i * p.lses[2]] = lse_s;
   }
   fa_dec::trace_mark(fa_dec::kMarkEnd);
 }
@@ -298,8 +298,7 @@ std::atomic<int> cc_cache[kCachedDevices];
 // on compute capability 9.0 and later, unless FLASHATTN_CUDA_PDL=0 (A/B
 // timing; read at each call).
 bool use_pdl(int dev) {
-  const char *env = getenv("FLASHATTN_CUDA_PDL");
-  if (env && strcmp(env, "0") == 0) return false;
+  if (!fa_cuda::env_switch("FLASHATTN_CUDA_PDL", 1)) return false;
   std::atomic<int> *slot = dev >= 0 && dev < kCachedDevices ? &cc_cache[dev] : nullptr;
   int major = slot ? slot->load(std::memory_order_relaxed) : 0;
   if (major == 0) {
@@ -322,17 +321,13 @@ bool use_pdl(int dev) {
 // of 256 (shuffled) 0.047 -> 0.051 and of 16 0.050 -> 0.052; B = 8 and
 // Lk = 131072 within the runs' spread either way.
 bool interleave_splits(bool paged) {
-  const char *env = getenv("FLASHATTN_CUDA_DECODE_INTERLEAVE");
-  if (env && strcmp(env, "1") == 0) return true;
-  if (env && strcmp(env, "0") == 0) return false;
-  return !paged;
+  return fa_cuda::env_switch("FLASHATTN_CUDA_DECODE_INTERLEAVE", !paged) != 0;
 }
 
 // The fused merge's dry runs (decode_parts.cuh, finish_splits): on unless
 // FLASHATTN_CUDA_DECODE_WARM_MERGE=0 (read at each call; A/B timing).
 bool warm_merge() {
-  const char *env = getenv("FLASHATTN_CUDA_DECODE_WARM_MERGE");
-  return !(env && strcmp(env, "0") == 0);
+  return fa_cuda::env_switch("FLASHATTN_CUDA_DECODE_WARM_MERGE", 1) != 0;
 }
 
 // Rows per decode block: 16 (one m16 tile) on the tensor-core kernel for
@@ -340,8 +335,7 @@ bool warm_merge() {
 // else the CUDA-core kernel's 1, 4 or 8. FLASHATTN_CUDA_DECODE_MMA=0 keeps
 // the CUDA-core kernel for every shape (A/B timing, tests of both).
 int rows_per_block(fa_dtype dt, int kd, int64_t R) {
-  const char *env = getenv("FLASHATTN_CUDA_DECODE_MMA");
-  const bool mma_off = env && strcmp(env, "0") == 0;
+  const bool mma_off = !fa_cuda::env_switch("FLASHATTN_CUDA_DECODE_MMA", 1);
   if (!mma_off && (dt == FA_F16 || dt == FA_BF16) && kd <= 128 && R >= 2) return 16;
   return R == 1 ? 1 : R <= 4 ? 4 : 8;
 }
@@ -370,10 +364,7 @@ int tile_keys(int kd, int rb) {
 // kernel's launch and tail are saved.
 constexpr int64_t kFusedMergeMinItems = 32;
 bool fused_merge(int64_t items) {
-  const char *env = getenv("FLASHATTN_CUDA_DECODE_FUSED_MERGE");
-  if (env && strcmp(env, "1") == 0) return true;
-  if (env && strcmp(env, "0") == 0) return false;
-  return items >= kFusedMergeMinItems;
+  return fa_cuda::env_switch("FLASHATTN_CUDA_DECODE_FUSED_MERGE", items >= kFusedMergeMinItems) != 0;
 }
 
 // The fused merge's arrival counters (fa__dec_params::counters): one per

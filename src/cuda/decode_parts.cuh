@@ -357,6 +357,27 @@ struct query_chunks {
   }
 };
 
+// The rows of a block's work, as store_merged and merge_splits index them
+// (each computes its rows' merge weights its own way: store_merged over the
+// block's groups, merge_splits over the splits with split_weights):
+//   - block_rows<RB>: how many of row block w.rb's RB rows lie below R
+//     (>= 1: row blocks start below R);
+//   - row r of item (w.b, w.kvh) is query row r % Lq of query head
+//     w.kvh * group + r / Lq: it starts at row_o in o, its lse is at row_lse
+//     (lq: Lq as an int, <= R, so that the divisions are 32-bit, not 64-bit
+//     subroutine calls).
+template <int RB>
+__device__ __forceinline__ int block_rows(const fa__dec_params &p, const block_work &w) {
+  const int r0 = w.rb * RB;
+  return p.R - r0 < RB ? p.R - r0 : RB;
+}
+__device__ __forceinline__ int64_t row_o(const fa__dec_params &p, const block_work &w, int lq, int r) {
+  return w.b * p.os[0] + (w.kvh * p.group + r / lq) * p.os[1] + (r % lq) * p.os[2];
+}
+__device__ __forceinline__ int64_t row_lse(const fa__dec_params &p, const block_work &w, int lq, int r) {
+  return w.b * p.lses[0] + (w.kvh * p.group + r / lq) * p.lses[1] + (r % lq) * p.lses[2];
+}
+
 // The block's NG partial states of its RB rows (state g of row rr: running
 // max ms[g * RB + rr] in log2 units, sum ls[...], accumulator as[(g * RB +
 // rr) * KD + d]) merged in g order; o = acc / l, lse = m ln 2 + log l, to o
@@ -370,8 +391,8 @@ template <typename T, int NG, int RB, int KD>
 __device__ __forceinline__ void store_merged(const fa__dec_params &p, const block_work &w, float *ms, float *ls,
                                              const float *as, int tid) {
   const int64_t item = w.b * p.Hkv + w.kvh;
-  const int lq = static_cast<int>(p.Lq);                       // <= R: 32-bit divisions, not 64-bit subroutine calls
-  const int nr = p.R - w.rb * RB < RB ? p.R - w.rb * RB : RB;  // the block's rows below R (>= 1)
+  const int lq = static_cast<int>(p.Lq);  // <= R: 32-bit divisions, not 64-bit subroutine calls
+  const int nr = block_rows<RB>(p, w);
   if (tid < nr) {
     const int rr = tid, r = w.rb * RB + rr;
     float M = -INFINITY;
@@ -388,8 +409,7 @@ __device__ __forceinline__ void store_merged(const fa__dec_params &p, const bloc
     ls[rr] = L;  // (ls[rr] is group 0's, read above)
     const float lse = L > 0.f ? M * kLn2 + logf(L) : -INFINITY;
     if (p.nsplit == 1) {
-      const int64_t h = w.kvh * p.group + r / lq, i = r % lq;
-      if (p.lse) p.lse[w.b * p.lses[0] + h * p.lses[1] + i * p.lses[2]] = lse;
+      if (p.lse) p.lse[row_lse(p, w, lq, r)] = lse;
     } else {
       p.part_lse[(item * p.nsplit + w.sp) * p.R + r] = lse;
     }
@@ -407,8 +427,7 @@ __device__ __forceinline__ void store_merged(const fa__dec_params &p, const bloc
     const float L = ls[rr];
     const float o = L > 0.f ? O / L : 0.f;
     if (p.nsplit == 1) {
-      const int64_t h = w.kvh * p.group + r / lq, i = r % lq;
-      static_cast<T *>(p.o)[w.b * p.os[0] + h * p.os[1] + i * p.os[2] + d] = from_f32<T>(o);
+      static_cast<T *>(p.o)[row_o(p, w, lq, r) + d] = from_f32<T>(o);
     } else {
       p.part_o[((item * p.nsplit + w.sp) * p.R + r) * p.Dv + d] = o;
     }
@@ -450,8 +469,8 @@ __device__ __forceinline__ void merge_splits(const fa__dec_params &p, const bloc
                                              size_t smem_bytes, int tid, bool live) {
   constexpr int MAXO = (RB * KD + kThreads - 1) / kThreads;  // merged values per thread (Dv <= KD)
   const int n = live ? p.nsplit : 1, Dv = p.Dv, r0 = w.rb * RB;
-  const int nr = p.R - r0 < RB ? p.R - r0 : RB;  // >= 1: row blocks start below R
-  const int run = nr * Dv, upr = run / 4;        // floats and 16-byte units of one split's rows (Dv % 8 == 0)
+  const int nr = block_rows<RB>(p, w);
+  const int run = nr * Dv, upr = run / 4;  // floats and 16-byte units of one split's rows (Dv % 8 == 0)
   const int64_t item = w.b * p.Hkv + w.kvh, kstride = static_cast<int64_t>(p.R) * Dv;
   const float *plse = p.part_lse + item * n * p.R + r0;     // split k, row r0 + rr: plse[k * R + rr]
   const float *po = p.part_o + (item * n * p.R + r0) * Dv;  // split k's run: po + k * kstride
@@ -483,10 +502,7 @@ __device__ __forceinline__ void merge_splits(const fa__dec_params &p, const bloc
         const int k = e / nr, rr = e - k * nr;
         lsv[rr * n + k] = __ldcg(plse + static_cast<int64_t>(k) * p.R + rr);
       }
-      if (tid < nr) {
-        const int r = r0 + tid;
-        orow[tid] = w.b * p.os[0] + (w.kvh * p.group + r / lq) * p.os[1] + (r % lq) * p.os[2];
-      }
+      if (tid < nr) orow[tid] = row_o(p, w, lq, r0 + tid);
       __syncthreads();
       for (int rr = tid >> 5; rr < nr; rr += kThreads / 32) {  // whole warps: split_weights shuffles
         const float *lr = lsv + rr * n;
@@ -516,10 +532,7 @@ __device__ __forceinline__ void merge_splits(const fa__dec_params &p, const bloc
     const int o = tid + i * kThreads;
     if (live && o < run) static_cast<T *>(p.o)[orow[row[i]] + (o - row[i] * Dv)] = from_f32<T>(acc[i]);
   }
-  if (live && tid < nr && p.lse) {
-    const int r = r0 + tid;
-    p.lse[w.b * p.lses[0] + (w.kvh * p.group + r / lq) * p.lses[1] + (r % lq) * p.lses[2]] = lse[tid];
-  }
+  if (live && tid < nr && p.lse) p.lse[row_lse(p, w, lq, r0 + tid)] = lse[tid];
 }
 
 // After store_merged, with splits and counters (p.counters): the block

@@ -1,13 +1,25 @@
 // Host-side helpers of the cuda backend's calls (backend.cu, decode.cu):
-// the device the tensors live on made current for a call, and stream-ordered
-// scratch memory.
+// the device the tensors live on made current for a call, stream-ordered
+// scratch memory, and the environment's on/off switches.
 #pragma once
 
 #include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "launch.cuh"
 
 namespace fa_cuda {
+
+// An on/off switch of the environment, read at each call (no caching, so
+// that A/B timing and tests may flip it in one process): "0" -> 0, "1" -> 1,
+// unset or anything else -> dflt.
+inline int env_switch(const char *name, int dflt) {
+  const char *env = getenv(name);
+  if (env && strcmp(env, "0") == 0) return 0;
+  if (env && strcmp(env, "1") == 0) return 1;
+  return dflt;
+}
 
 // The device the tensors live on becomes current for the call, and the
 // caller's current device is restored afterwards.
