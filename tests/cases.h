@@ -61,6 +61,7 @@ typedef struct tcase {
   uint32_t offset;
 
   int block_q, block_k; /* tile sizes asked of tiled backends */
+  int deterministic;    /* the backward in a fixed summation order (fa_options.deterministic) */
 
   /* positions of row 0 and key 0 in the whole sequence (fa_options.q_offset,
    * k_offset): a block of a ring / context-parallel attention */

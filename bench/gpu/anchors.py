@@ -10,6 +10,7 @@ Also checks, once per shape, flashattn's O (and gradients) against SDPA's.
 usage: python3 bench/gpu/anchors.py --lib build/libflashattn.so [--out DIR]
        [--d 64,128] [--l 512,...] [--reps 20] [--quick]
 """
+
 import argparse
 import ctypes as C
 import csv
@@ -32,6 +33,7 @@ class PoolHigh:
     caching allocator does not allocate: the peak device memory one call of
     ours takes beyond its inputs and outputs. None where the driver API is
     missing."""
+
     USED_MEM_HIGH = 8  # CU_MEMPOOL_ATTR_USED_MEM_HIGH
 
     def __init__(self):
@@ -40,8 +42,10 @@ class PoolHigh:
             dev = C.c_int()
             self.pool = C.c_void_p()
             torch.cuda.synchronize()
-            if (self.cu.cuCtxGetDevice(C.byref(dev)) != 0 or
-                    self.cu.cuDeviceGetDefaultMemPool(C.byref(self.pool), dev) != 0):
+            if (
+                self.cu.cuCtxGetDevice(C.byref(dev)) != 0
+                or self.cu.cuDeviceGetDefaultMemPool(C.byref(self.pool), dev) != 0
+            ):
                 self.cu = None
         except OSError:
             self.cu = None
@@ -102,15 +106,30 @@ class FlashAttn:
         tq, tk, tv, to, tl = T(q), T(k), T(v), T(o), T(lse, fa.FA_F32)
         B = fa.C.byref
         return lambda: self._check(
-            self.lib.fa_forward(self.ctx, fa.FA_BACKEND_CUDA, B(tq), B(tk), B(tv), B(opt), B(to), B(tl)))
+            self.lib.fa_forward(self.ctx, fa.FA_BACKEND_CUDA, B(tq), B(tk), B(tv), B(opt), B(to), B(tl))
+        )
 
     def backward(self, q, k, v, o, do, lse, dq, dk, dv, opt):
         T = lambda t, c=fa.FA_BF16: fa.tensor_of(t, c)  # noqa: E731
         ts = [T(q), T(k), T(v), T(o), T(do), T(lse, fa.FA_F32), T(dq), T(dk), T(dv)]
         B = fa.C.byref
         return lambda: self._check(
-            self.lib.fa_backward(self.ctx, fa.FA_BACKEND_CUDA, B(ts[0]), B(ts[1]), B(ts[2]), B(ts[3]), B(ts[4]),
-                                 B(ts[5]), B(opt), B(ts[6]), B(ts[7]), B(ts[8]), None))
+            self.lib.fa_backward(
+                self.ctx,
+                fa.FA_BACKEND_CUDA,
+                B(ts[0]),
+                B(ts[1]),
+                B(ts[2]),
+                B(ts[3]),
+                B(ts[4]),
+                B(ts[5]),
+                B(opt),
+                B(ts[6]),
+                B(ts[7]),
+                B(ts[8]),
+                None,
+            )
+        )
 
 
 def relerr(x, r):
@@ -139,13 +158,19 @@ def main():
     ap.add_argument("--causal", default="0,1")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--tag", default="")
-    ap.add_argument("--variants", default="0",
-                    help="FLASHATTN_CUDA_VARIANT values to time (tile-configuration A/B), or 'mma' for the "
-                         "mma.sync forward on Hopper (FLASHATTN_CUDA_WGMMA=0), or 'mbwd' for the mma.sync backward "
-                         "with the wgmma forward (FLASHATTN_CUDA_WGMMA_BWD=0); the first is 'fa'")
+    ap.add_argument(
+        "--variants",
+        default="0",
+        help="FLASHATTN_CUDA_VARIANT values to time (tile-configuration A/B), or 'mma' for the "
+        "mma.sync forward on Hopper (FLASHATTN_CUDA_WGMMA=0), or 'mbwd' for the mma.sync backward "
+        "with the wgmma forward (FLASHATTN_CUDA_WGMMA_BWD=0); the first is 'fa'",
+    )
     ap.add_argument("--passes", default="fwd,bwd", help="fwd, bwd or both")
-    ap.add_argument("--once", action="store_true",
-                    help="run flashattn's forward, backward and deterministic backward once per shape (for ncu)")
+    ap.add_argument(
+        "--once",
+        action="store_true",
+        help="run flashattn's forward, backward and deterministic backward once per shape (for ncu)",
+    )
     args = ap.parse_args()
     variants = args.variants.split(",")
     passes = args.passes.split(",")
@@ -157,8 +182,10 @@ def main():
     date = datetime.date.today().isoformat()
     rows = []
     print(f"# {dev}, torch {torch.__version__}, {date}; median of {args.reps} after 3 warm-ups; TFLOP/s")
-    hdr = f"{'D':>4} {'H':>3} {'B':>3} {'L':>6} {'causal':>6} {'pass':>4} | {'flashattn':>9} {'fa-det':>7} " \
-          f"{'FLASH':>7} {'cuDNN':>7} | {'xFLASH':>6} {'xcuDNN':>6} {'det/FL':>6} | check"
+    hdr = (
+        f"{'D':>4} {'H':>3} {'B':>3} {'L':>6} {'causal':>6} {'pass':>4} | {'flashattn':>9} {'fa-det':>7} "
+        f"{'FLASH':>7} {'cuDNN':>7} | {'xFLASH':>6} {'xcuDNN':>6} {'det/FL':>6} {'det/cD':>6} | check"
+    )
     print(hdr)
     for D in [int(x) for x in args.d.split(",")]:
         H = 2048 // D
@@ -213,15 +240,29 @@ def main():
                         with sdpa_kernel(be):
                             if "fwd" in passes:
                                 res[(name, "fwd")] = median_ms(
-                                    lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), args.reps)
+                                    lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), args.reps
+                                )
                             out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
                             if "bwd" in passes:
                                 res[(name, "bwd")] = median_ms(
-                                    lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True), args.reps)
+                                    lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True), args.reps
+                                )
                             if name == "FLASH":
                                 g = torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
                                 check = "O %.1e dQ %.1e dK %.1e dV %.1e" % (
-                                    relerr(o, out), relerr(dq, g[0]), relerr(dk, g[1]), relerr(dv, g[2]))
+                                    relerr(o, out),
+                                    relerr(dq, g[0]),
+                                    relerr(dk, g[1]),
+                                    relerr(dv, g[2]),
+                                )
+                                if "bwd" in passes:
+                                    f_bwd_det()
+                                    torch.cuda.synchronize()
+                                    check += " | det dQ %.1e dK %.1e dV %.1e" % (
+                                        relerr(dq, g[0]),
+                                        relerr(dk, g[1]),
+                                        relerr(dv, g[2]),
+                                    )
                         del out
                     except Exception as e:  # a backend missing on this build / GPU
                         print(f"  {name} unavailable: {e}".splitlines()[0])
@@ -231,15 +272,31 @@ def main():
                     ratio = lambda a, b: tf[a] / tf[b] if a in tf and b in tf else float("nan")  # noqa: E731
                     fmt = lambda n: f"{tf[n]:7.1f}" if n in tf else f"{'-':>7}"  # noqa: E731
                     extra = " ".join(f"{n} {tf[n]:.1f}" for n in sorted(tf) if n.startswith("fa-v"))
-                    print(f"{D:>4} {H:>3} {B:>3} {L:>6} {int(causal):>6} {ps:>4} | {tf['fa']:9.1f} "
-                          f"{fmt('fa-det')} {fmt('FLASH')} {fmt('cuDNN')} | {ratio('fa', 'FLASH'):6.2f} "
-                          f"{ratio('fa', 'cuDNN'):6.2f} {ratio('fa-det', 'FLASH'):6.2f} | "
-                          f"{check if ps == 'fwd' else ''} {extra}")
+                    print(
+                        f"{D:>4} {H:>3} {B:>3} {L:>6} {int(causal):>6} {ps:>4} | {tf['fa']:9.1f} "
+                        f"{fmt('fa-det')} {fmt('FLASH')} {fmt('cuDNN')} | {ratio('fa', 'FLASH'):6.2f} "
+                        f"{ratio('fa', 'cuDNN'):6.2f} {ratio('fa-det', 'FLASH'):6.2f} {ratio('fa-det', 'cuDNN'):6.2f} | "
+                        f"{check if ps == ('fwd' if 'fwd' in passes else 'bwd') else ''} {extra}"
+                    )
                     for n in tf:
-                        rows.append(dict(date=date, device=dev, dtype="bf16", D=D, H=H, B=B, L=L, causal=int(causal),
-                                         pass_=ps, impl=n, ms_median=round(res[(n, ps)], 4),
-                                         tflops=round(tf[n], 1),
-                                         x_flash=round(ratio(n, "FLASH"), 3), x_cudnn=round(ratio(n, "cuDNN"), 3)))
+                        rows.append(
+                            dict(
+                                date=date,
+                                device=dev,
+                                dtype="bf16",
+                                D=D,
+                                H=H,
+                                B=B,
+                                L=L,
+                                causal=int(causal),
+                                pass_=ps,
+                                impl=n,
+                                ms_median=round(res[(n, ps)], 4),
+                                tflops=round(tf[n], 1),
+                                x_flash=round(ratio(n, "FLASH"), 3),
+                                x_cudnn=round(ratio(n, "cuDNN"), 3),
+                            )
+                        )
                 sys.stdout.flush()
                 del q, k, v, do, o, lse, dq, dk, dv
                 torch.cuda.empty_cache()

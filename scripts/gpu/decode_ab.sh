@@ -17,17 +17,6 @@
 # shellcheck source=scripts/gpu/summary.sh
 . "$(dirname "${BASH_SOURCE[0]}")/summary.sh"
 
-# extract TARBALL DIR: the carried build into DIR; its absolute paths name
-# the dev machine's checkout, so that path is made to lead here
-extract() {
-  rm -rf "$ROOT/.gpu-build"
-  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$1" "$ROOT" || return 1
-  local old
-  old=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$ROOT/.gpu-build/CMakeCache.txt")
-  rm -rf "${ROOT:?}/$2" && mv "$ROOT/.gpu-build" "$ROOT/$2"
-  if [ "$old" != "$ROOT" ] && [ ! -e "$old" ]; then mkdir -p "$(dirname "$old")" && ln -s "$ROOT" "$old"; fi
-  say "$2: $1 (commit $(git -C "$ROOT" log -1 --format=%h 2>/dev/null || echo '?') tree; configured at $old)"
-}
 tarballs=(.gpu-build.tar.xz)
 [ "${AB_SAME:-0}" = 1 ] || tarballs+=(.gpu-build-old.tar.xz)
 for t in "${tarballs[@]}"; do

@@ -1,7 +1,8 @@
 # Sourced by the scripts that run on the GPU machine (in the repository
 # root): strict mode, $OUT (default /tmp/fa-out) made, ROOT the repository
-# root, $SUMMARY ($OUT/summary.txt) emptied, and say, which prints a line
-# and appends it to $SUMMARY.
+# root, $SUMMARY ($OUT/summary.txt) emptied, say, which prints a line and
+# appends it to $SUMMARY, and extract, which unpacks a build carried from the
+# dev machine (scripts/gpu/prebuild.sh).
 # shellcheck shell=bash
 set -u -o pipefail
 OUT=${OUT:-/tmp/fa-out}
@@ -10,3 +11,15 @@ ROOT=$(pwd)
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
 say() { echo "$*" | tee -a "$SUMMARY"; }
+
+# extract TARBALL DIR: the carried build into DIR; its absolute paths name
+# the dev machine's checkout, so that path is made to lead here
+extract() {
+  rm -rf "$ROOT/.gpu-build"
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$1" "$ROOT" || return 1
+  local old
+  old=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$ROOT/.gpu-build/CMakeCache.txt")
+  rm -rf "${ROOT:?}/$2" && mv "$ROOT/.gpu-build" "$ROOT/$2"
+  if [ "$old" != "$ROOT" ] && [ ! -e "$old" ]; then mkdir -p "$(dirname "$old")" && ln -s "$ROOT" "$old"; fi
+  say "$2: $1 (commit $(git -C "$ROOT" log -1 --format=%h 2>/dev/null || echo '?') tree; configured at $old)"
+}

@@ -329,7 +329,7 @@ fa_status cuda_backward(const fa__problem *p, fa__err *err) {
 #if defined(FA_HAVE_SM90A)
   // the warp-specialized backward's padded copy of LSE and dsum, where it may
   // take the call (launch.cuh; launch_bwd_wgmma.cuh has the rest of the test)
-  if (fast_ok(p) && dmax <= 128 && !p->deterministic && wgmma_bwd_ok(bucket_of(dmax)) && fa__cuda_ws_bwd_shape(pp)) {
+  if (fast_ok(p) && dmax <= 128 && wgmma_bwd_ok(bucket_of(dmax)) && fa__cuda_ws_bwd_shape(pp)) {
     const int64_t pitch = (p->q.shape[2] + 127) / 128 * 128;
     st = ws_stats.alloc(static_cast<size_t>(bt * p->Hq * 2 * pitch) * sizeof(float), s,
                         "the backward's padded row statistics", err);
@@ -345,12 +345,17 @@ fa_status cuda_backward(const fa__problem *p, fa__err *err) {
   if (fast_ok(p) && dmax <= 128) {
     const int kd = bucket_of(dmax);
     const int det = p->deterministic != 0;
-    if (!det) {
+    // dQ summed in f32 across the key blocks: always when fused; when
+    // deterministic, by the warp-specialized kernel, in turns (p.dq_turn:
+    // a counter per query tile of 64 rows, after the accumulator)
+    if (!det || pp.ws_stats) {
       const size_t bytes = rows * static_cast<size_t>(p->D) * sizeof(float);
-      st = dq_acc.alloc(bytes, s, "the dQ accumulator", err);
+      const size_t turns = det ? static_cast<size_t>(bt * p->Hq * ((p->q.shape[2] + 63) / 64)) * sizeof(int) : 0;
+      st = dq_acc.alloc(bytes + turns, s, "the dQ accumulator", err);
       if (st != FA_OK) return st;
-      FA_CUDA_TRY(cudaMemsetAsync(dq_acc.ptr, 0, bytes, s), "zeroing the dQ accumulator");
+      FA_CUDA_TRY(cudaMemsetAsync(dq_acc.ptr, 0, bytes + turns, s), "zeroing the dQ accumulator");
       pp.dq_acc = static_cast<float *>(dq_acc.ptr);
+      if (det) pp.dq_turn = reinterpret_cast<int *>(static_cast<char *>(dq_acc.ptr) + bytes);
     }
 #if defined(FA_HAVE_SM90A)
     if (wgmma_bwd_ok(kd))

@@ -241,12 +241,21 @@ __device__ __forceinline__ bool bwd_block_init(const fa__cuda_params &p, bwd_blo
   return bwd_block_init<kBN, kBM>(p, k, bkv, kt);
 }
 
-// Query head and first row of the block's query tile it.
-template <int kBM>
+// Query head and first row of the block's query tile it: head by head, each
+// head's tiles first to last; or with kLastFirst (the deterministic
+// backward's order, bwd_ws_kernel.cuh) tile by tile, last to first, the
+// group's heads innermost, so that every key tile of a (sequence, kv head)
+// whose band ends at the same row reaches a (head, tile) at the same step.
+template <int kBM, bool kLastFirst = false>
 __device__ __forceinline__ void bwd_block_tile(const fa__cuda_params &p, const bwd_block &k, int it, int64_t *h,
                                                int64_t *m0) {
-  *h = k.kvh * p.group + it / k.n_mt;
-  *m0 = static_cast<int64_t>(k.mb_lo + it % k.n_mt) * kBM;
+  if constexpr (kLastFirst) {
+    *h = k.kvh * p.group + it % p.group;
+    *m0 = static_cast<int64_t>(k.mb_lo + k.n_mt - 1 - it / p.group) * kBM;
+  } else {
+    *h = k.kvh * p.group + it / k.n_mt;
+    *m0 = static_cast<int64_t>(k.mb_lo + it % k.n_mt) * kBM;
+  }
 }
 
 // The block's K and V tiles into shared memory (cp.async, not committed).

@@ -19,9 +19,28 @@
 // No block-wide barrier in the loop: the consumers meet twice a tile on named
 // barriers (dS^T complete and the dQ tile's buffer free; the dQ tile
 // written), and wait for their slots on the ring's barriers.
-// Band-only calls without per-sequence lengths (seqlens, packed sequences)
-// and not deterministic; backend.cu (p.ws_stats) and launch_bwd_wgmma.cuh
-// decide.
+//
+// Deterministic (kDet): the f32 sums into a dQ row must come in the same
+// order every run, so the blocks of one (sequence, kv head) take turns per
+// query tile, key tile 0 first. A reduction then has to wait for the turn and
+// for its own completion, which no consumer thread can afford, so a dQ
+// writer does it: one thread of the producer warpgroup's warp 1, handed each
+// filled tile (2 buffers where shared memory allows) on an mbarrier pair. It
+// waits until the tile's counter (p.dq_turn) names its key tile, reduces,
+// waits for the reduction to complete and passes the turn on. A block waits
+// only on lower key tiles of its head, which the grid numbers, and so starts,
+// before it (no block can wait for one that has not started). The blocks
+// walk their query tiles last first, the group's heads innermost
+// (bwd_block_tile): a lower key tile's band ends at or before a higher one's,
+// so it reaches a shared (head, tile) no later, and the turns cost a skew of
+// one reduction between neighbouring key tiles, not a wait for whole tiles
+// (first to last, key tile n of a causal call would wait for tile 0 to come
+// down the diagonal). That skew adds up along a head's key tiles when they
+// start close together, so the grid interleaves p.det_head_group heads
+// (head_group_block): a head's consecutive key tiles start that many blocks
+// apart, while as many heads are in flight as tile-major order has.
+// Band-only calls without per-sequence lengths (seqlens, packed sequences);
+// backend.cu (p.ws_stats, p.dq_turn) and launch_bwd_wgmma.cuh decide.
 #ifndef FA_CUDA_BWD_WS_KERNEL_CUH
 #define FA_CUDA_BWD_WS_KERNEL_CUH
 
@@ -32,8 +51,9 @@
 
 namespace fa_cuda {
 
-template <int kD, int kBM, int kStages>
+template <int kD, int kBM, int kStages, bool kDet>
 struct bwd_ws_cfg {
+  static constexpr size_t kSmemLimit = 227 * 1024;  // an sm_90 block's opt-in maximum
   static constexpr int kBN = 128, kThreads = 384, kConsumers = 256;
   // setmaxnreg shares of what the launch gives the block (384 x 168): 128 x
   // 24 + 256 x 240; asking for more than that waits forever
@@ -43,10 +63,16 @@ struct bwd_ws_cfg {
   static constexpr uint32_t kDsBytes = kBN * kBM * 2;
   static constexpr uint32_t kDqBytes = kBM * kD * 4;
   static constexpr uint32_t kStatBytes = 2 * kBM * 4;  // LSE and dsum of one slot
-  // K, V, the Q and dO rings, dS^T, the dQ tile, the row statistics, the
+  // K, V, the Q and dO rings, dS^T, the dQ tiles, the row statistics, the
   // barriers; 1 KiB to align the tiles to 1024 bytes (the swizzle's period)
-  static constexpr size_t smem_bytes = 2 * (size_t)kKVBytes + 2 * kStages * (size_t)kQBytes + kDsBytes + kDqBytes +
-                                       kStages * (size_t)kStatBytes + 8 * (1 + 2 * kStages) + 1024;
+  static constexpr size_t bytes_with(int dq_bufs) {
+    return 2 * (size_t)kKVBytes + 2 * kStages * (size_t)kQBytes + kDsBytes + dq_bufs * (size_t)kDqBytes +
+           kStages * (size_t)kStatBytes + 8 * (1 + 2 * kStages + 2 * dq_bufs) + 1024;
+  }
+  // deterministic: a second dQ tile lets the consumers run a tile ahead of
+  // the writer
+  static constexpr int kDqBufs = kDet && bytes_with(2) <= kSmemLimit ? 2 : 1;
+  static constexpr size_t smem_bytes = bytes_with(kDqBufs);
 };
 
 // Named barriers of the consumers (0 is __syncthreads').
@@ -60,13 +86,13 @@ __device__ __forceinline__ uint32_t swz_f32(int row, int col) {
                                (col & 3) * 4);
 }
 
-template <typename E, int kD, int kBM, int kStages>
+template <typename E, int kD, int kBM, int kStages, bool kDet>
 __global__ void __launch_bounds__(384, 1)
     bwd_ws_kernel(const __grid_constant__ fa__cuda_params p, const __grid_constant__ CUtensorMap tq,
                   const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
                   const __grid_constant__ CUtensorMap tdo, const __grid_constant__ CUtensorMap tdq) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using cfg = bwd_ws_cfg<kD, kBM, kStages>;
+  using cfg = bwd_ws_cfg<kD, kBM, kStages, kDet>;
   constexpr int kBN = cfg::kBN, kMB = kBM / 8, kDB = kD / 8, kAtoms = kD / 64;
   static_assert((kBM == 128 && kD == 64) || (kBM == 64 && kD == 128), "tile shapes with a 64 x 64 dQ block each");
   // D = 64 (128 query rows): S^T and dP^T are 64 registers each, so P^T and
@@ -77,24 +103,31 @@ __global__ void __launch_bounds__(384, 1)
   extern __shared__ unsigned char smem_raw[];
   const uint32_t pad = (1024 - (smem_addr(smem_raw) & 1023)) & 1023;
   unsigned char *smem = smem_raw + pad;
-  const uint32_t sk = smem_addr(smem);                  // [kAtoms][kBN][64]
-  const uint32_t sv = sk + cfg::kKVBytes;               // [kAtoms][kBN][64]
-  const uint32_t sq = sv + cfg::kKVBytes;               // [kStages][kAtoms][kBM][64]
-  const uint32_t sdo = sq + kStages * cfg::kQBytes;     // [kStages][kAtoms][kBM][64]
-  const uint32_t sds = sdo + kStages * cfg::kQBytes;    // [kBM / 64][kBN][64]: dS^T [key][query]
-  const uint32_t sdq = sds + cfg::kDsBytes;             // [kD / 32][kBM][32] f32, swz_f32
-  const uint32_t stats_off = sdq + cfg::kDqBytes - sk;  // [kStages][LSE kBM, dsum kBM] f32
+  const uint32_t sk = smem_addr(smem);                                 // [kAtoms][kBN][64]
+  const uint32_t sv = sk + cfg::kKVBytes;                              // [kAtoms][kBN][64]
+  const uint32_t sq = sv + cfg::kKVBytes;                              // [kStages][kAtoms][kBM][64]
+  const uint32_t sdo = sq + kStages * cfg::kQBytes;                    // [kStages][kAtoms][kBM][64]
+  const uint32_t sds = sdo + kStages * cfg::kQBytes;                   // [kBM / 64][kBN][64]: dS^T [key][query]
+  const uint32_t sdq = sds + cfg::kDsBytes;                            // [kDqBufs][kD / 32][kBM][32] f32, swz_f32
+  const uint32_t stats_off = sdq + cfg::kDqBufs * cfg::kDqBytes - sk;  // [kStages][LSE kBM, dsum kBM] f32
   float *stats = reinterpret_cast<float *>(smem + stats_off);
   const uint32_t bars = sk + stats_off + kStages * cfg::kStatBytes;
   const uint32_t full_kv = bars;
   auto full = [&](int s) { return bars + 8 * (1 + s); };
   auto empty = [&](int s) { return bars + 8 * (1 + kStages + s); };
+  auto dq_full = [&](int b) { return bars + 8 * (1 + 2 * kStages + b); };                 // the consumers filled tile b
+  auto dq_free = [&](int b) { return bars + 8 * (1 + 2 * kStages + cfg::kDqBufs + b); };  // the writer read it
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   // tile-major (grid_order.cuh): the blocks running at once share a few
   // heads' Q, dO and dQ rows in L2
+  int64_t bkv, kt;
+  if constexpr (kDet)
+    head_group_block(p.det_head_group, &bkv, &kt);
+  else
+    tile_major_block(&bkv, &kt);
   bwd_block blk;
-  if (!bwd_block_init<kBN, kBM>(p, &blk)) return;  // the same for every thread of the block
+  if (!bwd_block_init<kBN, kBM>(p, &blk, bkv, kt)) return;  // the same for every thread of the block
   const fa__seq &seq = blk.seq;
   const int total = blk.total;
 
@@ -104,9 +137,25 @@ __global__ void __launch_bounds__(384, 1)
       mbar_init(full(s), 1);
       mbar_init(empty(s), cfg::kConsumers / 32);
     }
+    if (kDet)
+      for (int b = 0; b < cfg::kDqBufs; ++b) {
+        mbar_init(dq_full(b), 1);
+        mbar_init(dq_free(b), 1);
+      }
     mbar_init_fence();
   }
   __syncthreads();
+
+  // the bulk reduction of dQ tile src (kBM rows of head h from row m0) into
+  // the accumulator, as one bulk group
+  auto reduce_dq = [&](uint32_t src, int64_t h, int64_t m0) {
+    const int row = static_cast<int>(seq.q_row0 + m0);
+#pragma unroll
+    for (int c = 0; c < kD / 32; ++c)
+      if (c * 32 < p.D)
+        tma_reduce_add_4d(&tdq, src + c * kBM * 128, c * 32, row, static_cast<int>(h), static_cast<int>(seq.bidx));
+    bulk_commit();
+  };
 
   if (warp < 4) {
     regs_dealloc<cfg::kProducerRegs>();
@@ -126,7 +175,7 @@ __global__ void __launch_bounds__(384, 1)
       for (int it = 0; it < total; ++it) {
         const int s = it % kStages, use = it / kStages;
         int64_t h, m0;
-        bwd_block_tile<kBM>(p, blk, it, &h, &m0);
+        bwd_block_tile<kBM, kDet>(p, blk, it, &h, &m0);
         if (use > 0) mbar_wait(empty(s), (use - 1) & 1);
         mbar_expect_tx(full(s), 2 * cfg::kQBytes + cfg::kStatBytes);
         const int row = static_cast<int>(seq.q_row0 + m0);
@@ -140,12 +189,38 @@ __global__ void __launch_bounds__(384, 1)
           tma_load_4d(sdo + s * cfg::kQBytes + a * kBM * 128, &tdo, a * 64, row, static_cast<int>(h), b, full(s));
         }
       }
+    } else if (kDet && warp == 1 && lane == 0) {
+      // the dQ writer. The query tiles the next lower key tile reduces into
+      // (bwd_block_init's band, for it): there this block's turn comes after its
+      int64_t prev_lo = 0, prev_hi = 0;
+      if (kt > 0) {
+        int64_t i0, i1;
+        fa__band_rows(&blk.bd, blk.n0 - kBN, blk.n0, &i0, &i1);
+        if (i1 > i0) {
+          prev_lo = i0 / kBM;
+          prev_hi = (i1 + kBM - 1) / kBM;
+        }
+      }
+      const int64_t q_tiles = (p.Lq_rows + kBM - 1) / kBM;
+      for (int it = 0; it < total; ++it) {
+        const int buf = it % cfg::kDqBufs;
+        int64_t h, m0;
+        bwd_block_tile<kBM, kDet>(p, blk, it, &h, &m0);
+        const int64_t mt = m0 / kBM;
+        int *turn = p.dq_turn + (seq.bidx * p.Hq + h) * q_tiles + mt;
+        if (mt >= prev_lo && mt < prev_hi) turn_wait(turn, static_cast<int>(kt));
+        mbar_wait(dq_full(buf), static_cast<uint32_t>((it / cfg::kDqBufs) & 1));
+        reduce_dq(sdq + buf * cfg::kDqBytes, h, m0);
+        bulk_wait<0>();  // the sums are in memory: the next key tile may add
+        turn_pass(turn, static_cast<int>(kt) + 1);
+        mbar_arrive(dq_free(buf));
+      }
     }
   } else {
     regs_alloc<cfg::kConsumerRegs>();
     const int cw = warp - 4, wg = cw >> 2, g = lane >> 2, t = lane & 3;
-    const int wkey = cw * 16;  // = 64 wg + 16 (cw % 4): this warp's keys in the block
-    const bool issuer = tid == 128;
+    const int wkey = cw * 16;        // = 64 wg + 16 (cw % 4): this warp's keys in the block
+    const bool leader = tid == 128;  // reduces the dQ tiles, or hands them to the writer
     // this warpgroup's dQ block: query rows dq_r0.., head-dim columns dq_c0..
     const int dq_r0 = kBM == 128 ? wg * 64 : 0, dq_c0 = kBM == 64 ? wg * 64 : 0;
 
@@ -160,7 +235,7 @@ __global__ void __launch_bounds__(384, 1)
       const int s = it % kStages;
       mbar_wait(full(s), static_cast<uint32_t>((it / kStages) & 1));
       int64_t h, m0;
-      bwd_block_tile<kBM>(p, blk, it, &h, &m0);
+      bwd_block_tile<kBM, kDet>(p, blk, it, &h, &m0);
       const float *l_s = stats + s * 2 * kBM;
       const float *ds_s = l_s + kBM;
       const uint32_t q_st = sq + s * cfg::kQBytes, do_st = sdo + s * cfg::kQBytes;
@@ -203,8 +278,15 @@ __global__ void __launch_bounds__(384, 1)
       fence_proxy_async();
       bwd_wgmma_acc<E, kD, kBM>(dk, as, q_st);
 
-      // all of dS^T is in; the dQ tile's last reduction has read its buffer
-      if (issuer) bulk_wait_read<0>();
+      // all of dS^T is in; the dQ buffer this tile fills has been read
+      const int buf = it % cfg::kDqBufs;
+      if (leader) {
+        if constexpr (kDet) {
+          if (it >= cfg::kDqBufs) mbar_wait(dq_free(buf), static_cast<uint32_t>((it / cfg::kDqBufs - 1) & 1));
+        } else {
+          bulk_wait_read<0>();
+        }
+      }
       named_sync(kBwdWsDsReady, cfg::kConsumers);
 
       // dQ block = dS K over the block's kBN keys
@@ -217,26 +299,26 @@ __global__ void __launch_bounds__(384, 1)
       if (lane == 0) mbar_arrive(empty(s));  // every product of the tile is done with Q and dO
 
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {  // the block of dQ -> the shared f32 tile; one thread adds it to dq_acc
+      for (int r = 0; r < 2; ++r) {  // the block of dQ -> the shared f32 tile
         const int il = dq_r0 + (cw & 3) * 16 + g + r * 8;
 #pragma unroll
         for (int x = 0; x < 8; ++x)
-          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(sdq + swz_f32<kBM>(il, dq_c0 + x * 8 + 2 * t)),
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(sdq + buf * cfg::kDqBytes +
+                                                                  swz_f32<kBM>(il, dq_c0 + x * 8 + 2 * t)),
                        "f"(dq[x][2 * r]), "f"(dq[x][2 * r + 1])
                        : "memory");
       }
       fence_proxy_async();
+      // the dQ tile is written and every dQ product is done with dS^T
       named_sync(kBwdWsDqReady, cfg::kConsumers);
-      if (issuer) {
-        const int row = static_cast<int>(seq.q_row0 + m0);
-#pragma unroll
-        for (int c = 0; c < kD / 32; ++c)
-          if (c * 32 < p.D)
-            tma_reduce_add_4d(&tdq, sdq + c * kBM * 128, c * 32, row, static_cast<int>(h), static_cast<int>(seq.bidx));
-        bulk_commit();
+      if (leader) {
+        if constexpr (kDet)
+          mbar_arrive(dq_full(buf));
+        else
+          reduce_dq(sdq, h, m0);
       }
     }
-    if (issuer) bulk_wait<0>();
+    if (!kDet && leader) bulk_wait<0>();
     bwd_store_dkdv<E>(p, blk, blk.n0 + wkey + g, dk, dv, t);
   }
 #endif

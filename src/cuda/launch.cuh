@@ -25,8 +25,8 @@ inline fa_status fa__cuda_fail(cudaError_t e, const char *what, fa__err *err) {
 // After a launch: a bad configuration shows here, a fault only later.
 #define FA_CUDA_CHECK_LAUNCH(what) FA_CUDA_TRY(cudaGetLastError(), what)
 
-// Whether a fused (non-deterministic) Hopper backward call has the shape the
-// warp-specialized kernel takes (bwd_ws_kernel.cuh: band-only options, no
+// Whether a Hopper backward call has the shape the warp-specialized kernel
+// takes (bwd_ws_kernel.cuh: band-only options, no
 // per-sequence lengths) and the switches allow it (FLASHATTN_CUDA_WS=0,
 // FLASHATTN_CUDA_WS_BWD=0, FLASHATTN_CUDA_VARIANT=2 keep bwd_wgmma_kernel).
 // backend.cu asks it before allocating p.ws_stats; the launcher then takes

@@ -2,10 +2,12 @@
 // deterministic mode, the wgmma dQ kernel after it) for one
 // element type; launch_bwd_wgmma_<dtype>.cu instantiate it for sm_90a only.
 // Preconditions as launch_bwd: dsum filled, dq_acc zero when fused.
-// Band-only, fused calls without per-sequence lengths take the
-// warp-specialized kernel (bwd_ws_kernel.cuh) where the copy engine can
-// address the tensors; FLASHATTN_CUDA_WS=0 or FLASHATTN_CUDA_WS_BWD=0 keep
-// bwd_wgmma_kernel for them.
+// Band-only calls without per-sequence lengths take the warp-specialized
+// kernel (bwd_ws_kernel.cuh) where the copy engine can address the tensors;
+// deterministic ones too where backend.cu gave them p.dq_turn (and a zeroed
+// dq_acc), and then this launch also converts dq_acc into dq.
+// FLASHATTN_CUDA_WS=0 or FLASHATTN_CUDA_WS_BWD=0 keep bwd_wgmma_kernel for
+// them.
 #ifndef FA_CUDA_LAUNCH_BWD_WGMMA_CUH
 #define FA_CUDA_LAUNCH_BWD_WGMMA_CUH
 
@@ -19,13 +21,24 @@
 
 namespace fa_cuda {
 
-template <typename E, int kD, int kBM, int kStages>
+template <typename E, int kD, int kBM, int kStages, bool kDet>
 fa_status launch_bwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&m)[5], cudaStream_t s, fa__err *err) {
-  using cfg = bwd_ws_cfg<kD, kBM, kStages>;
-  auto kernel = bwd_ws_kernel<E, kD, kBM, kStages>;
+  using cfg = bwd_ws_cfg<kD, kBM, kStages, kDet>;
+  auto kernel = bwd_ws_kernel<E, kD, kBM, kStages, kDet>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "backward (warp-specialized): shared memory limit");
   FA_CUDA_ROWS_GRID(grid, p.B * p.Hkv, p.Lk, cfg::kBN, "backward dK/dV (warp-specialized)");
-  kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p, m[0], m[1], m[2], m[3], m[4]);
+  fa__cuda_params q = p;
+  if (kDet) {
+    // as many heads interleaved as tile-major order has in flight (one block
+    // per multiprocessor): a head's key tiles start that many blocks apart
+    int dev = 0, sms = 0;
+    FA_CUDA_TRY(cudaGetDevice(&dev), "backward (warp-specialized): device");
+    FA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "backward (warp-specialized): SMs");
+    const int64_t per_sm = sms / static_cast<int64_t>(grid.y);
+    const int64_t heads = grid.x;
+    q.det_head_group = per_sm < 1 ? 1 : per_sm < heads ? per_sm : heads;
+  }
+  kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(q, m[0], m[1], m[2], m[3], m[4]);
   FA_CUDA_CHECK_LAUNCH("backward (warp-specialized) kernel launch");
   return FA_OK;
 }
@@ -53,9 +66,13 @@ template <typename E, int kD, int kBM, bool kFull>
 fa_status launch_bwd_wgmma_cfg(const fa__cuda_params &p, int deterministic, cudaStream_t s, fa__err *err) {
   if constexpr (!kFull) {
     CUtensorMap maps[5];
-    if (!deterministic && bwd_ws_maps<E>(p, kBM, maps)) {
-      if (p.variant == 6) return launch_bwd_ws_cfg<E, kD, kBM, 3>(p, maps, s, err);
-      return launch_bwd_ws_cfg<E, kD, kBM, 2>(p, maps, s, err);
+    if ((!deterministic || p.dq_turn) && bwd_ws_maps<E>(p, kBM, maps)) {
+      if (!deterministic) {
+        if (p.variant == 6) return launch_bwd_ws_cfg<E, kD, kBM, 3, false>(p, maps, s, err);
+        return launch_bwd_ws_cfg<E, kD, kBM, 2, false>(p, maps, s, err);
+      }
+      const fa_status st = launch_bwd_ws_cfg<E, kD, kBM, 2, true>(p, maps, s, err);
+      return st == FA_OK ? fa__cuda_dq_convert(p, s, err) : st;
     }
   }
   using cfg = bwd_wgmma_cfg<kD, kBM>;

@@ -31,6 +31,12 @@ struct fa__cuda_params {
   // copy), or NULL
   float *ws_stats;
   int64_t ws_pitch;
+  // deterministic warp-specialized backward: per (sequence, query head, query
+  // tile of 64 rows) the key tile whose dQ reduction comes next (zeroed by the
+  // caller; bwd_ws_kernel.cuh), or NULL; and how many sequence-heads its
+  // grid interleaves (grid_order.cuh head_group_block; set by its launch)
+  int *dq_turn;
+  int64_t det_head_group;
 
   // boolean mask and additive bias, [B, Hq, Lq, Lk] logical, stride 0 broadcasts
   const uint8_t *mask;

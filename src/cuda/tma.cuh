@@ -89,6 +89,23 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_
                "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(bar)
                : "memory");
 }
+// Turns between blocks (the deterministic backward's dQ reductions, in a
+// fixed order): a block waits until a counter in global memory reads its
+// turn, does its bulk reduction, waits for it to complete and passes the
+// turn on. The proxy fences order the copy engine's accesses (async proxy)
+// against the counter's plain ones on either side.
+__device__ __forceinline__ void turn_wait(const int *counter, int turn) {
+  int v;
+  do {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(counter) : "memory");
+  } while (v != turn);
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+__device__ __forceinline__ void turn_pass(int *counter, int next) {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(counter), "r"(next) : "memory");
+}
+
 __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap *map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }

@@ -232,6 +232,7 @@ int tc_tensors_make(tc_tensors *T, const tc_inputs *in, fa_dtype dt, tb_layout l
   o->dropout_offset = c->offset;
   o->block_q = c->block_q;
   o->block_k = c->block_k;
+  o->deterministic = c->deterministic;
   o->q_offset = c->q_offset;
   o->k_offset = c->k_offset;
   if (tb_present(&T->mask)) o->mask = T->mask.t;

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (the device tool's `run`, in the repository root):
+# the backward of a change, both builds made on the dev machine by
+# scripts/gpu/prebuild.sh: A carried as .gpu-build-old.tar.xz (the baseline),
+# B as .gpu-build.tar.xz (the change). First B's checks, most important
+# first (the device tool may cut the command short; $OUT keeps what was
+# written): test_backend_cuda as shipped and with FLASHATTN_CUDA_WS_BWD=0,
+# then check_cuda (every case against ref, default and deterministic, the
+# deterministic repeat bitwise), compute-sanitizer memcheck / racecheck /
+# synccheck of check_cuda on $BWD_SAN; then bench/gpu/anchors.py's backward
+# for A and B in alternating rounds, separate processes, the same shapes.
+#   carry:   [".gpu-deps", ".gpu-build-old.tar.xz", ".gpu-build.tar.xz"]
+#   command: ROUNDS=1 BWD_L=2048,16384 bash scripts/gpu/bwd_ab.sh
+# BWD_SAN="" skips the sanitizers, BWD_SKIP_SUITE=1 the two suites,
+# BWD_SKIP_CHECK=1 check_cuda and the sanitizers.
+# Results: $OUT/summary.txt and the raw logs next to it.
+# shellcheck source=scripts/gpu/summary.sh
+. "$(dirname "${BASH_SOURCE[0]}")/summary.sh"
+
+for t in .gpu-build-old.tar.xz .gpu-build.tar.xz; do
+  [ -f "$ROOT/$t" ] || { say "missing $t: carry both builds"; exit 1; }
+done
+extract "$ROOT/.gpu-build-old.tar.xz" build-a || exit 1
+extract "$ROOT/.gpu-build.tar.xz" build-gpu || exit 1
+B=$ROOT/build-gpu
+export LD_LIBRARY_PATH=$ROOT/.gpu-deps/cmocka/lib:${LD_LIBRARY_PATH:-}
+counts() { echo "$(grep -c '^\[       OK \]' "$1") OK, $(grep -c '^\[  SKIPPED \]' "$1") skipped, $(grep -c '^\[  FAILED  \] [^0-9]' "$1") failed"; }
+
+if [ "${BWD_SKIP_SUITE:-0}" != 1 ]; then
+  say "== B: test_backend_cuda ($(date -u +%T))"
+  timeout 200 "$B/tests/test_backend_cuda" >"$OUT/suite_cuda.log" 2>&1
+  say "default exit $?: $(counts "$OUT/suite_cuda.log")"
+  FLASHATTN_CUDA_WS_BWD=0 timeout 200 "$B/tests/test_backend_cuda" >"$OUT/suite_cuda_ws0.log" 2>&1
+  say "FLASHATTN_CUDA_WS_BWD=0 exit $?: $(counts "$OUT/suite_cuda_ws0.log")"
+  grep -hE "^\[  FAILED  \] [^0-9]|err |FAIL" "$OUT"/suite_cuda*.log | sort -u | head -20 | tee -a "$SUMMARY"
+fi
+
+if [ "${BWD_SKIP_CHECK:-0}" = 1 ]; then
+  BWD_SAN=""
+else
+  CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
+  cc -O2 scripts/gpu/check_cuda.c -I include -I "$CUDA_HOME/include" -L "$B" -lflashattn -L "$CUDA_HOME/lib64" \
+    -lcudart -lm -Wl,-rpath,"$B" -o "$B/check_cuda" || { say "check_cuda build failed"; exit 1; }
+  say "== B: check_cuda ($(date -u +%T))"
+  timeout 120 "$B/check_cuda" >"$OUT/check.log" 2>&1
+  say "check_cuda exit $?: $(tail -1 "$OUT/check.log")"
+  grep -E "FAIL|DIFFERS" "$OUT/check.log" | head -20 | tee -a "$SUMMARY"
+fi
+for c in ${BWD_SAN-f16_d64_gqa_causal_blhd bf16_d128_window_100_20}; do
+  for tool in memcheck racecheck synccheck; do
+    timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$B/check_cuda" "$c" >>"$OUT/sanitizer.log" 2>&1
+    say "$tool $c: exit $?"
+  done
+done
+
+export PYTHONUNBUFFERED=1
+for r in $(seq 1 "${ROUNDS:-1}"); do
+  for side in a b; do
+    lib=$ROOT/build-$side/libflashattn.so
+    [ "$side" = b ] && lib=$B/libflashattn.so
+    say "== round $r, side ${side^^} ($(date -u +%T))"
+    timeout "${AB_BENCH_S:-240}" python3 bench/gpu/anchors.py --lib "$lib" --out "$OUT" --tag="-$side$r" \
+      --passes bwd --reps "${BWD_REPS:-10}" --l "${BWD_L:-2048,16384}" --d "${BWD_D:-64,128}" \
+      >"$OUT/anchors-$side-$r.txt" 2>&1
+    say "exit $?"
+    grep -v "^# wrote" "$OUT/anchors-$side-$r.txt" | tee -a "$SUMMARY"
+  done
+done
+say "== done ($(date -u +%T))"
