@@ -7,8 +7,18 @@ Timing: CUDA events around each call, warm-up first, the median of --reps.
 FLOP count: forward 4 B H L^2 D (halved when causal), backward 2.5 x that.
 Also checks, once per shape, flashattn's O (and gradients) against SDPA's.
 
+--fa4: also FlashAttention 4 (PyPI flash-attn-4, flash_attn.cute.flash_attn_func,
+CuTe-DSL kernels) on [B, L, H, D] copies of the same inputs made outside the
+timed region, forward and backward timed as the SDPA peers are (its forward on
+inputs without grad, so it skips its LSE as SDPA's may; its backward through
+torch autograd on its output), with columns FA4, xFA4 (ours / FA4) and xbest
+(ours / the faster of cuDNN and FA4) and a check of its O and gradients against
+FLASH's. Its first calls per shape JIT-compile (printed at the end). Where it
+does not import, one line "FA4 unavailable: ..." and the run goes on without it.
+On the GPU machine it comes from scripts/gpu/fa4_wheels.sh + fa4_install.sh.
+
 usage: python3 bench/gpu/anchors.py --lib build/libflashattn.so [--out DIR]
-       [--d 64,128] [--l 512,...] [--reps 20] [--quick]
+       [--d 64,128] [--l 512,...] [--reps 20] [--quick] [--fa4]
 """
 
 import argparse
@@ -18,6 +28,7 @@ import datetime
 import os
 import statistics
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -171,9 +182,26 @@ def main():
         action="store_true",
         help="run flashattn's forward, backward and deterministic backward once per shape (for ncu)",
     )
+    ap.add_argument(
+        "--fa4",
+        action="store_true",
+        help="also time FlashAttention 4 (flash_attn.cute.flash_attn_func, PyPI flash-attn-4)",
+    )
     args = ap.parse_args()
     variants = args.variants.split(",")
     passes = args.passes.split(",")
+    fa4 = None
+    if args.fa4:
+        try:
+            from flash_attn.cute import flash_attn_func as fa4
+
+            import flash_attn.cute as fa4_mod
+
+            print(f"# FA4: flash_attn.cute.flash_attn_func from {os.path.dirname(fa4_mod.__file__)}")
+        except Exception as e:  # not installed, or its CuTe-DSL / tvm-ffi stack does not load
+            fa4 = None
+            print(f"FA4 unavailable: {type(e).__name__}: {e}".splitlines()[0])
+    fa4_compile = []
 
     fl = FlashAttn(args.lib)
     pool = PoolHigh()
@@ -182,9 +210,13 @@ def main():
     date = datetime.date.today().isoformat()
     rows = []
     print(f"# {dev}, torch {torch.__version__}, {date}; median of {args.reps} after 3 warm-ups; TFLOP/s")
+    # with --fa4: a TFLOP/s column FA4, and xFA4 and xbest (ours / the faster of cuDNN and FA4)
+    fa4_tf_hdr = f" {'FA4':>7}" if fa4 else ""
+    fa4_x_hdr = f" {'xFA4':>6} {'xbest':>6}" if fa4 else ""
     hdr = (
         f"{'D':>4} {'H':>3} {'B':>3} {'L':>6} {'causal':>6} {'pass':>4} | {'flashattn':>9} {'fa-det':>7} "
-        f"{'FLASH':>7} {'cuDNN':>7} | {'xFLASH':>6} {'xcuDNN':>6} {'det/FL':>6} {'det/cD':>6} | check"
+        f"{'FLASH':>7} {'cuDNN':>7}{fa4_tf_hdr} | {'xFLASH':>6} {'xcuDNN':>6} {'det/FL':>6} {'det/cD':>6}"
+        f"{fa4_x_hdr} | check"
     )
     print(hdr)
     for D in [int(x) for x in args.d.split(",")]:
@@ -233,6 +265,7 @@ def main():
                 f_bwd()
                 torch.cuda.synchronize()
                 check = ""
+                ref = None
                 # SDPA backends
                 for name, be in (("FLASH", SDPBackend.FLASH_ATTENTION), ("cuDNN", SDPBackend.CUDNN_ATTENTION)):
                     try:
@@ -249,6 +282,7 @@ def main():
                                 )
                             if name == "FLASH":
                                 g = torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
+                                ref = (out.detach(), g)
                                 check = "O %.1e dQ %.1e dK %.1e dV %.1e" % (
                                     relerr(o, out),
                                     relerr(dq, g[0]),
@@ -266,37 +300,78 @@ def main():
                         del out
                     except Exception as e:  # a backend missing on this build / GPU
                         print(f"  {name} unavailable: {e}".splitlines()[0])
+                # FlashAttention 4: [B, L, H, D] copies made here, outside the timed region
+                if fa4 is not None:
+                    try:
+                        q4, k4, v4, do4 = (x.transpose(1, 2).contiguous() for x in (q, k, v, do))
+                        q4g, k4g, v4g = (x.detach().requires_grad_() for x in (q4, k4, v4))
+                        # first calls JIT-compile: forward without grad, with grad, backward (untimed)
+                        t0 = time.perf_counter()
+                        if "fwd" in passes:
+                            fa4(q4, k4, v4, causal=causal)
+                            torch.cuda.synchronize()
+                        t1 = time.perf_counter()
+                        out4 = fa4(q4g, k4g, v4g, causal=causal)[0]
+                        g4 = torch.autograd.grad(out4, (q4g, k4g, v4g), do4, retain_graph=True)
+                        torch.cuda.synchronize()
+                        t2 = time.perf_counter()
+                        fa4_compile.append(
+                            f"{D:>4} {L:>6} {int(causal):>6} | fwd {t1 - t0:6.1f} s, fwd+bwd with grad {t2 - t1:6.1f} s"
+                        )
+                        if "fwd" in passes:
+                            res[("FA4", "fwd")] = median_ms(lambda: fa4(q4, k4, v4, causal=causal), args.reps)
+                        if "bwd" in passes:
+                            res[("FA4", "bwd")] = median_ms(
+                                lambda: torch.autograd.grad(out4, (q4g, k4g, v4g), do4, retain_graph=True), args.reps
+                            )
+                        if ref is not None:
+                            check += " | FA4 O %.1e dQ %.1e dK %.1e dV %.1e" % (
+                                relerr(out4.transpose(1, 2), ref[0]),
+                                relerr(g4[0].transpose(1, 2), ref[1][0]),
+                                relerr(g4[1].transpose(1, 2), ref[1][1]),
+                                relerr(g4[2].transpose(1, 2), ref[1][2]),
+                            )
+                        del q4, k4, v4, do4, q4g, k4g, v4g, out4, g4
+                    except Exception as e:  # this shape, dtype or GPU not supported by FA4
+                        print(f"  FA4 unavailable: {type(e).__name__}: {e}".splitlines()[0])
+                ref = None
                 for ps in passes:
                     flops = fwd_flops * (2.5 if ps == "bwd" else 1.0)
                     tf = {n: flops / (res[(n, ps)] * 1e-3) / 1e12 for (n, p) in res if p == ps}
                     ratio = lambda a, b: tf[a] / tf[b] if a in tf and b in tf else float("nan")  # noqa: E731
                     fmt = lambda n: f"{tf[n]:7.1f}" if n in tf else f"{'-':>7}"  # noqa: E731
+                    # ours / the faster of cuDNN and FA4 (whichever of them ran)
+                    best = max((tf[n] for n in ("cuDNN", "FA4") if n in tf), default=None)
+                    xbest = lambda a: tf[a] / best if a in tf and best else float("nan")  # noqa: E731
                     extra = " ".join(f"{n} {tf[n]:.1f}" for n in sorted(tf) if n.startswith("fa-v"))
+                    fa4_tf = f" {fmt('FA4')}" if fa4 else ""
+                    fa4_x = f" {ratio('fa', 'FA4'):6.2f} {xbest('fa'):6.2f}" if fa4 else ""
                     print(
                         f"{D:>4} {H:>3} {B:>3} {L:>6} {int(causal):>6} {ps:>4} | {tf['fa']:9.1f} "
-                        f"{fmt('fa-det')} {fmt('FLASH')} {fmt('cuDNN')} | {ratio('fa', 'FLASH'):6.2f} "
-                        f"{ratio('fa', 'cuDNN'):6.2f} {ratio('fa-det', 'FLASH'):6.2f} {ratio('fa-det', 'cuDNN'):6.2f} | "
-                        f"{check if ps == ('fwd' if 'fwd' in passes else 'bwd') else ''} {extra}"
+                        f"{fmt('fa-det')} {fmt('FLASH')} {fmt('cuDNN')}{fa4_tf} | {ratio('fa', 'FLASH'):6.2f} "
+                        f"{ratio('fa', 'cuDNN'):6.2f} {ratio('fa-det', 'FLASH'):6.2f} {ratio('fa-det', 'cuDNN'):6.2f}"
+                        f"{fa4_x} | {check if ps == ('fwd' if 'fwd' in passes else 'bwd') else ''} {extra}"
                     )
                     for n in tf:
-                        rows.append(
-                            dict(
-                                date=date,
-                                device=dev,
-                                dtype="bf16",
-                                D=D,
-                                H=H,
-                                B=B,
-                                L=L,
-                                causal=int(causal),
-                                pass_=ps,
-                                impl=n,
-                                ms_median=round(res[(n, ps)], 4),
-                                tflops=round(tf[n], 1),
-                                x_flash=round(ratio(n, "FLASH"), 3),
-                                x_cudnn=round(ratio(n, "cuDNN"), 3),
-                            )
+                        row = dict(
+                            date=date,
+                            device=dev,
+                            dtype="bf16",
+                            D=D,
+                            H=H,
+                            B=B,
+                            L=L,
+                            causal=int(causal),
+                            pass_=ps,
+                            impl=n,
+                            ms_median=round(res[(n, ps)], 4),
+                            tflops=round(tf[n], 1),
+                            x_flash=round(ratio(n, "FLASH"), 3),
+                            x_cudnn=round(ratio(n, "cuDNN"), 3),
                         )
+                        if fa4:
+                            row.update(x_fa4=round(ratio(n, "FA4"), 3), x_best=round(xbest(n), 3))
+                        rows.append(row)
                 sys.stdout.flush()
                 del q, k, v, do, o, lse, dq, dk, dv
                 torch.cuda.empty_cache()
@@ -304,6 +379,10 @@ def main():
         print("# extra device memory of one flashattn call (default memory pool high-water mark)")
         print(f"{'D':>4} {'L':>6} {'causal':>6} {'pass':>7} | extra")
         print("\n".join(mem_lines))
+    if fa4_compile:
+        print("# FA4's first calls per shape (CuTe-DSL JIT compile + one run; untimed)")
+        print(f"{'D':>4} {'L':>6} {'causal':>6} | seconds")
+        print("\n".join(fa4_compile))
     if not rows:
         return
     os.makedirs(args.out, exist_ok=True)
