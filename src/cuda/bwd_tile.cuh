@@ -242,16 +242,16 @@ __device__ __forceinline__ bool bwd_block_init(const fa__cuda_params &p, bwd_blo
 }
 
 // Query head and first row of the block's query tile it: head by head, each
-// head's tiles first to last; or with kLastFirst (the deterministic
-// backward's order, bwd_ws_kernel.cuh) tile by tile, last to first, the
-// group's heads innermost, so that every key tile of a (sequence, kv head)
-// whose band ends at the same row reaches a (head, tile) at the same step.
-template <int kBM, bool kLastFirst = false>
+// head's tiles first to last; or with kHeadsInner (the deterministic
+// backward's order, bwd_ws_kernel.cuh) tile by tile, the group's heads
+// innermost, so that the key tiles of a (sequence, kv head) reach a
+// (head, tile) in the order of their bands' first rows.
+template <int kBM, bool kHeadsInner = false>
 __device__ __forceinline__ void bwd_block_tile(const fa__cuda_params &p, const bwd_block &k, int it, int64_t *h,
                                                int64_t *m0) {
-  if constexpr (kLastFirst) {
+  if constexpr (kHeadsInner) {
     *h = k.kvh * p.group + it % p.group;
-    *m0 = static_cast<int64_t>(k.mb_lo + k.n_mt - 1 - it / p.group) * kBM;
+    *m0 = static_cast<int64_t>(k.mb_lo + it / p.group) * kBM;
   } else {
     *h = k.kvh * p.group + it / k.n_mt;
     *m0 = static_cast<int64_t>(k.mb_lo + it % k.n_mt) * kBM;

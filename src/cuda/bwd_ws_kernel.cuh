@@ -22,23 +22,25 @@
 //
 // Deterministic (kDet): the f32 sums into a dQ row must come in the same
 // order every run, so the blocks of one (sequence, kv head) take turns per
-// query tile, key tile 0 first. A reduction then has to wait for the turn and
-// for its own completion, which no consumer thread can afford, so a dQ
-// writer does it: one thread of the producer warpgroup's warp 1, handed each
+// query tile, the highest key tile first. A reduction then has to wait for
+// the turn and for its own completion, which no consumer thread can afford,
+// so a dQ writer does it: one thread of the producer warpgroup's warp 1, handed each
 // filled tile (2 buffers where shared memory allows) on an mbarrier pair. It
-// waits until the tile's counter (p.dq_turn) names its key tile, reduces,
-// waits for the reduction to complete and passes the turn on. A block waits
-// only on lower key tiles of its head, which the grid numbers, and so starts,
-// before it (no block can wait for one that has not started). The blocks
-// walk their query tiles last first, the group's heads innermost
-// (bwd_block_tile): a lower key tile's band ends at or before a higher one's,
-// so it reaches a shared (head, tile) no later, and the turns cost a skew of
-// one reduction between neighbouring key tiles, not a wait for whole tiles
-// (first to last, key tile n of a causal call would wait for tile 0 to come
-// down the diagonal). That skew adds up along a head's key tiles when they
-// start close together, so the grid interleaves p.det_head_group heads
-// (head_group_block): a head's consecutive key tiles start that many blocks
-// apart, while as many heads are in flight as tile-major order has.
+// waits until the tile's counter (p.dq_turn: 1 + the last key tile that
+// added) says the next higher key tile has added, reduces, waits for the
+// reduction to complete and passes the turn on. A block waits only on higher
+// key tiles of its head, which the grid numbers, and so starts, before it
+// (head_group_block_desc: no block can wait for one that has not started).
+// The blocks walk their query tiles first to last, the group's heads
+// innermost (bwd_block_tile): a higher key tile's band starts at or after a
+// lower one's, so it reaches a shared (head, tile) no later -- under a causal
+// band one tile earlier, so the turn is ready when asked for. Where the bands
+// start together (no band) the key tiles reach each tile at the same step
+// and the turns cost one reduction's skew between neighbours, which adds up
+// along a head's key tiles when they start close together; the grid
+// interleaves p.det_head_group heads so that a head's consecutive key tiles
+// start that many blocks apart, while as many heads are in flight as
+// tile-major order has.
 // Band-only calls without per-sequence lengths (seqlens, packed sequences);
 // backend.cu (p.ws_stats, p.dq_turn) and launch_bwd_wgmma.cuh decide.
 #ifndef FA_CUDA_BWD_WS_KERNEL_CUH
@@ -123,7 +125,7 @@ __global__ void __launch_bounds__(384, 1)
   // heads' Q, dO and dQ rows in L2
   int64_t bkv, kt;
   if constexpr (kDet)
-    head_group_block(p.det_head_group, &bkv, &kt);
+    head_group_block_desc(p.det_head_group, &bkv, &kt);
   else
     tile_major_block(&bkv, &kt);
   bwd_block blk;
@@ -190,12 +192,12 @@ __global__ void __launch_bounds__(384, 1)
         }
       }
     } else if (kDet && warp == 1 && lane == 0) {
-      // the dQ writer. The query tiles the next lower key tile reduces into
+      // the dQ writer. The query tiles the next higher key tile reduces into
       // (bwd_block_init's band, for it): there this block's turn comes after its
       int64_t prev_lo = 0, prev_hi = 0;
-      if (kt > 0) {
+      {
         int64_t i0, i1;
-        fa__band_rows(&blk.bd, blk.n0 - kBN, blk.n0, &i0, &i1);
+        fa__band_rows(&blk.bd, blk.n0 + kBN, blk.n0 + 2 * kBN, &i0, &i1);
         if (i1 > i0) {
           prev_lo = i0 / kBM;
           prev_hi = (i1 + kBM - 1) / kBM;
@@ -208,11 +210,11 @@ __global__ void __launch_bounds__(384, 1)
         bwd_block_tile<kBM, kDet>(p, blk, it, &h, &m0);
         const int64_t mt = m0 / kBM;
         int *turn = p.dq_turn + (seq.bidx * p.Hq + h) * q_tiles + mt;
-        if (mt >= prev_lo && mt < prev_hi) turn_wait(turn, static_cast<int>(kt));
+        if (mt >= prev_lo && mt < prev_hi) turn_wait(turn, static_cast<int>(kt) + 2);
         mbar_wait(dq_full(buf), static_cast<uint32_t>((it / cfg::kDqBufs) & 1));
         reduce_dq(sdq + buf * cfg::kDqBytes, h, m0);
-        bulk_wait<0>();  // the sums are in memory: the next key tile may add
-        turn_pass(turn, static_cast<int>(kt) + 1);
+        bulk_wait<0>();                             // the sums are in memory: the next key tile may add
+        turn_pass(turn, static_cast<int>(kt) + 1);  // 1 + this key tile
         mbar_arrive(dq_free(buf));
       }
     }

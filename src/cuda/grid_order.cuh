@@ -23,18 +23,18 @@ __device__ __forceinline__ void tile_major_block(int64_t *bh, int64_t *tile) {
 }
 
 // The same with the sequence-heads in groups of g (the last group may have
-// fewer): within a group the heads take turns, tile by tile, so that a
-// head's consecutive tiles start g blocks apart, and tiles still rise with
-// the linear index within each head. The deterministic backward's dQ turns
-// (bwd_ws_kernel.cuh) want both: its blocks wait for the head's previous
-// tile, which must have started before them, and waiting less the later it
-// started. g = 1 is tile_major_block.
-__device__ __forceinline__ void head_group_block(int64_t g, int64_t *bh, int64_t *tile) {
+// fewer), each head's tiles last first: within a group the heads take turns,
+// tile by tile, so that a head's consecutive tiles start g blocks apart, and
+// the tiles fall as the linear index rises within each head. The
+// deterministic backward's dQ turns (bwd_ws_kernel.cuh) want both: its
+// blocks wait for the head's next higher tile, which must have started
+// before them, and wait less the later they start.
+__device__ __forceinline__ void head_group_block_desc(int64_t g, int64_t *bh, int64_t *tile) {
   const int64_t l = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
   const int64_t span = g * gridDim.y, first = l / span * g, r = l % span;
   const int64_t n = gridDim.x - first < g ? gridDim.x - first : g;
   *bh = first + r % n;
-  *tile = r / n;
+  *tile = gridDim.y - 1 - r / n;
 }
 
 }  // namespace fa_cuda

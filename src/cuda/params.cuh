@@ -34,7 +34,7 @@ struct fa__cuda_params {
   // deterministic warp-specialized backward: per (sequence, query head, query
   // tile of 64 rows) the key tile whose dQ reduction comes next (zeroed by the
   // caller; bwd_ws_kernel.cuh), or NULL; and how many sequence-heads its
-  // grid interleaves (grid_order.cuh head_group_block; set by its launch)
+  // grid interleaves (grid_order.cuh head_group_block_desc; set by its launch)
   int *dq_turn;
   int64_t det_head_group;
 
