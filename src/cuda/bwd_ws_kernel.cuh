@@ -24,11 +24,11 @@
 // order every run, so the blocks of one (sequence, kv head) take turns per
 // query tile, the highest key tile first. A reduction then has to wait for
 // the turn and for its own completion, which no consumer thread can afford,
-// so a dQ writer does it: one thread of the producer warpgroup's warp 1, handed each
-// filled tile (2 buffers where shared memory allows) on an mbarrier pair. It
-// waits until the tile's counter (p.dq_turn: 1 + the last key tile that
-// added) says the next higher key tile has added, reduces, waits for the
-// reduction to complete and passes the turn on. A block waits only on higher
+// so a dQ writer does it: one thread of the producer warpgroup's warp 1,
+// handed each filled tile (2 buffers where shared memory allows) on an
+// mbarrier pair. It waits until the tile's counter (p.dq_turn: 1 + the last
+// key tile that added) says the next higher key tile has added, reduces,
+// waits for the reduction to complete and passes the turn on. A block waits only on higher
 // key tiles of its head, which the grid numbers, and so starts, before it
 // (head_group_block_desc: no block can wait for one that has not started).
 // The blocks walk their query tiles first to last, the group's heads
@@ -122,7 +122,8 @@ __global__ void __launch_bounds__(384, 1)
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   // tile-major (grid_order.cuh): the blocks running at once share a few
-  // heads' Q, dO and dQ rows in L2
+  // heads' Q, dO and dQ rows in L2; deterministic, a few heads interleaved
+  // and each head's key tiles highest first (the turns, above)
   int64_t bkv, kt;
   if constexpr (kDet)
     head_group_block_desc(p.det_head_group, &bkv, &kt);
