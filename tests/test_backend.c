@@ -402,15 +402,15 @@ static void test_deterministic_backward(void **state) {
    * the warp-specialized kernel's turns (bwd_ws_kernel.cuh) decide the order */
   const tcase window = {.name = "deterministic (window, D = 128)",
                         .B = 1,
-                        .Hq = 4,
-                        .Hkv = 2,
-                        .Lq = 520,
-                        .Lk = 520,
+                        .Hq = 2,
+                        .Hkv = 1,
+                        .Lq = 300,
+                        .Lk = 300,
                         .D = 128,
                         .Dv = 128,
                         .use_window = 1,
-                        .wl = 300,
-                        .wr = 200};
+                        .wl = 150,
+                        .wr = 100};
   const tcase *cases[] = {&everything, &band, &window};
   static const fa_dtype dts[] = {FA_F32, FA_BF16};
   int ran = 0;
