@@ -24,7 +24,6 @@ extract "$ROOT/.gpu-build-old.tar.xz" build-a || exit 1
 extract "$ROOT/.gpu-build.tar.xz" build-gpu || exit 1
 B=$ROOT/build-gpu
 export LD_LIBRARY_PATH=$ROOT/.gpu-deps/cmocka/lib:${LD_LIBRARY_PATH:-}
-counts() { echo "$(grep -c '^\[       OK \]' "$1") OK, $(grep -c '^\[  SKIPPED \]' "$1") skipped, $(grep -c '^\[  FAILED  \] [^0-9]' "$1") failed"; }
 
 if [ "${BWD_SKIP_SUITE:-0}" != 1 ]; then
   say "== B: test_backend_cuda ($(date -u +%T))"

@@ -27,7 +27,6 @@ done
 extract "$ROOT/.gpu-build.tar.xz" build-gpu || exit 1
 export LD_LIBRARY_PATH=$ROOT/.gpu-deps/cmocka/lib:${LD_LIBRARY_PATH:-}
 
-counts() { echo "$(grep -c '^\[       OK \]' "$1") OK, $(grep -c '^\[  FAILED  \] [^0-9]' "$1") failed"; }
 say "== B's kv-cache tests ($(date -u +%T))"
 for t in test_kvcache test_online_softmax; do
   timeout 120 "$ROOT/build-gpu/tests/$t" >"$OUT/$t.log" 2>&1

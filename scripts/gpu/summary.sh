@@ -1,8 +1,9 @@
 # Sourced by the scripts that run on the GPU machine (in the repository
 # root): strict mode, $OUT (default /tmp/fa-out) made, ROOT the repository
 # root, $SUMMARY ($OUT/summary.txt) emptied, say, which prints a line and
-# appends it to $SUMMARY, and extract, which unpacks a build carried from the
-# dev machine (scripts/gpu/prebuild.sh).
+# appends it to $SUMMARY, extract, which unpacks a build carried from the
+# dev machine (scripts/gpu/prebuild.sh), and counts, CMocka's verdicts in a
+# test program's log.
 # shellcheck shell=bash
 set -u -o pipefail
 OUT=${OUT:-/tmp/fa-out}
@@ -11,6 +12,10 @@ ROOT=$(pwd)
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
 say() { echo "$*" | tee -a "$SUMMARY"; }
+counts() {
+  echo "$(grep -c '^\[       OK \]' "$1") OK, $(grep -c '^\[  SKIPPED \]' "$1") skipped," \
+    "$(grep -c '^\[  FAILED  \] [^0-9]' "$1") failed"
+}
 
 # extract TARBALL DIR: the carried build into DIR; its absolute paths name
 # the dev machine's checkout, so that path is made to lead here
