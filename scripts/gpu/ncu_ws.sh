@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (the device tool's `run`, carry [".gpu-deps",
+# ".gpu-build.tar.xz"]): Nsight Compute on the warp-specialized kernels
+# (forward, backward, FP8 forward) of a carried build, one kernel launch per
+# shape, with the sections issue 14 asks about: tensor pipe utilization,
+# warp stall reasons, registers, spills (local memory), occupancy.
+#
+#   NCU_JOBS="fwd_ws:128:4096:0 bwd_ws:128:2048:1 fp8_ws:128:4096:0" \
+#     bash scripts/gpu/ncu_ws.sh
+#
+# A job is kernel-regex:D:L:causal; fp8_ws runs bench/gpu/fp8.py, the others
+# bench/gpu/anchors.py --once (forward, backward, deterministic backward:
+# --launch-count takes the first NCU_LAUNCHES matching launches). Each job's
+# full report is $OUT/ncu-<job>.txt; summary.txt gets the lines read most.
+# The gmma pipe's metric names are taken from `ncu --query-metrics` on the
+# machine (they differ between Nsight Compute versions).
+# shellcheck source=scripts/gpu/summary.sh
+. scripts/gpu/summary.sh
+
+[ -d build-gpu ] || extract "$ROOT/.gpu-build.tar.xz" build-gpu
+export LD_LIBRARY_PATH=$ROOT/.gpu-deps/cmocka/lib:${LD_LIBRARY_PATH:-}
+NCU=$(command -v ncu || find /opt/nvidia/nsight-compute -name ncu -type f 2>/dev/null | head -1)
+say "== ncu: $NCU ($("$NCU" --version | tail -1)) $(date +%T)"
+
+"$NCU" --query-metrics >"$OUT/ncu-metrics.txt" 2>&1
+# tensor-pipe (gmma) activity and the issue-stall breakdown, as counters
+METRICS=$(grep -oE '^sm__(pipe_tensor_op_gmma_cycles_active|inst_executed_pipe_tensor_op_gmma)[a-z_]*' \
+  "$OUT/ncu-metrics.txt" | sort -u | sed 's/$/.avg.pct_of_peak_sustained_active/' | paste -sd, -)
+STALLS=$(grep -oE '^smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active' "$OUT/ncu-metrics.txt" |
+  sort -u | sed 's/$/.ratio/' | paste -sd, -)
+say "tensor metrics: ${METRICS:-none found}"
+DETAILS=()
+"$NCU" --help 2>&1 | grep -q -- --print-details && DETAILS=(--print-details all)
+
+for job in ${NCU_JOBS:-fwd_ws:128:4096:0 fwd_ws:64:16384:1 bwd_ws:128:2048:1 fp8_ws:128:4096:0}; do
+  IFS=: read -r kern D L causal <<<"$job"
+  log="$OUT/ncu-${job//:/-}.txt"
+  if [ "$kern" = fp8_ws ]; then
+    prog=(python3 bench/gpu/fp8.py --lib build-gpu/libflashattn.so --d "$D" --l "$L" --causal "$causal" --reps 1
+      --acc-l 0)
+    regex=fwd_fp8_ws
+  else
+    prog=(python3 bench/gpu/anchors.py --lib build-gpu/libflashattn.so --d "$D" --l "$L" --causal "$causal" --once
+      --variants 0)
+    regex=$kern
+  fi
+  say "== ncu $job $(date +%T)"
+  timeout 240 "$NCU" --clock-control none --kernel-name regex:"$regex" --launch-count "${NCU_LAUNCHES:-1}" \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section InstructionStats \
+    --section SourceCounters ${METRICS:+--metrics "$METRICS,$STALLS"} "${DETAILS[@]}" "${prog[@]}" >"$log" 2>&1
+  say "ncu exit $?"
+  grep -E "^  [a-z_]*kernel|Duration|Registers Per|Local Memory|Achieved Occupancy|Compute \(SM\) Throughput|Issue Slots Busy|Warp Cycles Per Issued|No Eligible|pipe_tensor|Shared.*Bank|stalled_(barrier|long_scoreboard|short_scoreboard|wait|math|mio|dispatch|membar|sleeping|branch|lg|tex|selected|not_selected|no_instruction|drain|imc|misc)" \
+    "$log" | sed 's/  */ /g' | head -60 | tee -a "$SUMMARY"
+done
+say "== done $(date +%T)"
