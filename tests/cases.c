@@ -54,6 +54,13 @@ const tcase tc_cases[] = {
     {"mqa_causal", .B = 1, .Hq = 6, .Hkv = 1, .Lq = 33, .Lk = 33, .D = 16, .Dv = 8, .causal = 1},
     {"many_heads_gqa", .B = 3, .Hq = 8, .Hkv = 2, .Lq = 33, .Lk = 17, .D = 16, .Dv = 16, .dtypes = TD_F32 | TD_BF16},
     {"scale_custom", SMALL, .Lq = 17, .Lk = 17, .D = 16, .Dv = 16, .scale = 0.3},
+    /* a negative scale (the row maxima of the unscaled scores are then their minima: the cuda
+     * warp-specialized forward, which folds the scale into the exponent, must leave it to another
+     * kernel), multi-tile at D = 64 and 128, causal so that masked entries meet the sign */
+    {"scale_negative_D128_causal", .B = 1, .Hq = 2, .Hkv = 1, .Lq = 150, .Lk = 150, .D = 128, .Dv = 128, .causal = 1,
+     .scale = -0.15, .dtypes = F32_BF16},
+    {"scale_negative_D64", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 200, .Lk = 140, .D = 64, .Dv = 64, .scale = -0.2,
+     .dtypes = TD_F16},
 
     /* ---- layouts ---- */
     {"layout_blhd_gqa", .B = 2, .Hq = 4, .Hkv = 2, .Lq = 17, .Lk = 33, .D = 16, .Dv = 16, .layout = TL_BLHD},

@@ -28,7 +28,9 @@ static const tb_backend *g_be;
 static int g_usable;
 static char g_why[512];
 
-/* descales: 0 none, 1 per tensor ([1, 1] broadcast), 2 per (sequence, kv head) */
+/* descales: 0 none, 1 per tensor ([1, 1] broadcast), 2 per (sequence, kv head), 3 as 2 with
+ * every other k_descale negative (the cuda kernels fold a positive scale into the exponent and
+ * take the unfolded path for the rest: both in one call) */
 typedef struct fcase {
   tcase c;
   int descale;
@@ -71,6 +73,10 @@ static const fcase g_cases[] = {
      0},
     /* large scores: a peaked softmax, where P's rounding shows most */
     {{"peaked_mag2", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 40, .Lk = 260, .D = 128, .Dv = 128, .mag = 2.0}, 0, 0},
+    {{"descale_signs_causal_br", .B = 2, .Hq = 4, .Hkv = 2, .Lq = 150, .Lk = 300, .D = 128, .Dv = 128, .causal = 1,
+      .align = FA_ALIGN_BOTTOM_RIGHT},
+     3,
+     0},
     {{"scale_custom_block64", .B = 1, .Hq = 1, .Hkv = 1, .Lq = 40, .Lk = 200, .D = 128, .Dv = 128, .scale = 0.05,
       .block_k = 64},
      0,
@@ -562,8 +568,10 @@ static void io_make(fp8_io *io, const fcase *f, uint64_t seed) {
   double **ds[3] = {&io->qd, &io->kd, &io->vd};
   for (int x = 0; x < 3; ++x) {
     *ds[x] = (double *)malloc((size_t)n * sizeof(double));
-    for (int64_t e = 0; e < n; ++e) /* f32-exact values in [0.25, 2] */
+    for (int64_t e = 0; e < n; ++e) { /* f32-exact magnitudes in [0.25, 2] */
       (*ds[x])[e] = f->descale == 1 ? 0.5 + 0.25 * x : ldexp(1.0 + (double)((e * 7 + x * 3) % 8) / 8.0, -1 + x % 2);
+      if (f->descale == 3 && x == 1 && e % 2) (*ds[x])[e] = -(*ds[x])[e];
+    }
   }
 }
 

@@ -112,10 +112,21 @@ __device__ __forceinline__ void fp8_p_frag(uint32_t (&a)[4], const float (&s)[kN
 // FP8 forward kernel runs (this one and fwd_fp8_ws_kernel.cuh), written once.
 // Once S of a key tile at n0 is in: S * q_descale * k_descale, then
 // fwd_tile.cuh's scores and online softmax with P = 2^(s - m + shift).
+// Band-only calls fold the product of descales and scale into the exponent
+// where it is positive (the same for a whole work tile: one (batch, kv
+// head)): one FFMA an element for the three steps (fwd_tile.cuh's kFold).
 template <bool kFull, int kNB>
 __device__ __forceinline__ void fp8_scores_softmax(const fa__cuda_params &p, const seq_ctx &c, float (&s)[1][kNB][4],
                                                    float (&alpha)[1][2], float (&row_m)[1][2], float (&row_l)[1][2],
                                                    float qk_descale, int64_t r0, int64_t n0, int g, int t) {
+  if (!kFull) {
+    const float sc = qk_descale * p.scale_log2;
+    if (sc > 0.f) {
+      fwd_scores<false, true>(p, c, s, r0, n0, g, t);
+      fwd_softmax<false, FA__FP8_P_SHIFT, true>(p, c, s, alpha, row_m, row_l, r0, n0, g, t, sc);
+      return;
+    }
+  }
   if (qk_descale != 1.f) {
 #pragma unroll
     for (int nb = 0; nb < kNB; ++nb)

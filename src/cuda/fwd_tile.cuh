@@ -71,7 +71,13 @@ __device__ __forceinline__ void fwd_wg_tiles(const fwd_block &fb, int64_t r0, in
 // kMT m-tiles of one warp starting at query row r0, key tile at n0.
 // kFull: every element through score_full (mask, bias, ALiBi, softcap);
 // otherwise only the band, and only where it cuts the warp's tile.
-template <bool kFull, int kMT, int kNB>
+// kFold: the scores stay unscaled (only the band's -inf set): fwd_softmax
+// with kFold applies the scale inside the exponent, one FFMA an element
+// instead of a multiply here and a subtraction there (FlashAttention 3's
+// softmax; ncu counted 450 M unfused FP32 instructions in the D = 64
+// warp-specialized forward). Needs a positive scale: the max of the
+// unscaled row is then the max of the scaled one.
+template <bool kFull, bool kFold = false, int kMT, int kNB>
 __device__ __forceinline__ void fwd_scores(const fa__cuda_params &p, const seq_ctx &c, float (&s)[kMT][kNB][4],
                                            int64_t r0, int64_t n0, int g, int t) {
   if (kFull) {
@@ -86,6 +92,7 @@ __device__ __forceinline__ void fwd_scores(const fa__cuda_params &p, const seq_c
               score_full(p, c, s[mt][nb][e], r0 + mt * 16 + g + (e >> 1) * 8, n0 + nb * 8 + 2 * t + (e & 1), &capped);
         }
   } else if (fa__band_tile_full(&c.bd, r0, r0 + 16 * kMT, n0, n0 + 8 * kNB)) {
+    if (kFold) return;
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -110,7 +117,8 @@ __device__ __forceinline__ void fwd_scores(const fa__cuda_params &p, const seq_c
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int j = nb * 8 + 2 * t + e;
-            s[mt][nb][2 * r + e] = j >= lo && j < hi ? s[mt][nb][2 * r + e] * p.scale_log2 : -INFINITY;
+            const float x = kFold ? s[mt][nb][2 * r + e] : s[mt][nb][2 * r + e] * p.scale_log2;
+            s[mt][nb][2 * r + e] = j >= lo && j < hi ? x : -INFINITY;
           }
       }
   }
@@ -123,10 +131,14 @@ __device__ __forceinline__ void fwd_scores(const fa__cuda_params &p, const seq_c
 // (fwd_rescale) before P V is added to it. kPShift: P = 2^(S - m + kPShift),
 // the FP8 forward's headroom (P up to 2^8, so that small P stay normal in
 // e4m3; the row sum carries the same factor, which o = acc / l cancels).
-template <bool kFull, int kPShift = 0, int kMT, int kNB>
+// kFold: S is unscaled (fwd_scores with kFold), sc > 0 its scale in log2
+// units: the max is taken unscaled and scaled once, P = 2^(S sc - m) by one
+// FFMA (the maxima are the same numbers either way: rounding is monotonic).
+template <bool kFull, int kPShift = 0, bool kFold = false, int kMT, int kNB>
 __device__ __forceinline__ void fwd_softmax(const fa__cuda_params &p, const seq_ctx &c, float (&s)[kMT][kNB][4],
                                             float (&alpha)[kMT][2], float (&row_m)[kMT][2], float (&row_l)[kMT][2],
-                                            int64_t r0, int64_t n0, int g, int t) {
+                                            int64_t r0, int64_t n0, int g, int t, float sc = 1.f) {
+  static_assert(!(kFull && kFold), "per-element scores are scaled as they are made");
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -136,6 +148,7 @@ __device__ __forceinline__ void fwd_softmax(const fa__cuda_params &p, const seq_
       for (int nb = 0; nb < kNB; ++nb) mx = fmaxf(mx, fmaxf(s[mt][nb][2 * r], s[mt][nb][2 * r + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      if (kFold) mx *= sc;
       const float mnew = fmaxf(row_m[mt][r], mx);
       const float muse = mnew == -INFINITY ? 0.f : mnew;  // nothing seen yet: no -inf - -inf
       alpha[mt][r] = fast_exp2(row_m[mt][r] - muse);
@@ -144,8 +157,8 @@ __device__ __forceinline__ void fwd_softmax(const fa__cuda_params &p, const seq_
       float sum = 0.f;
 #pragma unroll
       for (int nb = 0; nb < kNB; ++nb) {
-        s[mt][nb][2 * r] = fast_exp2(s[mt][nb][2 * r] - mp);
-        s[mt][nb][2 * r + 1] = fast_exp2(s[mt][nb][2 * r + 1] - mp);
+        s[mt][nb][2 * r] = fast_exp2(kFold ? fmaf(s[mt][nb][2 * r], sc, -mp) : s[mt][nb][2 * r] - mp);
+        s[mt][nb][2 * r + 1] = fast_exp2(kFold ? fmaf(s[mt][nb][2 * r + 1], sc, -mp) : s[mt][nb][2 * r + 1] - mp);
         sum += s[mt][nb][2 * r] + s[mt][nb][2 * r + 1];
       }
       row_l[mt][r] = row_l[mt][r] * alpha[mt][r] + sum;

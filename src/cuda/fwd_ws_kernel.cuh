@@ -18,8 +18,9 @@
 //              softmax runs while another's products keep the tensor
 //              cores busy.
 // Scores, softmax, rescale and epilogue are fwd_tile.cuh's, as in the other
-// forward kernels. Band-only options (causal, window, lengths: seqlens and
-// packed sequences too); launch_fwd_wgmma.cuh decides.
+// forward kernels, the scale folded into the exponent (kFold). Band-only
+// options (causal, window, lengths: seqlens and packed sequences too) and a
+// positive scale; launch_fwd_wgmma.cuh decides.
 #ifndef FA_CUDA_FWD_WS_KERNEL_CUH
 #define FA_CUDA_FWD_WS_KERNEL_CUH
 
@@ -208,8 +209,8 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
       auto s_softmax = [&](int it) {
         fence_regs(s[0]);
         const int64_t n0 = static_cast<int64_t>(fb.nb_lo + it) * kBN;
-        fwd_scores<false>(p, c, s, m0 + wrow, n0, g, t);
-        fwd_softmax<false>(p, c, s, alpha, row_m, row_l, m0 + wrow, n0, g, t);
+        fwd_scores<false, true>(p, c, s, m0 + wrow, n0, g, t);
+        fwd_softmax<false, 0, true>(p, c, s, alpha, row_m, row_l, m0 + wrow, n0, g, t, p.scale_log2);
       };
       auto p_to_frags = [&]() { wgmma_p_frags<E, kBN>(pa, s[0]); };
 

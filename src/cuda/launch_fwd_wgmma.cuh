@@ -44,13 +44,14 @@ fa_status launch_fwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&maps)[
 
 // Whether the warp-specialized kernel takes the call, and its tensor maps
 // (boxes of kBM query rows, kBN keys): band-only options (seqlens and packed
-// sequences included), tensors the copy engine can address.
+// sequences included), a positive scale (its softmax takes the row maxima
+// unscaled: fwd_tile.cuh's kFold), tensors the copy engine can address.
 // FLASHATTN_CUDA_WS=0 keeps the cp.async kernels.
 template <typename E>
 bool fwd_ws_maps(const fa__cuda_params &p, int kBM, int kBN, CUtensorMap (&maps)[3]) {
   const char *env = getenv("FLASHATTN_CUDA_WS");
   if ((env && strcmp(env, "0") == 0) || (p.variant != 0 && p.variant != 4 && p.variant != 5)) return false;
-  if (p.has_extras) return false;
+  if (p.has_extras || !(p.scale_log2 > 0.f)) return false;
   const int64_t B = p.cu_q || p.cu_k ? 1 : p.B;  // packed sequences: one stored batch
   if (!tma_addressable(p.q, p.qs, B, p.Hq, p.Lq_rows, p.D) || !tma_addressable(p.k, p.ks, B, p.Hkv, p.Lk_rows, p.D) ||
       !tma_addressable(p.v, p.vs, B, p.Hkv, p.Lk_rows, p.Dv))
