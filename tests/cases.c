@@ -46,6 +46,12 @@ const tcase tc_cases[] = {
      .dtypes = TD_F32 | TD_F16},
     {"D1", SMALL, .Lq = 33, .Lk = 33, .D = 1, .Dv = 1},
     {"D256", .B = 1, .Hq = 1, .Hkv = 1, .Lq = 33, .Lk = 33, .D = 256, .Dv = 256, .dtypes = TD_F32 | TD_F16},
+    /* D = 256 over several 64-key tiles and two row tiles (the cuda warp-specialized kernel at
+     * bucket 256), and D, Dv under 256 there (the copy engine's zero columns past D) */
+    {"D256_causal_br_gqa_L200x330", .B = 1, .Hq = 2, .Hkv = 1, .Lq = 200, .Lk = 330, .D = 256, .Dv = 256, .causal = 1,
+     .align = FA_ALIGN_BOTTOM_RIGHT, .dtypes = F32_BF16},
+    {"D160_Dv256_window_L130x150", .B = 1, .Hq = 1, .Hkv = 1, .Lq = 130, .Lk = 150, .D = 160, .Dv = 256,
+     .use_window = 1, .wl = 70, .wr = 10, .dtypes = TD_F16},
     {"D24_Dv40", SMALL, .Lq = 17, .Lk = 33, .D = 24, .Dv = 40},
     {"D7_Dv5", SMALL, .Lq = 17, .Lk = 7, .D = 7, .Dv = 5},
     {"D64_L130_causal", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 130, .Lk = 130, .D = 64, .Dv = 64, .causal = 1,

@@ -255,23 +255,25 @@ bool fast_ok(const fa__problem *p) {
 }
 
 #if defined(FA_HAVE_SM90A)
-// The Hopper forward (wgmma) for head-dim buckets 64 and 128 on the current
-// device when it is compute capability 9.0 exactly: sm_90a code runs on no
-// other. FLASHATTN_CUDA_WGMMA=0 keeps the mma.sync kernels (the sm_80 path),
-// so that one GPU can test both.
+// The Hopper forward (wgmma) for head-dim buckets 64, 128 and 256 (there the
+// warp-specialized kernel takes band-only calls, launch_fwd_wgmma.cuh) on
+// the current device when it is compute capability 9.0 exactly: sm_90a code
+// runs on no other. FLASHATTN_CUDA_WGMMA=0 keeps the mma.sync kernels (the
+// sm_80 path), so that one GPU can test both.
 bool wgmma_ok(int kd) {
-  if (kd != 64 && kd != 128) return false;
+  if (kd != 64 && kd != 128 && kd != 256) return false;
   const char *env = getenv("FLASHATTN_CUDA_WGMMA");
   if (env && strcmp(env, "0") == 0) return false;
   int dev = 0, major = 0, minor = 0;
   return current_cc(&dev, &major, &minor) && major == 9 && minor == 0;
 }
 
-// The Hopper backward goes with the Hopper forward;
+// The Hopper backward goes with the Hopper forward, buckets 64 and 128
+// (D = 256 keeps the mma.sync backward);
 // FLASHATTN_CUDA_WGMMA_BWD=0 keeps the mma.sync backward alone (A/B timing).
 bool wgmma_bwd_ok(int kd) {
   const char *env = getenv("FLASHATTN_CUDA_WGMMA_BWD");
-  return !(env && strcmp(env, "0") == 0) && wgmma_ok(kd);
+  return !(env && strcmp(env, "0") == 0) && kd != 256 && wgmma_ok(kd);
 }
 #endif
 

@@ -72,6 +72,12 @@ bool fwd_ws_maps(const fa__cuda_params &p, int kBM, int kBN, CUtensorMap (&maps)
 //        tile at a time (-1..4%), 3 x 64 pipelined (-2..+3%).
 //   per-element options (mask, bias, ALiBi, softcap, dropout): 2 x 128, 2
 //   slots, one tile at a time (their scoring needs the pipeline's registers).
+// The warp-specialized kernel (fwd_ws_kernel.cuh, the default for band-only
+// calls) was measured the same way on 2026-12-01
+// (bench/results/2026-12-01-h200-ws-fwd-d256.txt): at D = 64 its 3 x 128
+// against 2 x 128 (0..-22%) and 2 x 192 (-2..-16%, 64 bytes of spills), at
+// D = 128 2 slots against 3 (equal); at D = 256, 2 x 64 keys: 1.7-2.2x the
+// mma.sync kernel and FLASH.
 // FLASHATTN_CUDA_VARIANT=1 (A/B timing in one process): 128 one tile at a time;
 // 2: 128 pipelined on cp.async (the warp-specialized kernel's predecessor);
 // 4: the warp-specialized kernel with 176-key tiles without a band (FA3's;
@@ -79,6 +85,17 @@ bool fwd_ws_maps(const fa__cuda_params &p, int kBM, int kBN, CUtensorMap (&maps)
 // instead of 3.
 template <typename E>
 fa_status launch_fwd_wgmma(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err) {
+  CUtensorMap maps[3];
+  if (kd == 256) {
+    // 2 x 64 rows against 64-key tiles, 2 slots (193 KiB of shared memory):
+    // O is 128 registers a thread, S 32, P 16 under the consumers' 240
+    // (FlashAttention 3 takes 128 x 80). Everything else at D = 256 (per-
+    // element options, tensors the copy engine cannot address) stays on the
+    // mma.sync kernel.
+    if (fwd_ws_maps<E>(p, 128, 64, maps)) return launch_fwd_ws_cfg<E, 256, 64, 2, 2>(p, maps, s, err);
+    return std::is_same<E, bf16_t>::value ? fa__cuda_fast_fwd_bf16(p, kd, s, err)
+                                          : fa__cuda_fast_fwd_f16(p, kd, s, err);
+  }
   if (kd != 64 && kd != 128) {
     fa__err_set(err, "cuda: no wgmma forward kernel for head-dim bucket %d", kd);
     return FA_ERR_INTERNAL;
@@ -87,7 +104,6 @@ fa_status launch_fwd_wgmma(const fa__cuda_params &p, int kd, cudaStream_t s, fa_
     return kd == 64 ? launch_fwd_wgmma_cfg<E, 64, 2, 128, 2, false, true>(p, s, err)
                     : launch_fwd_wgmma_cfg<E, 128, 2, 128, 2, false, true>(p, s, err);
   const bool band = p.wl >= 0 || p.wr >= 0;
-  CUtensorMap maps[3];
   if (kd == 64) {
     if (p.variant == 5) {
       if (fwd_ws_maps<E>(p, 128, 128, maps)) return launch_fwd_ws_cfg<E, 64, 128, 3, 2>(p, maps, s, err);
