@@ -6,9 +6,8 @@ N/2 "+f" operands of each shape are spelled out here rather than by hand.
 usage: python3 scripts/gen_wgmma_ops.py > src/cuda/wgmma_ops.cuh
 """
 
-# 176: the key tile of the warp-specialized forward without a band (an A/B
-# variant of fwd_ws_kernel.cuh); 256: the head dim of O at D = 256 (O += P V)
-NS = (64, 128, 176, 256)
+# 256: the head dim of O at D = 256 (O += P V)
+NS = (64, 128, 256)
 TYPES = (("bf16_t", "bf16"), ("f16_t", "f16"))
 # FP8 (fwd_fp8_kernel.cuh): k32, both operands K-major (no transpose
 # immediates exist for 8-bit types); N = 128 keys of S, or the head dim of O.

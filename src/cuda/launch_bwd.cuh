@@ -41,13 +41,13 @@ fa_status launch_bwd_cfg(const fa__cuda_params &p, int deterministic, cudaStream
 // 4 warps x 64 keys.
 //   64:  128-query tiles      128: 64-query tiles
 // These tall query tiles halve the barriers and fixed costs per flop against
-// 64 / 32 (FLASHATTN_CUDA_VARIANT=1), at the price of ~100 bytes of register
-// spills, and measured 2-10% faster on an H200 (bf16, 2026-11-29,
-// bench/results/2026-11-29-h200-anchors-variants.txt).
+// 64 / 32, at the price of ~100 bytes of register spills, and measured 2-10%
+// faster on an H200 (bf16, 2026-11-29,
+// bench/results/2026-11-29-h200-anchors-variants.txt; the 64 / 32 tiles were
+// FLASHATTN_CUDA_VARIANT=1 until their build time went to the D = 256
+// forward).
 template <typename E, bool kFull>
 fa_status launch_bwd_full(const fa__cuda_params &p, int kd, int det, cudaStream_t s, fa__err *err) {
-  if (p.variant == 1 && kd == 64) return launch_bwd_cfg<E, 64, 8, 64, 4, 64, kFull>(p, det, s, err);
-  if (p.variant == 1 && kd == 128) return launch_bwd_cfg<E, 128, 8, 32, 4, 64, kFull>(p, det, s, err);
   switch (kd) {
     case 64: return launch_bwd_cfg<E, 64, 8, 128, 4, 64, kFull>(p, det, s, err);
     case 128: return launch_bwd_cfg<E, 128, 8, 64, 4, 64, kFull>(p, det, s, err);

@@ -67,10 +67,9 @@ fa_status launch_bwd_wgmma_cfg(const fa__cuda_params &p, int deterministic, cuda
   if constexpr (!kFull) {
     CUtensorMap maps[5];
     if ((!deterministic || p.dq_turn) && bwd_ws_maps<E>(p, kBM, maps)) {
-      if (!deterministic) {
-        if (p.variant == 6) return launch_bwd_ws_cfg<E, kD, kBM, 3, false>(p, maps, s, err);
-        return launch_bwd_ws_cfg<E, kD, kBM, 2, false>(p, maps, s, err);
-      }
+      // (3 slots measured no better than 2: bench/results/2026-12-01-h200-ws-bwd.txt; that A/B
+      // variant's instantiations went for the build time)
+      if (!deterministic) return launch_bwd_ws_cfg<E, kD, kBM, 2, false>(p, maps, s, err);
       const fa_status st = launch_bwd_ws_cfg<E, kD, kBM, 2, true>(p, maps, s, err);
       return st == FA_OK ? fa__cuda_dq_convert(p, s, err) : st;
     }

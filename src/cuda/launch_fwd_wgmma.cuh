@@ -50,7 +50,7 @@ fa_status launch_fwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&maps)[
 template <typename E>
 bool fwd_ws_maps(const fa__cuda_params &p, int kBM, int kBN, CUtensorMap (&maps)[3]) {
   const char *env = getenv("FLASHATTN_CUDA_WS");
-  if ((env && strcmp(env, "0") == 0) || (p.variant != 0 && p.variant != 4 && p.variant != 5)) return false;
+  if ((env && strcmp(env, "0") == 0) || p.variant != 0) return false;
   if (p.has_extras || !(p.scale_log2 > 0.f)) return false;
   const int64_t B = p.cu_q || p.cu_k ? 1 : p.B;  // packed sequences: one stored batch
   if (!tma_addressable(p.q, p.qs, B, p.Hq, p.Lq_rows, p.D) || !tma_addressable(p.k, p.ks, B, p.Hkv, p.Lk_rows, p.D) ||
@@ -79,10 +79,10 @@ bool fwd_ws_maps(const fa__cuda_params &p, int kBM, int kBN, CUtensorMap (&maps)
 // D = 128 2 slots against 3 (equal); at D = 256, 2 x 64 keys: 1.7-2.2x the
 // mma.sync kernel and FLASH.
 // FLASHATTN_CUDA_VARIANT=1 (A/B timing in one process): 128 one tile at a time;
-// 2: 128 pipelined on cp.async (the warp-specialized kernel's predecessor);
-// 4: the warp-specialized kernel with 176-key tiles without a band (FA3's;
-// here it spills 168 bytes); 5: D 64 on 2 consumer warpgroups (128 rows)
-// instead of 3.
+// 2: 128 pipelined on cp.async (the warp-specialized kernel's predecessor).
+// The losing warp-specialized shapes (176-key tiles without a band, FA3's,
+// 6-20% slower with 168 bytes of spills; D 64 on 2 warpgroups) were variants
+// 4 and 5 until their compile time went to the D = 256 kernel.
 template <typename E>
 fa_status launch_fwd_wgmma(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err) {
   CUtensorMap maps[3];
@@ -105,19 +105,11 @@ fa_status launch_fwd_wgmma(const fa__cuda_params &p, int kd, cudaStream_t s, fa_
                     : launch_fwd_wgmma_cfg<E, 128, 2, 128, 2, false, true>(p, s, err);
   const bool band = p.wl >= 0 || p.wr >= 0;
   if (kd == 64) {
-    if (p.variant == 5) {
-      if (fwd_ws_maps<E>(p, 128, 128, maps)) return launch_fwd_ws_cfg<E, 64, 128, 3, 2>(p, maps, s, err);
-    } else if (fwd_ws_maps<E>(p, 192, 128, maps)) {
-      return launch_fwd_ws_cfg<E, 64, 128, 3, 3>(p, maps, s, err);
-    }
+    if (fwd_ws_maps<E>(p, 192, 128, maps)) return launch_fwd_ws_cfg<E, 64, 128, 3, 3>(p, maps, s, err);
     return band ? launch_fwd_wgmma_cfg<E, 64, 3, 128, 3, false, false, true>(p, s, err)
                 : launch_fwd_wgmma_cfg<E, 64, 3, 128, 3, false, false, false>(p, s, err);
   }
-  if (!band && p.variant == 4) {
-    if (fwd_ws_maps<E>(p, 128, 176, maps)) return launch_fwd_ws_cfg<E, 128, 176, 2, 2>(p, maps, s, err);
-  } else if (fwd_ws_maps<E>(p, 128, 128, maps)) {
-    return launch_fwd_ws_cfg<E, 128, 128, 2, 2>(p, maps, s, err);
-  }
+  if (fwd_ws_maps<E>(p, 128, 128, maps)) return launch_fwd_ws_cfg<E, 128, 128, 2, 2>(p, maps, s, err);
   if (p.variant == 1) return launch_fwd_wgmma_cfg<E, 128, 2, 128, 2, false, false>(p, s, err);
   return launch_fwd_wgmma_cfg<E, 128, 2, 128, 2, true, false>(p, s, err);
 }
