@@ -23,9 +23,13 @@ NCU=$(command -v ncu || find /opt/nvidia/nsight-compute -name ncu -type f 2>/dev
 say "== ncu: $NCU ($("$NCU" --version | tail -1)) $(date +%T)"
 
 "$NCU" --query-metrics >"$OUT/ncu-metrics.txt" 2>&1
-# tensor-pipe (gmma) activity and the issue-stall breakdown, as counters
-METRICS=$(grep -oE '^sm__(pipe_tensor_op_gmma_cycles_active|inst_executed_pipe_tensor_op_gmma)[a-z_]*' \
-  "$OUT/ncu-metrics.txt" | sort -u | sed 's/$/.avg.pct_of_peak_sustained_active/' | paste -sd, -)
+# tensor-pipe (gmma) busy cycles where this ncu has the counter (2025.3 has
+# not: there the ComputeWorkloadAnalysis line "Tensor is the highest-utilized
+# pipeline (N%)" says it; sm__inst_executed_pipe_tensor_op_gmma, which it has,
+# counts instruction issue, not pipe time: 4% where the pipe was 65% busy),
+# and the issue-stall breakdown, as counters
+METRICS=$(grep -oE '^sm__pipe_tensor_op_gmma_cycles_active[a-z_]*' "$OUT/ncu-metrics.txt" | sort -u |
+  sed 's/$/.avg.pct_of_peak_sustained_active/' | paste -sd, -)
 STALLS=$(grep -oE '^smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active' "$OUT/ncu-metrics.txt" |
   sort -u | sed 's/$/.ratio/' | paste -sd, -)
 say "tensor metrics: ${METRICS:-none found}"
@@ -50,7 +54,7 @@ for job in ${NCU_JOBS:-fwd_ws:128:4096:0 fwd_ws:64:16384:1 bwd_ws:128:2048:1 fp8
     --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section InstructionStats \
     --section SourceCounters ${METRICS:+--metrics "$METRICS,$STALLS"} "${DETAILS[@]}" "${prog[@]}" >"$log" 2>&1
   say "ncu exit $?"
-  grep -E "^  [a-z_]*kernel|Duration|Registers Per|Local Memory|Achieved Occupancy|Compute \(SM\) Throughput|Issue Slots Busy|Warp Cycles Per Issued|No Eligible|pipe_tensor|Shared.*Bank|stalled_(barrier|long_scoreboard|short_scoreboard|wait|math|mio|dispatch|membar|sleeping|branch|lg|tex|selected|not_selected|no_instruction|drain|imc|misc)" \
+  grep -E "^  [a-z_]*kernel|Duration|Registers Per|Local Memory|Achieved Occupancy|Compute \(SM\) Throughput|Issue Slots Busy|Warp Cycles Per Issued|No Eligible|pipe_tensor|highest-utilized pipeline|non-fused FP32|Shared.*Bank|stalled_(barrier|long_scoreboard|short_scoreboard|wait|math|mio|dispatch|membar|sleeping|branch|lg|tex|selected|not_selected|no_instruction|drain|imc|misc)" \
     "$log" | sed 's/  */ /g' | head -60 | tee -a "$SUMMARY"
 done
 say "== done $(date +%T)"

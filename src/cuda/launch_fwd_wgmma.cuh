@@ -76,8 +76,8 @@ bool fwd_ws_maps(const fa__cuda_params &p, int kBM, int kBN, CUtensorMap (&maps)
 // calls) was measured the same way on 2026-12-01
 // (bench/results/2026-12-01-h200-ws-fwd-d256.txt): at D = 64 its 3 x 128
 // against 2 x 128 (0..-22%) and 2 x 192 (-2..-16%, 64 bytes of spills), at
-// D = 128 2 slots against 3 (equal); at D = 256, 2 x 64 keys: 1.7-2.2x the
-// mma.sync kernel and FLASH.
+// D = 128 2 slots against 3 (equal); at D = 256, 2 x 64 keys: 2.3-3.1x the
+// mma.sync kernel, 1.7-2.2x FLASH.
 // FLASHATTN_CUDA_VARIANT=1 (A/B timing in one process): 128 one tile at a time;
 // 2: 128 pipelined on cp.async (the warp-specialized kernel's predecessor).
 // The losing warp-specialized shapes (176-key tiles without a band, FA3's,
