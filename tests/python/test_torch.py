@@ -165,6 +165,9 @@ FA_CASES = {
     "gqa": dict(Hq=6, Hkv=3),
     "dv": dict(Dv=8),
     "scale": dict(softmax_scale=0.2),
+    # a negative scale: the row maxima of the scaled scores are the minima of the raw ones (the cuda
+    # warp-specialized forward folds a positive scale into the exponent and leaves this to another kernel)
+    "scale_negative_causal": dict(softmax_scale=-0.3, causal=True),
 }
 
 
