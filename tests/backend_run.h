@@ -14,7 +14,11 @@
  * absolute error is ~|LSE| 2^-24, a relative error of P that dQ and dK
  * multiply by |k| and |q| (the case's mag): 4 |LSE|max mag 2^-24 (2^-53 with
  * an f64 LSE). Negligible at ordinary scales (|LSE| ~ 5: ~1e-6); it is what
- * scores of 1e4 cost in any implementation with an f32 LSE. Structural zeros are checked exactly on every backend:
+ * scores of 1e4 cost in any implementation with an f32 LSE. O and LSE get
+ * the forward's share of it, tc_out_tol: a score of size |s| computed in f32
+ * carries ~|s| 2^-24, which exp turns into that relative error of P:
+ * 4 |LSE|max 2^-24 (LSE >= the row's largest score; no mag factor, V is not
+ * scaled). Structural zeros are checked exactly on every backend:
  * rows that see nothing have O = 0, LSE = -inf, dQ = 0; keys no query sees
  * have dK = dV = 0; bias elements no visible score reads have dBias = 0. */
 #ifndef FA_TEST_BACKEND_RUN_H
@@ -24,6 +28,8 @@
 #include "support/problem.h"
 
 double tc_tol(fa_dtype dt);
+/* tc_tol(dt) plus the f32-score term described above, for O and LSE. */
+double tc_out_tol(fa_dtype dt, const double *lse, int64_t nlse);
 /* tc_tol(dt) plus the f32-LSE term described above, for dQ, dK, dV, dBias. */
 double tc_grad_tol(const tcase *c, fa_dtype dt, const double *lse, int64_t nlse);
 

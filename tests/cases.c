@@ -52,6 +52,10 @@ const tcase tc_cases[] = {
      .align = FA_ALIGN_BOTTOM_RIGHT, .dtypes = F32_BF16},
     {"D160_Dv256_window_L130x150", .B = 1, .Hq = 1, .Hkv = 1, .Lq = 130, .Lk = 150, .D = 160, .Dv = 256,
      .use_window = 1, .wl = 70, .wr = 10, .dtypes = TD_F16},
+    /* the backward at bucket 256 with every element-wise option (cuda: bwd_wide_kernel.cuh's
+     * kFull form, dQ fused): packed sequences, bias and dBias, dropout, softcap, D != Dv */
+    {"D192_Dv200_varlen_bias_dropout_softcap", .B = 3, .Hq = 2, .Hkv = 1, .D = 192, .Dv = 200, .cu_q = cu_q3,
+     .cu_k = cu_k3, .bias = 1, .dbias = 1, .dropout_p = 0.15, .seed = 21, .softcap = 4.0, .dtypes = TD_F32 | TD_F16},
     {"D24_Dv40", SMALL, .Lq = 17, .Lk = 33, .D = 24, .Dv = 40},
     {"D7_Dv5", SMALL, .Lq = 17, .Lk = 7, .D = 7, .Dv = 5},
     {"D64_L130_causal", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 130, .Lk = 130, .D = 64, .Dv = 64, .causal = 1,
@@ -95,6 +99,8 @@ const tcase tc_cases[] = {
      .deterministic = 1, .dtypes = TD_F32 | TD_F16},
     {"deterministic_window_br_D128", .B = 1, .Hq = 2, .Hkv = 1, .Lq = 300, .Lk = 290, .D = 128, .Dv = 128,
      .use_window = 1, .wl = 150, .wr = 30, .align = FA_ALIGN_BOTTOM_RIGHT, .deterministic = 1, .dtypes = F32_BF16},
+    {"deterministic_D256_causal_gqa_alibi", .B = 1, .Hq = 4, .Hkv = 2, .Lq = 150, .Lk = 170, .D = 256, .Dv = 256,
+     .causal = 1, .alibi = 1, .deterministic = 1, .dtypes = F32_BF16},
     {"deterministic_causal_br_q_gt_k_D48_Dv64", .B = 1, .Hq = 2, .Hkv = 1, .Lq = 330, .Lk = 270, .D = 48, .Dv = 64,
      .causal = 1, .align = FA_ALIGN_BOTTOM_RIGHT, .deterministic = 1, .dtypes = TD_BF16 | TD_F16},
 

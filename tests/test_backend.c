@@ -411,7 +411,20 @@ static void test_deterministic_backward(void **state) {
                         .use_window = 1,
                         .wl = 150,
                         .wr = 100};
-  const tcase *cases[] = {&everything, &band, &window};
+  /* D = 256: dK/dV by column halves (cuda bwd_wide_kernel.cuh), dQ by the
+   * deterministic dQ kernel at bucket 256; dropout for its element-wise path */
+  const tcase wide = {.name = "deterministic (D = 256, dropout)",
+                      .B = 1,
+                      .Hq = 2,
+                      .Hkv = 1,
+                      .Lq = 130,
+                      .Lk = 200,
+                      .D = 256,
+                      .Dv = 256,
+                      .causal = 1,
+                      .dropout_p = 0.1,
+                      .seed = 5};
+  const tcase *cases[] = {&everything, &band, &window, &wide};
   static const fa_dtype dts[] = {FA_F32, FA_BF16};
   int ran = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)

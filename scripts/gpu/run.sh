@@ -14,7 +14,8 @@
 #                              suite (default; FLASHATTN_CUDA_WS_BWD=0: the
 #                              cp.async wgmma backward; FLASHATTN_CUDA_WGMMA_BWD=0:
 #                              mma.sync), memcheck / racecheck / synccheck on
-#                              $BWD_SAN, backward anchors ($BWD_VARIANTS, $BWD_L)
+#                              $BWD_SAN, backward anchors ($BWD_VARIANTS, $BWD_L,
+#                              $BWD_D); BWD_ONE_SUITE=1 runs the suite once
 #   scripts/gpu/run.sh suite   build + ctest without the compile-only tests
 #   scripts/gpu/run.sh decode  build + the kv-cache and merge tests (test_kvcache,
 #                              test_online_softmax), test_backend_cuda, memcheck of
@@ -331,10 +332,12 @@ if [ "$MODE" = bwd ]; then
   SUITE=$OUT/suite_cuda.log
   timeout 200 "$BUILD/tests/test_backend_cuda" >"$SUITE" 2>&1
   say "test_backend_cuda (wgmma backward) exit $?: $(suite_counts "$SUITE")"
-  FLASHATTN_CUDA_WS_BWD=0 timeout 200 "$BUILD/tests/test_backend_cuda" >"$BUILD/suite_wgmma.log" 2>&1
-  say "test_backend_cuda (cp.async wgmma backward) exit $?: $(suite_counts "$BUILD/suite_wgmma.log")"
-  FLASHATTN_CUDA_WGMMA_BWD=0 timeout 200 "$BUILD/tests/test_backend_cuda" >"$BUILD/suite_mma.log" 2>&1
-  say "test_backend_cuda (mma.sync backward) exit $?: $(suite_counts "$BUILD/suite_mma.log")"
+  if [ "${BWD_ONE_SUITE:-0}" = 0 ]; then # BWD_ONE_SUITE=1: the default kernels' run only
+    FLASHATTN_CUDA_WS_BWD=0 timeout 200 "$BUILD/tests/test_backend_cuda" >"$BUILD/suite_wgmma.log" 2>&1
+    say "test_backend_cuda (cp.async wgmma backward) exit $?: $(suite_counts "$BUILD/suite_wgmma.log")"
+    FLASHATTN_CUDA_WGMMA_BWD=0 timeout 200 "$BUILD/tests/test_backend_cuda" >"$BUILD/suite_mma.log" 2>&1
+    say "test_backend_cuda (mma.sync backward) exit $?: $(suite_counts "$BUILD/suite_mma.log")"
+  fi
   # the warp-specialized backward's cases (dense, band-only), then the cp.async one's
   for c in ${BWD_SAN:-f16_d128_L333x517 f16_d64_gqa_causal_blhd f16_d96_Dv40_L200 bf16_d128_seqlens}; do
     for tool in memcheck racecheck synccheck; do
@@ -346,7 +349,8 @@ if [ "$MODE" = bwd ]; then
   stage "anchors (backward variants ${BWD_VARIANTS:-0,mbwd}: 0 = default, 2 = cp.async wgmma, 6 = ws 3 slots, mbwd = mma.sync)"
   # shellcheck disable=SC2086
   timeout 300 python3 bench/gpu/anchors.py --lib "$BUILD/libflashattn.so" --out "$OUT" --passes bwd \
-    --variants ${BWD_VARIANTS:-0,mbwd} --reps 10 --l ${BWD_L:-2048,4096,16384} 2>&1 | tee "$OUT/anchors.txt"
+    --variants ${BWD_VARIANTS:-0,mbwd} --reps 10 --l ${BWD_L:-2048,4096,16384} --d ${BWD_D:-64,128} 2>&1 |
+    tee "$OUT/anchors.txt"
   stage "done"
   exit 0
 fi

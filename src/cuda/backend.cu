@@ -1,12 +1,15 @@
 // The cuda backend's table: whether a GPU is here, which problems it takes,
 // and which path runs them.
 //   fast path:    f16 / bf16, rows 16-byte aligned, tensor-core kernels for
-//                 head-dim buckets 64 / 128 / 256 (forward) and 64 / 128
-//                 (backward); smaller dims are zero-padded to the bucket.
-//                 On a compute capability 9.0 GPU the forward for 64 / 128
-//                 runs on wgmma (sm_90a) instead of mma.sync.
+//                 head-dim buckets 64 / 128 / 256 (forward and backward;
+//                 the 256 backward where a block may have 145 KiB of shared
+//                 memory: sm_80, sm_90); smaller dims are zero-padded to the
+//                 bucket. On a compute capability 9.0 GPU the forward, and
+//                 the backward for 64 / 128, run on wgmma (sm_90a) instead
+//                 of mma.sync.
 //   generic path: everything else the backend accepts (f32, unaligned views,
-//                 backward with a head dim over 128): SIMT, f32 arithmetic.
+//                 the 256 backward on devices with less shared memory):
+//                 SIMT, f32 arithmetic.
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -254,6 +257,20 @@ bool fast_ok(const fa__problem *p) {
   return true;
 }
 
+// Whether the tensor-core backward takes head dims up to dmax here: bucket
+// 256 needs the shared memory of bwd_wide_kernel.cuh's one-stage form.
+bool fast_bwd_ok(const fa__problem *p, int dmax) {
+  if (!fast_ok(p)) return false;
+  if (dmax <= 128) return true;
+  int dev = 0, optin = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return static_cast<size_t>(optin) >= fa__cuda_bwd_wide_smem(1);
+}
+
 #if defined(FA_HAVE_SM90A)
 // The Hopper forward (wgmma) for head-dim buckets 64, 128 and 256 (there the
 // warp-specialized kernel takes band-only calls, launch_fwd_wgmma.cuh) on
@@ -344,7 +361,7 @@ fa_status cuda_backward(const fa__problem *p, fa__err *err) {
   if (st != FA_OK) return st;
 
   scratch dq_acc;
-  if (fast_ok(p) && dmax <= 128) {
+  if (fast_bwd_ok(p, dmax)) {
     const int kd = bucket_of(dmax);
     const int det = p->deterministic != 0;
     // dQ summed in f32 across the key blocks: always when fused; when

@@ -294,11 +294,12 @@ __device__ __forceinline__ void bwd_load_q(const fa__cuda_params &p, const bwd_b
 }
 
 // dK = scale * sum dS^T Q and dV of the thread's keys j0 and j0 + 8 (its
-// accumulators in the C layout). Keys past the sequence (padded layout)
-// get the zeros their accumulators hold.
+// accumulators in the C layout, columns d0 on). Keys past the sequence
+// (padded layout) get the zeros their accumulators hold.
 template <typename E, int kDB>
 __device__ __forceinline__ void bwd_store_dkdv(const fa__cuda_params &p, const bwd_block &k, int64_t j0,
-                                               const float (&dk)[kDB][4], const float (&dv)[kDB][4], int t) {
+                                               const float (&dk)[kDB][4], const float (&dv)[kDB][4], int t,
+                                               int d0 = 0) {
   using T = typename E::storage;
   const fa__seq &seq = k.seq;
   T *gdk = static_cast<T *>(p.dk) + seq.bidx * p.dks.b + k.kvh * p.dks.h + seq.k_row0 * p.dks.r;
@@ -309,7 +310,7 @@ __device__ __forceinline__ void bwd_store_dkdv(const fa__cuda_params &p, const b
     if (j >= k.rows_k) continue;
 #pragma unroll
     for (int db = 0; db < kDB; ++db) {
-      const int d = db * 8 + 2 * t;
+      const int d = d0 + db * 8 + 2 * t;
       if (d < p.D)
         *reinterpret_cast<uint32_t *>(gdk + j * p.dks.r + d) =
             E::pack(dk[db][2 * r] * p.scale, dk[db][2 * r + 1] * p.scale);

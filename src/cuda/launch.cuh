@@ -94,6 +94,13 @@ inline cudaError_t fa__cuda_smem_optin(K kernel, size_t bytes) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
 }
 
+// Shared memory of the widest backward (bwd_wide_kernel.cuh: head-dim bucket
+// 256) with 1 or 2 stages of Q and dO: K, V [64][256] and P^T, dS^T [64][64]
+// in 16 bits; a stage is Q, dO [64][256] and their 64 rows' LSE and dsum.
+constexpr size_t fa__cuda_bwd_wide_smem(int stages) {
+  return 2 * (2 * 64 * 256 + 2 * 64 * 64) + stages * (2 * (2 * 64 * 256) + 2 * 64 * 4);
+}
+
 // The generic SIMT path: every dtype (f32 included), any strides, every
 // option; f32 arithmetic throughout. Correct first, not fast.
 fa_status fa__cuda_generic_fwd(const fa__cuda_params &p, cudaStream_t s, fa__err *err);
@@ -124,7 +131,8 @@ fa_status fa__cuda_fp8_fwd_f16(const fa__cuda_params &p, int kd, cudaStream_t s,
 fa_status fa__cuda_wgmma_bwd_bf16(const fa__cuda_params &p, int kd, int deterministic, cudaStream_t s, fa__err *err);
 fa_status fa__cuda_wgmma_bwd_f16(const fa__cuda_params &p, int kd, int deterministic, cudaStream_t s, fa__err *err);
 // deterministic: dQ by its own kernel (no atomics); else fused with f32
-// atomics into p.dq_acc, which must be zero, then converted.
+// atomics into p.dq_acc, which must be zero, then converted. kd 64, 128 or
+// 256 (that one only where fa__cuda_bwd_wide_smem(1) fits the device).
 fa_status fa__cuda_fast_bwd_bf16(const fa__cuda_params &p, int kd, int deterministic, cudaStream_t s, fa__err *err);
 fa_status fa__cuda_fast_bwd_f16(const fa__cuda_params &p, int kd, int deterministic, cudaStream_t s, fa__err *err);
 // dq_acc * scale -> dq (dtype), rows of each sequence only.

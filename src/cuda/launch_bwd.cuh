@@ -7,6 +7,7 @@
 
 #include "bwd_dq_kernel.cuh"
 #include "bwd_kernel.cuh"
+#include "bwd_wide_kernel.cuh"
 #include "launch.cuh"
 
 namespace fa_cuda {
@@ -36,6 +37,26 @@ fa_status launch_bwd_cfg(const fa__cuda_params &p, int deterministic, cudaStream
   return deterministic ? launch_bwd_dq<E, kD, kDqWarps, kDqBN, kFull>(p, s, err) : FA_OK;
 }
 
+// Head-dim bucket 256 (bwd_wide_kernel.cuh): two stages of Q and dO where the
+// device's shared memory holds them, else one; the deterministic mode's dQ
+// kernel with 4 warps x 32 keys (128 KiB). backend.cu sends no call here on a
+// device with less than the one-stage kernel's shared memory.
+template <typename E, bool kFull>
+fa_status launch_bwd_wide(const fa__cuda_params &p, int deterministic, cudaStream_t s, fa__err *err) {
+  int dev = 0, optin = 0;
+  FA_CUDA_TRY(cudaGetDevice(&dev), "backward (D = 256): device");
+  FA_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+              "backward (D = 256): shared memory per block");
+  const bool two = static_cast<size_t>(optin) >= fa__cuda_bwd_wide_smem(2);
+  auto kernel = two ? bwd_wide_kernel<E, 2, kFull> : bwd_wide_kernel<E, 1, kFull>;
+  const size_t bytes = fa__cuda_bwd_wide_smem(two ? 2 : 1);
+  FA_CUDA_TRY(fa__cuda_smem_optin(kernel, bytes), "backward (D = 256): shared memory limit");
+  FA_CUDA_ROWS_GRID(grid, p.B * p.Hkv, p.Lk, bwd_wide_cfg<1>::kBN, "backward dK/dV (D = 256)");
+  kernel<<<grid, bwd_wide_cfg<1>::kThreads, bytes, s>>>(p, deterministic ? 0 : 1);
+  FA_CUDA_CHECK_LAUNCH("backward (D = 256) dk/dv kernel launch");
+  return deterministic ? launch_bwd_dq<E, 256, 4, 32, kFull>(p, s, err) : FA_OK;
+}
+
 // Tile shapes per head-dim bucket: dK/dV kernel with 16 keys per warp,
 // 8 warps (128 keys) per block; the dQ kernel (deterministic mode) with
 // 4 warps x 64 keys.
@@ -51,6 +72,7 @@ fa_status launch_bwd_full(const fa__cuda_params &p, int kd, int det, cudaStream_
   switch (kd) {
     case 64: return launch_bwd_cfg<E, 64, 8, 128, 4, 64, kFull>(p, det, s, err);
     case 128: return launch_bwd_cfg<E, 128, 8, 64, 4, 64, kFull>(p, det, s, err);
+    case 256: return launch_bwd_wide<E, kFull>(p, det, s, err);
     default: fa__err_set(err, "cuda: no backward kernel for head-dim bucket %d", kd); return FA_ERR_INTERNAL;
   }
 }
