@@ -21,7 +21,7 @@ for o in $objs; do
   # the kernels each Hopper file must have compiled (mangled: fa_cuda::NAME)
   case $(basename "$o") in
     launch_fwd_wgmma_*) want="16fwd_wgmma_kernel 13fwd_ws_kernel" need_fwd=0 ;;
-    launch_bwd_wgmma_*) want="16bwd_wgmma_kernel 19bwd_dq_wgmma_kernel 13bwd_ws_kernel" need_bwd=0 ;;
+    launch_bwd_wgmma_*) want="16bwd_wgmma_kernel 19bwd_dq_wgmma_kernel 13bwd_ws_kernel 21bwd_wide_wgmma_kernel" need_bwd=0 ;;
     launch_fwd_fp8_*) want="14fwd_fp8_kernel" ;;
     *) want="" ;;
   esac

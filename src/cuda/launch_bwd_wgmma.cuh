@@ -15,6 +15,7 @@
 
 #include "bwd_dq_wgmma_kernel.cuh"
 #include "bwd_wgmma_kernel.cuh"
+#include "bwd_wide_wgmma_kernel.cuh"
 #include "bwd_ws_kernel.cuh"
 #include "launch.cuh"
 #include "tma_map.cuh"
@@ -93,6 +94,23 @@ fa_status launch_bwd_wgmma_cfg(const fa__cuda_params &p, int deterministic, cuda
   return FA_OK;
 }
 
+// Head-dim bucket 256 (bwd_wide_wgmma_kernel.cuh), dQ fused: backend.cu
+// sends the deterministic mode to the mma.sync kernels.
+template <typename E, bool kFull>
+fa_status launch_bwd_wide_wgmma(const fa__cuda_params &p, int deterministic, cudaStream_t s, fa__err *err) {
+  if (deterministic) {
+    fa__err_set(err, "cuda: the wgmma backward at D = 256 has no deterministic mode");
+    return FA_ERR_INTERNAL;
+  }
+  using cfg = bwd_wide_wgmma_cfg;
+  auto kernel = bwd_wide_wgmma_kernel<E, kFull>;
+  FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "backward (wgmma, D = 256): shared memory limit");
+  FA_CUDA_ROWS_GRID(grid, p.B * p.Hkv, p.Lk, cfg::kBN, "backward dK/dV (wgmma, D = 256)");
+  kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p);
+  FA_CUDA_CHECK_LAUNCH("backward (wgmma, D = 256) kernel launch");
+  return FA_OK;
+}
+
 // Tiles: 2 warpgroups x 64 keys; query tiles of 128 (D = 64) or 64
 // (D = 128), so that dQ splits into one 64 x 64 block per warpgroup.
 template <typename E, bool kFull>
@@ -100,6 +118,7 @@ fa_status launch_bwd_wgmma_full(const fa__cuda_params &p, int kd, int det, cudaS
   switch (kd) {
     case 64: return launch_bwd_wgmma_cfg<E, 64, 128, kFull>(p, det, s, err);
     case 128: return launch_bwd_wgmma_cfg<E, 128, 64, kFull>(p, det, s, err);
+    case 256: return launch_bwd_wide_wgmma<E, kFull>(p, det, s, err);
     default: fa__err_set(err, "cuda: no wgmma backward kernel for head-dim bucket %d", kd); return FA_ERR_INTERNAL;
   }
 }

@@ -1,0 +1,181 @@
+// Tensor-core backward for head-dim bucket 256 on Hopper (sm_90a): dK, dV
+// and dQ (fused) on wgmma. A block owns kBN = 64 keys of one (sequence, kv
+// head) and walks the query tiles of kBM = 64 rows that can see them, as
+// bwd_wide_kernel.cuh (mma.sync) does. dK and dV of 64 keys x 256 columns
+// are 128 f32 registers a thread over both warpgroups, so warpgroup wg keeps
+// columns 128 wg .. + 127 of both. Per tile:
+//   warpgroup 0: S^T = K Q^T    warpgroup 1: dP^T = V dO^T
+//                               (64 keys x 64 queries over 256 each: the
+//                               two products split without repeating one)
+//   dP^T -> shared memory in warpgroup 1's fragment order (f32; thread i of
+//   warpgroup 0 reads what thread i of warpgroup 1 held, so P^T and dS^T
+//   come out of bwd_tile.cuh's arithmetic exactly as in the other kernels)
+//   warpgroup 0: P^T, dS^T (bwd_p_ds), both to shared memory as [key][query]
+//   both: dV += P^T dO, dK += dS^T Q   (their column half; A fragments by
+//         ldmatrix, dO and Q N-major from shared memory)
+//         dQ = dS K    (their column half in two 64 x 64 blocks: dS^T
+//         M-major, K N-major, f32 reductions into dq_acc)
+// Three block barriers a tile. The deterministic mode keeps the mma.sync
+// kernels (backend.cu): dQ there has its own kernel.
+#ifndef FA_CUDA_BWD_WIDE_WGMMA_KERNEL_CUH
+#define FA_CUDA_BWD_WIDE_WGMMA_KERNEL_CUH
+
+#include "bwd_tile.cuh"
+#include "bwd_wgmma_step.cuh"
+#include "wgmma.cuh"
+
+namespace fa_cuda {
+
+struct bwd_wide_wgmma_cfg {
+  static constexpr int kD = 256, kBN = 64, kBM = 64, kThreads = 256;
+  // K, V; two stages of Q and dO; P^T and dS^T (16-bit); dP^T (f32); two
+  // stages of LSE and dsum; 1 KiB to align the swizzled tiles to 1024 bytes
+  static constexpr size_t smem_bytes = sizeof(uint16_t) * (size_t)(2 * kBN * kD + 4 * kBM * kD + 2 * kBN * kBM) +
+                                       sizeof(float) * (size_t)(kBN * kBM + 4 * kBM) + 1024;
+  static_assert(smem_bytes <= 227 * 1024, "an sm_90 block's shared memory");
+};
+
+// A 16 x 16 A fragment at (m0, k0) of a tile in swz_atoms layout with kRows
+// rows (the m dimension), as lds_a reads a swz tile.
+template <int kRows, typename T>
+__device__ __forceinline__ void lds_a_atoms(uint32_t (&a)[4], const T *s, int m0, int k0, int lane) {
+  ldmatrix_x4(a, smem_addr(s + swz_atoms<kRows>(m0 + (lane & 15), k0 + ((lane >> 4) << 3))));
+}
+
+template <typename E, bool kFull>
+__global__ void __launch_bounds__(256, 1) bwd_wide_wgmma_kernel(const fa__cuda_params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using T = typename E::storage;
+  using cfg = bwd_wide_wgmma_cfg;
+  constexpr int kD = cfg::kD, kBN = cfg::kBN, kBM = cfg::kBM, kThreads = cfg::kThreads;
+  constexpr int kMB = kBM / 8, kKS = kBM / 16;  // 8-query blocks of S^T; 16-query k steps
+  constexpr int kDh = kD / 2, kDBh = kDh / 8;   // a warpgroup's columns of dK, dV
+
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  T *sK = reinterpret_cast<T *>(smem);                      // [kD / 64][kBN][64]
+  T *sV = sK + kBN * kD;                                    // [kD / 64][kBN][64]
+  T *sQ = sV + kBN * kD;                                    // [2][kD / 64][kBM][64]
+  T *sdO = sQ + 2 * kBM * kD;                               // [2][kD / 64][kBM][64]
+  T *sP = sdO + 2 * kBM * kD;                               // [kBN][64]: P^T [key][query]
+  T *sdS = sP + kBN * kBM;                                  // [kBN][64]: dS^T [key][query]
+  float *sdP = reinterpret_cast<float *>(sdS + kBN * kBM);  // [kMB * 4][128]: dP^T, fragment order
+  float *sL = sdP + kBN * kBM;                              // [2][kBM] lse (raw; rows past lq: 0)
+  float *sDs = sL + 2 * kBM;                                // [2][kBM] dsum
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int wg = warp >> 2, wt = tid & 127;
+  const int wkey = (warp & 3) * 16;  // this warp's keys in the block (both warpgroups)
+  bwd_block blk;
+  if (!bwd_block_init<kBN, kBM>(p, &blk)) return;
+  const fa__seq &seq = blk.seq;
+  const int total = blk.total;
+  bwd_load_kv<kBN, kD, kThreads, true>(p, blk, sK, sV, tid);
+  auto load_q = [&](int it, int stage) {
+    bwd_load_q<kBM, kD, kThreads, true>(p, blk, it, sQ + stage * kBM * kD, sdO + stage * kBM * kD, sL + stage * kBM,
+                                        sDs + stage * kBM, tid);
+  };
+  if (total > 0) load_q(0, 0);
+  cp_async_commit();
+
+  float dk[kDBh][4], dv[kDBh][4];
+#pragma unroll
+  for (int db = 0; db < kDBh; ++db)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[db][e] = dv[db][e] = 0.f;
+
+  const uint32_t k_base = smem_addr(sK), v_base = smem_addr(sV);
+  const uint32_t q_base = smem_addr(sQ), do_base = smem_addr(sdO), ds_base = smem_addr(sdS);
+  const uint32_t p_base = smem_addr(sP);
+  constexpr uint32_t kQStage = kBM * kD * 2;
+  constexpr uint32_t kHalfAtoms = (kDh / 64) * kBM * 128;  // bytes from a Q/dO stage to its column half
+
+  for (int it = 0; it < total; ++it) {
+    const int stage = it & 1;
+    // tile it has landed; every warp is done with tile it - 1
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+    if (it + 1 < total) load_q(it + 1, stage ^ 1);
+    cp_async_commit();
+    int64_t h, m0;
+    bwd_block_tile<kBM>(p, blk, it, &h, &m0);
+    const float *l_s = sL + stage * kBM;
+    const float *ds_s = sDs + stage * kBM;
+    const uint32_t q_st = q_base + stage * kQStage, do_st = do_base + stage * kQStage;
+
+    float s[kMB][4];  // warpgroup 0: S^T, then P^T; warpgroup 1: dP^T
+    bwd_wgmma_kt<E, kD, kBM, kBN>(s, wg == 0 ? k_base : v_base, wg == 0 ? q_st : do_st, 0);
+    wgmma_wait<0>();
+    fence_regs(s);
+    if (wg == 1) {
+#pragma unroll
+      for (int mb = 0; mb < kMB; ++mb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sdP[(mb * 4 + e) * 128 + wt] = s[mb][e];
+    }
+    __syncthreads();  // dP^T is in shared memory
+
+    uint32_t ap[kKS][4], as[kKS][4];
+    if (wg == 0) {
+      float dpt[kMB][4];
+#pragma unroll
+      for (int mb = 0; mb < kMB; ++mb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dpt[mb][e] = sdP[(mb * 4 + e) * 128 + wt];
+      bwd_p_ds<kFull>(p, blk.bd, blk.b, h, s, dpt, l_s, ds_s, m0, blk.n0 + wkey, g, t);
+#pragma unroll
+      for (int kk = 0; kk < kKS; ++kk) {
+        c_to_a_frag<E>(ap[kk], s[2 * kk], s[2 * kk + 1]);
+        c_to_a_frag<E>(as[kk], dpt[2 * kk], dpt[2 * kk + 1]);
+      }
+      bwd_store_ds_t<kBM, kBN>(p_base, ap, wkey, g, t);
+      bwd_store_ds_t<kBM, kBN>(ds_base, as, wkey, g, t);
+      fence_proxy_async();  // dS^T is read by wgmma (dQ)
+    }
+    __syncthreads();  // P^T and dS^T are in shared memory
+    if (wg == 1) {
+#pragma unroll
+      for (int kk = 0; kk < kKS; ++kk) {
+        lds_a_atoms<kBN>(ap[kk], sP, wkey, kk * 16, lane);
+        lds_a_atoms<kBN>(as[kk], sdS, wkey, kk * 16, lane);
+      }
+    }
+
+    // dV += P^T dO ; dK += dS^T Q over this warpgroup's column half
+    bwd_wgmma_acc<E, kDh, kBM>(dv, ap, do_st + wg * kHalfAtoms);
+    bwd_wgmma_acc<E, kDh, kBM>(dk, as, q_st + wg * kHalfAtoms);
+
+    // dQ = dS K: this warpgroup's column half, 64 columns at a time
+    float *acc = p.dq_acc + ((seq.bidx * p.Hq + h) * p.Lq_rows + seq.q_row0 + m0) * p.D;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int c0 = wg * kDh + half * 64;
+      float dq[8][4];
+      bwd_wgmma_dq<E, kBN>(dq, ds_base, k_base, 0, c0);
+      wgmma_wait<0>();
+      fence_regs(dq);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int il = wkey + g + r * 8;
+        if (m0 + il < seq.lq) {
+#pragma unroll
+          for (int x = 0; x < 8; ++x) {
+            const int d = c0 + x * 8 + 2 * t;
+            if (d < p.D) red_add2(acc + il * p.D + d, dq[x][2 * r], dq[x][2 * r + 1]);
+          }
+        }
+      }
+    }
+    fence_regs(dv);
+    fence_regs(dk);
+  }
+  cp_async_wait<0>();
+
+  bwd_store_dkdv<E>(p, blk, blk.n0 + wkey + g, dk, dv, t, wg * kDh);
+#endif
+}
+
+}  // namespace fa_cuda
+
+#endif
