@@ -5,8 +5,7 @@
 //                 the 256 backward where a block may have 145 KiB of shared
 //                 memory: sm_80, sm_90); smaller dims are zero-padded to the
 //                 bucket. On a compute capability 9.0 GPU they run on wgmma
-//                 (sm_90a) instead of mma.sync (but the deterministic
-//                 backward at 256).
+//                 (sm_90a) instead of mma.sync.
 //   generic path: everything else the backend accepts (f32, unaligned views,
 //                 the 256 backward on devices with less shared memory):
 //                 SIMT, f32 arithmetic.
@@ -285,13 +284,11 @@ bool wgmma_ok(int kd) {
   return current_cc(&dev, &major, &minor) && major == 9 && minor == 0;
 }
 
-// The Hopper backward goes with the Hopper forward, every bucket, but the
-// deterministic mode at 256 keeps the mma.sync kernels (its wgmma kernel
-// fuses dQ with unordered f32 additions);
+// The Hopper backward goes with the Hopper forward, every bucket;
 // FLASHATTN_CUDA_WGMMA_BWD=0 keeps the mma.sync backward alone (A/B timing).
-bool wgmma_bwd_ok(int kd, int deterministic) {
+bool wgmma_bwd_ok(int kd) {
   const char *env = getenv("FLASHATTN_CUDA_WGMMA_BWD");
-  return !(env && strcmp(env, "0") == 0) && !(kd == 256 && deterministic) && wgmma_ok(kd);
+  return !(env && strcmp(env, "0") == 0) && wgmma_ok(kd);
 }
 #endif
 
@@ -349,7 +346,7 @@ fa_status cuda_backward(const fa__problem *p, fa__err *err) {
 #if defined(FA_HAVE_SM90A)
   // the warp-specialized backward's padded copy of LSE and dsum, where it may
   // take the call (launch.cuh; launch_bwd_wgmma.cuh has the rest of the test)
-  if (fast_ok(p) && dmax <= 128 && wgmma_bwd_ok(bucket_of(dmax), p->deterministic) && fa__cuda_ws_bwd_shape(pp)) {
+  if (fast_ok(p) && dmax <= 128 && wgmma_bwd_ok(bucket_of(dmax)) && fa__cuda_ws_bwd_shape(pp)) {
     const int64_t pitch = (p->q.shape[2] + 127) / 128 * 128;
     st = ws_stats.alloc(static_cast<size_t>(bt * p->Hq * 2 * pitch) * sizeof(float), s,
                         "the backward's padded row statistics", err);
@@ -378,7 +375,7 @@ fa_status cuda_backward(const fa__problem *p, fa__err *err) {
       if (det) pp.dq_turn = reinterpret_cast<int *>(static_cast<char *>(dq_acc.ptr) + bytes);
     }
 #if defined(FA_HAVE_SM90A)
-    if (wgmma_bwd_ok(kd, det))
+    if (wgmma_bwd_ok(kd))
       st = p->dtype == FA_BF16 ? fa__cuda_wgmma_bwd_bf16(pp, kd, det, s, err)
                                : fa__cuda_wgmma_bwd_f16(pp, kd, det, s, err);
     else

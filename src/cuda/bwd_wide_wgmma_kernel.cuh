@@ -7,16 +7,17 @@
 //   warpgroup 0: S^T = K Q^T    warpgroup 1: dP^T = V dO^T
 //                               (64 keys x 64 queries over 256 each: the
 //                               two products split without repeating one)
-//   dP^T -> shared memory in warpgroup 1's fragment order (f32; thread i of
-//   warpgroup 0 reads what thread i of warpgroup 1 held, so P^T and dS^T
-//   come out of bwd_tile.cuh's arithmetic exactly as in the other kernels)
-//   warpgroup 0: P^T, dS^T (bwd_p_ds), both to shared memory as [key][query]
+//   the halves cross through shared memory in fragment order (f32; thread i
+//   of one warpgroup reads what thread i of the other held): warpgroup 0
+//   gets dP^T of queries 0 .. 31, warpgroup 1 S^T of 32 .. 63, and each
+//   makes P^T and dS^T of its 32 queries with bwd_tile.cuh's arithmetic,
+//   exactly as the other kernels do, then stores them as [key][query]
 //   both: dV += P^T dO, dK += dS^T Q   (their column half; A fragments by
 //         ldmatrix, dO and Q N-major from shared memory)
 //         dQ = dS K    (their column half in two 64 x 64 blocks: dS^T
 //         M-major, K N-major, f32 reductions into dq_acc)
-// Three block barriers a tile. The deterministic mode keeps the mma.sync
-// kernels (backend.cu): dQ there has its own kernel.
+// Three block barriers a tile. Without fuse_dq (the deterministic mode)
+// dQ is left to bwd_dq_kernel.cuh's kernel, run after this one.
 #ifndef FA_CUDA_BWD_WIDE_WGMMA_KERNEL_CUH
 #define FA_CUDA_BWD_WIDE_WGMMA_KERNEL_CUH
 
@@ -43,25 +44,27 @@ __device__ __forceinline__ void lds_a_atoms(uint32_t (&a)[4], const T *s, int m0
 }
 
 template <typename E, bool kFull>
-__global__ void __launch_bounds__(256, 1) bwd_wide_wgmma_kernel(const fa__cuda_params p) {
+__global__ void __launch_bounds__(256, 1) bwd_wide_wgmma_kernel(const fa__cuda_params p, const int fuse_dq) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = typename E::storage;
   using cfg = bwd_wide_wgmma_cfg;
   constexpr int kD = cfg::kD, kBN = cfg::kBN, kBM = cfg::kBM, kThreads = cfg::kThreads;
   constexpr int kMB = kBM / 8, kKS = kBM / 16;  // 8-query blocks of S^T; 16-query k steps
+  constexpr int kMBh = kMB / 2;                 // a warpgroup's query half
   constexpr int kDh = kD / 2, kDBh = kDh / 8;   // a warpgroup's columns of dK, dV
 
   extern __shared__ unsigned char smem_raw[];
   unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-  T *sK = reinterpret_cast<T *>(smem);                      // [kD / 64][kBN][64]
-  T *sV = sK + kBN * kD;                                    // [kD / 64][kBN][64]
-  T *sQ = sV + kBN * kD;                                    // [2][kD / 64][kBM][64]
-  T *sdO = sQ + 2 * kBM * kD;                               // [2][kD / 64][kBM][64]
-  T *sP = sdO + 2 * kBM * kD;                               // [kBN][64]: P^T [key][query]
-  T *sdS = sP + kBN * kBM;                                  // [kBN][64]: dS^T [key][query]
-  float *sdP = reinterpret_cast<float *>(sdS + kBN * kBM);  // [kMB * 4][128]: dP^T, fragment order
-  float *sL = sdP + kBN * kBM;                              // [2][kBM] lse (raw; rows past lq: 0)
-  float *sDs = sL + 2 * kBM;                                // [2][kBM] dsum
+  T *sK = reinterpret_cast<T *>(smem);  // [kD / 64][kBN][64]
+  T *sV = sK + kBN * kD;                // [kD / 64][kBN][64]
+  T *sQ = sV + kBN * kD;                // [2][kD / 64][kBM][64]
+  T *sdO = sQ + 2 * kBM * kD;           // [2][kD / 64][kBM][64]
+  T *sP = sdO + 2 * kBM * kD;           // [kBN][64]: P^T [key][query]
+  T *sdS = sP + kBN * kBM;              // [kBN][64]: dS^T [key][query]
+  // [2][kMB / 2 * 4][128]: the halves of S^T and dP^T that cross, in fragment order
+  float(*sX)[kBN * kBM / 2] = reinterpret_cast<float(*)[kBN * kBM / 2]>(sdS + kBN * kBM);
+  float *sL = reinterpret_cast<float *>(sX + 2);  // [2][kBM] lse (raw; rows past lq: 0)
+  float *sDs = sL + 2 * kBM;                      // [2][kBM] dsum
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int wg = warp >> 2, wt = tid & 127;
@@ -86,7 +89,6 @@ __global__ void __launch_bounds__(256, 1) bwd_wide_wgmma_kernel(const fa__cuda_p
 
   const uint32_t k_base = smem_addr(sK), v_base = smem_addr(sV);
   const uint32_t q_base = smem_addr(sQ), do_base = smem_addr(sdO), ds_base = smem_addr(sdS);
-  const uint32_t p_base = smem_addr(sP);
   constexpr uint32_t kQStage = kBM * kD * 2;
   constexpr uint32_t kHalfAtoms = (kDh / 64) * kBM * 128;  // bytes from a Q/dO stage to its column half
 
@@ -104,68 +106,80 @@ __global__ void __launch_bounds__(256, 1) bwd_wide_wgmma_kernel(const fa__cuda_p
     const float *ds_s = sDs + stage * kBM;
     const uint32_t q_st = q_base + stage * kQStage, do_st = do_base + stage * kQStage;
 
-    float s[kMB][4];  // warpgroup 0: S^T, then P^T; warpgroup 1: dP^T
+    float s[kMB][4];  // warpgroup 0: S^T; warpgroup 1: dP^T
     bwd_wgmma_kt<E, kD, kBM, kBN>(s, wg == 0 ? k_base : v_base, wg == 0 ? q_st : do_st, 0);
     wgmma_wait<0>();
     fence_regs(s);
-    if (wg == 1) {
+    // each warpgroup hands the other the half of its product that the
+    // other's query half needs: warpgroup 0 takes queries 0 .. 31, 1 the rest
 #pragma unroll
-      for (int mb = 0; mb < kMB; ++mb)
+    for (int mb = 0; mb < kMBh; ++mb)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) sdP[(mb * 4 + e) * 128 + wt] = s[mb][e];
-    }
-    __syncthreads();  // dP^T is in shared memory
+      for (int e = 0; e < 4; ++e) sX[wg][(mb * 4 + e) * 128 + wt] = wg == 0 ? s[kMBh + mb][e] : s[mb][e];
+    __syncthreads();  // both halves are in shared memory
 
-    uint32_t ap[kKS][4], as[kKS][4];
-    if (wg == 0) {
-      float dpt[kMB][4];
+    // P^T and dS^T of the warpgroup's queries qh .. qh + 31 (bwd_tile.cuh)
+    const int qh = wg * (kBM / 2);
+    float x[kMBh][4], y[kMBh][4];  // S^T, dP^T
 #pragma unroll
-      for (int mb = 0; mb < kMB; ++mb)
+    for (int mb = 0; mb < kMBh; ++mb)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) dpt[mb][e] = sdP[(mb * 4 + e) * 128 + wt];
-      bwd_p_ds<kFull>(p, blk.bd, blk.b, h, s, dpt, l_s, ds_s, m0, blk.n0 + wkey, g, t);
-#pragma unroll
-      for (int kk = 0; kk < kKS; ++kk) {
-        c_to_a_frag<E>(ap[kk], s[2 * kk], s[2 * kk + 1]);
-        c_to_a_frag<E>(as[kk], dpt[2 * kk], dpt[2 * kk + 1]);
+      for (int e = 0; e < 4; ++e) {
+        const float other = sX[wg ^ 1][(mb * 4 + e) * 128 + wt];
+        x[mb][e] = wg == 0 ? s[mb][e] : other;
+        y[mb][e] = wg == 0 ? other : s[kMBh + mb][e];
       }
-      bwd_store_ds_t<kBM, kBN>(p_base, ap, wkey, g, t);
-      bwd_store_ds_t<kBM, kBN>(ds_base, as, wkey, g, t);
-      fence_proxy_async();  // dS^T is read by wgmma (dQ)
+    bwd_p_ds<kFull>(p, blk.bd, blk.b, h, x, y, l_s + qh, ds_s + qh, m0 + qh, blk.n0 + wkey, g, t);
+    // both to shared memory as [key][query] (A fragments' rounding)
+#pragma unroll
+    for (int kk = 0; kk < kKS / 2; ++kk) {
+      uint32_t a[4], b[4];
+      c_to_a_frag<E>(a, x[2 * kk], x[2 * kk + 1]);
+      c_to_a_frag<E>(b, y[2 * kk], y[2 * kk + 1]);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int off = swz_atoms<kBN>(wkey + g + (r & 1) * 8, qh + kk * 16 + (r >> 1) * 8 + 2 * t);
+        *reinterpret_cast<uint32_t *>(sP + off) = a[r];
+        *reinterpret_cast<uint32_t *>(sdS + off) = b[r];
+      }
     }
-    __syncthreads();  // P^T and dS^T are in shared memory
-    if (wg == 1) {
+    fence_proxy_async();  // dS^T is read by wgmma (dQ)
+    __syncthreads();      // P^T and dS^T are in shared memory
+    uint32_t ap[kKS][4], as[kKS][4];
 #pragma unroll
-      for (int kk = 0; kk < kKS; ++kk) {
-        lds_a_atoms<kBN>(ap[kk], sP, wkey, kk * 16, lane);
-        lds_a_atoms<kBN>(as[kk], sdS, wkey, kk * 16, lane);
-      }
+    for (int kk = 0; kk < kKS; ++kk) {
+      lds_a_atoms<kBN>(ap[kk], sP, wkey, kk * 16, lane);
+      lds_a_atoms<kBN>(as[kk], sdS, wkey, kk * 16, lane);
     }
 
     // dV += P^T dO ; dK += dS^T Q over this warpgroup's column half
     bwd_wgmma_acc<E, kDh, kBM>(dv, ap, do_st + wg * kHalfAtoms);
     bwd_wgmma_acc<E, kDh, kBM>(dk, as, q_st + wg * kHalfAtoms);
 
-    // dQ = dS K: this warpgroup's column half, 64 columns at a time
-    float *acc = p.dq_acc + ((seq.bidx * p.Hq + h) * p.Lq_rows + seq.q_row0 + m0) * p.D;
+    if (fuse_dq) {
+      // dQ = dS K: this warpgroup's column half, 64 columns at a time
+      float *acc = p.dq_acc + ((seq.bidx * p.Hq + h) * p.Lq_rows + seq.q_row0 + m0) * p.D;
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int c0 = wg * kDh + half * 64;
-      float dq[8][4];
-      bwd_wgmma_dq<E, kBN>(dq, ds_base, k_base, 0, c0);
-      wgmma_wait<0>();
-      fence_regs(dq);
+      for (int half = 0; half < 2; ++half) {
+        const int c0 = wg * kDh + half * 64;
+        float dq[8][4];
+        bwd_wgmma_dq<E, kBN>(dq, ds_base, k_base, 0, c0);
+        wgmma_wait<0>();
+        fence_regs(dq);
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int il = wkey + g + r * 8;
-        if (m0 + il < seq.lq) {
+        for (int r = 0; r < 2; ++r) {
+          const int il = wkey + g + r * 8;
+          if (m0 + il < seq.lq) {
 #pragma unroll
-          for (int x = 0; x < 8; ++x) {
-            const int d = c0 + x * 8 + 2 * t;
-            if (d < p.D) red_add2(acc + il * p.D + d, dq[x][2 * r], dq[x][2 * r + 1]);
+            for (int x = 0; x < 8; ++x) {
+              const int d = c0 + x * 8 + 2 * t;
+              if (d < p.D) red_add2(acc + il * p.D + d, dq[x][2 * r], dq[x][2 * r + 1]);
+            }
           }
         }
       }
+    } else {
+      wgmma_wait<0>();
     }
     fence_regs(dv);
     fence_regs(dk);

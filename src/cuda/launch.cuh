@@ -118,7 +118,7 @@ fa_status fa__cuda_dbias(const fa__cuda_params &p, void *dbias, int dbias_dtype,
 fa_status fa__cuda_fast_fwd_bf16(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err);
 fa_status fa__cuda_fast_fwd_f16(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err);
 // The same on Hopper with wgmma (sm_90a code: call only on a compute
-// capability 9.0 device, and only when FA_HAVE_SM90A); kd 64 or 128.
+// capability 9.0 device, and only when FA_HAVE_SM90A); kd 64, 128 or 256.
 fa_status fa__cuda_wgmma_fwd_bf16(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err);
 fa_status fa__cuda_wgmma_fwd_f16(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err);
 // The FP8 forward (e4m3 q, k, v; o in bf16 or f16 by the function's name):
@@ -127,7 +127,7 @@ fa_status fa__cuda_wgmma_fwd_f16(const fa__cuda_params &p, int kd, cudaStream_t 
 fa_status fa__cuda_fp8_fwd_bf16(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err);
 fa_status fa__cuda_fp8_fwd_f16(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err);
 // The backward's dK/dV (and fused dQ) kernel on wgmma, same contract as
-// fa__cuda_fast_bwd_*; sm_90a code (FA_HAVE_SM90A, a 9.0 device); kd 64 or 128.
+// fa__cuda_fast_bwd_*; sm_90a code (FA_HAVE_SM90A, a 9.0 device); kd 64, 128 or 256.
 fa_status fa__cuda_wgmma_bwd_bf16(const fa__cuda_params &p, int kd, int deterministic, cudaStream_t s, fa__err *err);
 fa_status fa__cuda_wgmma_bwd_f16(const fa__cuda_params &p, int kd, int deterministic, cudaStream_t s, fa__err *err);
 // deterministic: dQ by its own kernel (no atomics); else fused with f32
@@ -135,6 +135,10 @@ fa_status fa__cuda_wgmma_bwd_f16(const fa__cuda_params &p, int kd, int determini
 // 256 (that one only where fa__cuda_bwd_wide_smem(1) fits the device).
 fa_status fa__cuda_fast_bwd_bf16(const fa__cuda_params &p, int kd, int deterministic, cudaStream_t s, fa__err *err);
 fa_status fa__cuda_fast_bwd_f16(const fa__cuda_params &p, int kd, int deterministic, cudaStream_t s, fa__err *err);
+// The deterministic mode's dQ kernel alone (after a dK/dV kernel without
+// dQ; the wgmma one at bucket 256); kd 64, 128 or 256.
+fa_status fa__cuda_fast_bwd_dq_bf16(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err);
+fa_status fa__cuda_fast_bwd_dq_f16(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err);
 // dq_acc * scale -> dq (dtype), rows of each sequence only.
 fa_status fa__cuda_dq_convert(const fa__cuda_params &p, cudaStream_t s, fa__err *err);
 

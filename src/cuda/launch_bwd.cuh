@@ -77,6 +77,22 @@ fa_status launch_bwd_full(const fa__cuda_params &p, int kd, int det, cudaStream_
   }
 }
 
+// The dQ kernel alone, in each bucket's configuration above.
+template <typename E, bool kFull>
+fa_status launch_bwd_dq_full(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err) {
+  switch (kd) {
+    case 64: return launch_bwd_dq<E, 64, 4, 64, kFull>(p, s, err);
+    case 128: return launch_bwd_dq<E, 128, 4, 64, kFull>(p, s, err);
+    case 256: return launch_bwd_dq<E, 256, 4, 32, kFull>(p, s, err);
+    default: fa__err_set(err, "cuda: no dQ kernel for head-dim bucket %d", kd); return FA_ERR_INTERNAL;
+  }
+}
+
+template <typename E>
+fa_status launch_bwd_dq_only(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err) {
+  return p.has_extras ? launch_bwd_dq_full<E, true>(p, kd, s, err) : launch_bwd_dq_full<E, false>(p, kd, s, err);
+}
+
 template <typename E>
 fa_status launch_bwd(const fa__cuda_params &p, int kd, int det, cudaStream_t s, fa__err *err) {
   return p.has_extras ? launch_bwd_full<E, true>(p, kd, det, s, err) : launch_bwd_full<E, false>(p, kd, det, s, err);

@@ -94,21 +94,20 @@ fa_status launch_bwd_wgmma_cfg(const fa__cuda_params &p, int deterministic, cuda
   return FA_OK;
 }
 
-// Head-dim bucket 256 (bwd_wide_wgmma_kernel.cuh), dQ fused: backend.cu
-// sends the deterministic mode to the mma.sync kernels.
+// Head-dim bucket 256 (bwd_wide_wgmma_kernel.cuh), dQ fused; in
+// deterministic mode dQ by the mma.sync dQ kernel after it (launch_bwd.cuh's,
+// compiled with the sm_80 / sm_90 kernels).
 template <typename E, bool kFull>
 fa_status launch_bwd_wide_wgmma(const fa__cuda_params &p, int deterministic, cudaStream_t s, fa__err *err) {
-  if (deterministic) {
-    fa__err_set(err, "cuda: the wgmma backward at D = 256 has no deterministic mode");
-    return FA_ERR_INTERNAL;
-  }
   using cfg = bwd_wide_wgmma_cfg;
   auto kernel = bwd_wide_wgmma_kernel<E, kFull>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "backward (wgmma, D = 256): shared memory limit");
   FA_CUDA_ROWS_GRID(grid, p.B * p.Hkv, p.Lk, cfg::kBN, "backward dK/dV (wgmma, D = 256)");
-  kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p);
+  kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p, deterministic ? 0 : 1);
   FA_CUDA_CHECK_LAUNCH("backward (wgmma, D = 256) kernel launch");
-  return FA_OK;
+  if (!deterministic) return FA_OK;
+  return std::is_same<E, bf16_t>::value ? fa__cuda_fast_bwd_dq_bf16(p, 256, s, err)
+                                        : fa__cuda_fast_bwd_dq_f16(p, 256, s, err);
 }
 
 // Tiles: 2 warpgroups x 64 keys; query tiles of 128 (D = 64) or 64
