@@ -8,7 +8,7 @@
 //   P^T, dS^T                      bwd_tile.cuh, in registers
 //   dV += P^T dO,  dK += dS^T Q    wgmma rs (P^T, dS^T as A fragments;
 //                                  dO, Q N-major from shared memory)
-//   dQ += dS K     (kFuseDq)       dS^T through shared memory as an M-major
+//   dQ += dS K     (fuse_dq)       dS^T through shared memory as an M-major
 //                                  A, K as N-major B; each warpgroup one
 //                                  64 x 64 block of the tile's dQ, added to
 //                                  dq_acc with f32 reductions
@@ -16,8 +16,10 @@
 // work hides under them (band-only case; with bias, mask, dropout or
 // softcap P^T needs dP^T too and waits for both):
 //   issue S^T, dP^T | wait S^T, P^T | issue dV | wait dP^T, dS^T | issue dK
-// Without kFuseDq (deterministic mode) the dQ kernel of
-// bwd_dq_wgmma_kernel.cuh runs after this one.
+// Without fuse_dq (deterministic mode) the dQ kernel of
+// bwd_dq_wgmma_kernel.cuh runs after this one. (A run-time flag, not a
+// template one: the two forms were 4 more of these kernels to compile in
+// each element type's file, the build's longest.)
 #ifndef FA_CUDA_BWD_WGMMA_KERNEL_CUH
 #define FA_CUDA_BWD_WGMMA_KERNEL_CUH
 
@@ -36,8 +38,8 @@ struct bwd_wgmma_cfg {
       sizeof(uint16_t) * (size_t)(2 * kBN * kD + 4 * kBM * kD + kBN * kBM) + sizeof(float) * 4 * kBM + 1024;
 };
 
-template <typename E, int kD, int kBM, bool kFull, bool kFuseDq>
-__global__ void __launch_bounds__(256, 1) bwd_wgmma_kernel(const fa__cuda_params p) {
+template <typename E, int kD, int kBM, bool kFull>
+__global__ void __launch_bounds__(256, 1) bwd_wgmma_kernel(const fa__cuda_params p, const int fuse_dq) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = typename E::storage;
   using cfg = bwd_wgmma_cfg<kD, kBM>;
@@ -130,7 +132,7 @@ __global__ void __launch_bounds__(256, 1) bwd_wgmma_kernel(const fa__cuda_params
     }
 #pragma unroll
     for (int kk = 0; kk < kBM / 16; ++kk) c_to_a_frag<E>(as[kk], dpt[2 * kk], dpt[2 * kk + 1]);
-    if (kFuseDq) {
+    if (fuse_dq) {
       bwd_store_ds_t<kBM, kBN>(ds_base, as, wkey, g, t);  // the A of dQ
       fence_proxy_async();
     }
@@ -138,7 +140,7 @@ __global__ void __launch_bounds__(256, 1) bwd_wgmma_kernel(const fa__cuda_params
     // dK += dS^T Q
     bwd_wgmma_acc<E, kD, kBM>(dk, as, q_st);
 
-    if constexpr (kFuseDq) {
+    if (fuse_dq) {
       __syncthreads();  // all of dS^T is in shared memory
       // dQ block = dS K over the block's kBN keys, 16 keys (rows of dS^T
       // and of K) a step

@@ -76,10 +76,10 @@ fa_status launch_bwd_wgmma_cfg(const fa__cuda_params &p, int deterministic, cuda
     }
   }
   using cfg = bwd_wgmma_cfg<kD, kBM>;
-  auto kernel = deterministic ? bwd_wgmma_kernel<E, kD, kBM, kFull, false> : bwd_wgmma_kernel<E, kD, kBM, kFull, true>;
+  auto kernel = bwd_wgmma_kernel<E, kD, kBM, kFull>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "backward (wgmma): shared memory limit");
   FA_CUDA_ROWS_GRID(grid, p.B * p.Hkv, p.Lk, cfg::kBN, "backward dK/dV (wgmma)");
-  kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p);
+  kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p, deterministic ? 0 : 1);
   FA_CUDA_CHECK_LAUNCH("backward (wgmma) dk/dv kernel launch");
   if (!deterministic) return FA_OK;
   // dQ in its own kernel: 2 warpgroups x 64 query rows, key tiles of 128
