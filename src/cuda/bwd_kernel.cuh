@@ -54,17 +54,13 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_kernel(const fa__cuda_pa
   const int total = blk.total;
   bwd_load_kv<kBN, kD, kThreads, false>(p, blk, sK, sV, tid);
   auto load_q = [&](int it, int stage) {
-    bwd_load_q<kBM, kD, kThreads, false>(p, blk, it, sQ + stage * kBM * kD, sdO + stage * kBM * kD, sL + stage * kBM,
-                                         sDs + stage * kBM, tid);
+    bwd_load_q_stage<kBM, kD, kThreads, false>(p, blk, it, stage, sQ, sdO, sL, sDs, tid);
   };
   if (total > 0) load_q(0, 0);
   cp_async_commit();
 
   float dk[kDB][4], dv[kDB][4];
-#pragma unroll
-  for (int db = 0; db < kDB; ++db)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) dk[db][e] = dv[db][e] = 0.f;
+  bwd_zero_dkdv(dk, dv);
   const int wkey = warp * 16;  // this warp's keys inside the block
   const int64_t j_base = blk.n0 + wkey + g;
 
@@ -152,18 +148,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_kernel(const fa__cuda_pa
           E::mma(dq[2 * db2 + 1], a, bf[2], bf[3]);
         }
       }
-      float *acc = p.dq_acc + ((seq.bidx * p.Hq + h) * p.Lq_rows + seq.q_row0 + m0) * p.D;
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int il = mt * 16 + g + r * 8;
-        if (m0 + il < seq.lq) {
-#pragma unroll
-          for (int x = 0; x < kDc / 8; ++x) {
-            const int d = dc0 + x * 8 + 2 * t;
-            if (d < p.D) red_add2(acc + il * p.D + d, dq[x][2 * r], dq[x][2 * r + 1]);
-          }
-        }
-      }
+      bwd_red_dq(p, seq, h, m0, dq, mt * 16, dc0, g, t);
     }
     __syncthreads();  // Q/dO stage and dS^T are rewritten next
   }

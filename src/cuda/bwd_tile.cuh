@@ -293,6 +293,44 @@ __device__ __forceinline__ void bwd_load_q(const fa__cuda_params &p, const bwd_b
   }
 }
 
+// Query tile it into stage `stage` of a kernel's Q, dO, LSE and dsum rings
+// (kBM rows a stage; bwd_load_q, not committed).
+template <int kBM, int kD, int kThreads, bool kAtoms, typename T>
+__device__ __forceinline__ void bwd_load_q_stage(const fa__cuda_params &p, const bwd_block &k, int it, int stage, T *sQ,
+                                                 T *sdO, float *sL, float *sDs, int tid) {
+  bwd_load_q<kBM, kD, kThreads, kAtoms>(p, k, it, sQ + stage * kBM * kD, sdO + stage * kBM * kD, sL + stage * kBM,
+                                        sDs + stage * kBM, tid);
+}
+
+template <int kDB>
+__device__ __forceinline__ void bwd_zero_dkdv(float (&dk)[kDB][4], float (&dv)[kDB][4]) {
+#pragma unroll
+  for (int db = 0; db < kDB; ++db)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[db][e] = dv[db][e] = 0.f;
+}
+
+// Adds a block of dQ held in the C layout -- the thread's rows r0 + g and
+// r0 + g + 8 of the query tile at m0 of head h, kX 8-column blocks from
+// column c0 -- into the f32 accumulator with red.global, skipping rows past
+// the sequence and columns past D (the fused dQ of the cp.async kernels).
+template <int kX>
+__device__ __forceinline__ void bwd_red_dq(const fa__cuda_params &p, const fa__seq &seq, int64_t h, int64_t m0,
+                                           const float (&dq)[kX][4], int r0, int c0, int g, int t) {
+  float *acc = p.dq_acc + ((seq.bidx * p.Hq + h) * p.Lq_rows + seq.q_row0 + m0) * p.D;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int il = r0 + g + r * 8;
+    if (m0 + il < seq.lq) {
+#pragma unroll
+      for (int x = 0; x < kX; ++x) {
+        const int d = c0 + x * 8 + 2 * t;
+        if (d < p.D) red_add2(acc + il * p.D + d, dq[x][2 * r], dq[x][2 * r + 1]);
+      }
+    }
+  }
+}
+
 // dK = scale * sum dS^T Q and dV of the thread's keys j0 and j0 + 8 (its
 // accumulators in the C layout, columns d0 on). Keys past the sequence
 // (padded layout) get the zeros their accumulators hold.

@@ -68,17 +68,13 @@ __global__ void __launch_bounds__(256, 1) bwd_wgmma_kernel(const fa__cuda_params
   const int total = blk.total;
   bwd_load_kv<kBN, kD, kThreads, true>(p, blk, sK, sV, tid);
   auto load_q = [&](int it, int stage) {
-    bwd_load_q<kBM, kD, kThreads, true>(p, blk, it, sQ + stage * kBM * kD, sdO + stage * kBM * kD, sL + stage * kBM,
-                                        sDs + stage * kBM, tid);
+    bwd_load_q_stage<kBM, kD, kThreads, true>(p, blk, it, stage, sQ, sdO, sL, sDs, tid);
   };
   if (total > 0) load_q(0, 0);
   cp_async_commit();
 
   float dk[kDB][4], dv[kDB][4];
-#pragma unroll
-  for (int db = 0; db < kDB; ++db)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) dk[db][e] = dv[db][e] = 0.f;
+  bwd_zero_dkdv(dk, dv);
   const int wkey = warp * 16;  // = 64 wg + 16 (warp % 4): this warp's keys in the block
 
   // Byte addresses; an atom of 64 columns is rows x 128 bytes.
@@ -150,18 +146,7 @@ __global__ void __launch_bounds__(256, 1) bwd_wgmma_kernel(const fa__cuda_params
       fence_regs(dq);
       fence_regs(dv);
       fence_regs(dk);
-      float *acc = p.dq_acc + ((seq.bidx * p.Hq + h) * p.Lq_rows + seq.q_row0 + m0) * p.D;
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int il = dq_r0 + (warp & 3) * 16 + g + r * 8;
-        if (m0 + il < seq.lq) {
-#pragma unroll
-          for (int x = 0; x < 8; ++x) {
-            const int d = dq_c0 + x * 8 + 2 * t;
-            if (d < p.D) red_add2(acc + il * p.D + d, dq[x][2 * r], dq[x][2 * r + 1]);
-          }
-        }
-      }
+      bwd_red_dq(p, seq, h, m0, dq, dq_r0 + (warp & 3) * 16, dq_c0, g, t);
     } else {
       wgmma_wait<0>();
       fence_regs(dv);

@@ -67,17 +67,13 @@ __global__ void __launch_bounds__(256, 1) bwd_wide_kernel(const fa__cuda_params 
   const int total = blk.total;
   bwd_load_kv<kBN, kD, kThreads, false>(p, blk, sK, sV, tid);
   auto load_q = [&](int it, int stage) {
-    bwd_load_q<kBM, kD, kThreads, false>(p, blk, it, sQ + stage * kBM * kD, sdO + stage * kBM * kD, sL + stage * kBM,
-                                         sDs + stage * kBM, tid);
+    bwd_load_q_stage<kBM, kD, kThreads, false>(p, blk, it, stage, sQ, sdO, sL, sDs, tid);
   };
   if (total > 0) load_q(0, 0);
   cp_async_commit();
 
   float dk[kDBh][4], dv[kDBh][4];
-#pragma unroll
-  for (int db = 0; db < kDBh; ++db)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) dk[db][e] = dv[db][e] = 0.f;
+  bwd_zero_dkdv(dk, dv);
 
   for (int it = 0; it < total; ++it) {
     const int stage = kStages == 2 ? it & 1 : 0;
@@ -157,7 +153,6 @@ __global__ void __launch_bounds__(256, 1) bwd_wide_kernel(const fa__cuda_params 
     if (fuse_dq) {
       // dQ tile [kBM x kD] = dS K; this warp: rows mt * 16 .., columns c0 ..
       const int mt = warp % kKeyGroups;
-      float *acc = p.dq_acc + ((seq.bidx * p.Hq + h) * p.Lq_rows + seq.q_row0 + m0) * p.D;
 #pragma unroll
       for (int pass = 0; pass < kDh / kDqPass; ++pass) {
         const int cp = c0 + pass * kDqPass;
@@ -176,17 +171,7 @@ __global__ void __launch_bounds__(256, 1) bwd_wide_kernel(const fa__cuda_params 
             E::mma(dq[2 * db2 + 1], a, bf[2], bf[3]);
           }
         }
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int il = mt * 16 + g + r * 8;
-          if (m0 + il < seq.lq) {
-#pragma unroll
-            for (int x = 0; x < kDqPass / 8; ++x) {
-              const int d = cp + x * 8 + 2 * t;
-              if (d < p.D) red_add2(acc + il * p.D + d, dq[x][2 * r], dq[x][2 * r + 1]);
-            }
-          }
-        }
+        bwd_red_dq(p, seq, h, m0, dq, mt * 16, cp, g, t);
       }
     }
     __syncthreads();  // the Q/dO stage, P^T and dS^T are rewritten next

@@ -75,17 +75,13 @@ __global__ void __launch_bounds__(256, 1) bwd_wide_wgmma_kernel(const fa__cuda_p
   const int total = blk.total;
   bwd_load_kv<kBN, kD, kThreads, true>(p, blk, sK, sV, tid);
   auto load_q = [&](int it, int stage) {
-    bwd_load_q<kBM, kD, kThreads, true>(p, blk, it, sQ + stage * kBM * kD, sdO + stage * kBM * kD, sL + stage * kBM,
-                                        sDs + stage * kBM, tid);
+    bwd_load_q_stage<kBM, kD, kThreads, true>(p, blk, it, stage, sQ, sdO, sL, sDs, tid);
   };
   if (total > 0) load_q(0, 0);
   cp_async_commit();
 
   float dk[kDBh][4], dv[kDBh][4];
-#pragma unroll
-  for (int db = 0; db < kDBh; ++db)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) dk[db][e] = dv[db][e] = 0.f;
+  bwd_zero_dkdv(dk, dv);
 
   const uint32_t k_base = smem_addr(sK), v_base = smem_addr(sV);
   const uint32_t q_base = smem_addr(sQ), do_base = smem_addr(sdO), ds_base = smem_addr(sdS);
@@ -158,7 +154,6 @@ __global__ void __launch_bounds__(256, 1) bwd_wide_wgmma_kernel(const fa__cuda_p
 
     if (fuse_dq) {
       // dQ = dS K: this warpgroup's column half, 64 columns at a time
-      float *acc = p.dq_acc + ((seq.bidx * p.Hq + h) * p.Lq_rows + seq.q_row0 + m0) * p.D;
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int c0 = wg * kDh + half * 64;
@@ -166,17 +161,7 @@ __global__ void __launch_bounds__(256, 1) bwd_wide_wgmma_kernel(const fa__cuda_p
         bwd_wgmma_dq<E, kBN>(dq, ds_base, k_base, 0, c0);
         wgmma_wait<0>();
         fence_regs(dq);
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int il = wkey + g + r * 8;
-          if (m0 + il < seq.lq) {
-#pragma unroll
-            for (int x = 0; x < 8; ++x) {
-              const int d = c0 + x * 8 + 2 * t;
-              if (d < p.D) red_add2(acc + il * p.D + d, dq[x][2 * r], dq[x][2 * r + 1]);
-            }
-          }
-        }
+        bwd_red_dq(p, seq, h, m0, dq, wkey, c0, g, t);
       }
     } else {
       wgmma_wait<0>();

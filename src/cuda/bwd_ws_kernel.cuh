@@ -228,10 +228,7 @@ __global__ void __launch_bounds__(384, 1)
     const int dq_r0 = kBM == 128 ? wg * 64 : 0, dq_c0 = kBM == 64 ? wg * 64 : 0;
 
     float dk[kDB][4], dv[kDB][4];
-#pragma unroll
-    for (int db = 0; db < kDB; ++db)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dk[db][e] = dv[db][e] = 0.f;
+    bwd_zero_dkdv(dk, dv);
     if (total > 0) mbar_wait(full_kv, 0);
 
     for (int it = 0; it < total; ++it) {
