@@ -79,27 +79,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_kernel(const fa__cuda_pa
 
     // S^T = K Q^T and dP^T = V dO^T, 16 keys x kBM queries per warp
     float st[kMB][4], dpt[kMB][4];
-#pragma unroll
-    for (int mb = 0; mb < kMB; ++mb)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) st[mb][e] = dpt[mb][e] = 0.f;
-        // (two independent mma chains per step: more in flight per warp)
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      uint32_t ak[4], av[4];
-      lds_a<kD>(ak, sK, wkey, kk * 16, lane);
-      lds_a<kD>(av, sV, wkey, kk * 16, lane);
-#pragma unroll
-      for (int mb2 = 0; mb2 < kMB / 2; ++mb2) {
-        uint32_t bq[4], bo[4];
-        lds_b_nk<kD>(bq, q_s, mb2 * 16, kk * 16, lane);
-        lds_b_nk<kD>(bo, do_s, mb2 * 16, kk * 16, lane);
-        E::mma(st[2 * mb2], ak, bq[0], bq[1]);
-        E::mma(dpt[2 * mb2], av, bo[0], bo[1]);
-        E::mma(st[2 * mb2 + 1], ak, bq[2], bq[3]);
-        E::mma(dpt[2 * mb2 + 1], av, bo[2], bo[3]);
-      }
-    }
+    bwd_mma_st_dpt<E, kD>(st, dpt, sK, sV, q_s, do_s, wkey, 0, lane);
 
     // element-wise: st <- P^T, dpt <- dS^T, the A operands of dV and dK
     bwd_p_ds<kFull>(p, blk.bd, blk.b, h, st, dpt, l_s, ds_s, m0, blk.n0 + wkey, g, t);

@@ -293,6 +293,35 @@ __device__ __forceinline__ void bwd_load_q(const fa__cuda_params &p, const bwd_b
   }
 }
 
+// S^T = K Q^T and dP^T = V dO^T on mma.sync for one warp: its 16 keys from
+// row wkey of the swz tiles sK, sV ([keys][kD]) x 8 kMB queries from row q0
+// of q_s, do_s ([queries][kD]); two independent mma chains per step, more
+// in flight per warp.
+template <typename E, int kD, int kMB, typename T>
+__device__ __forceinline__ void bwd_mma_st_dpt(float (&st)[kMB][4], float (&dpt)[kMB][4], const T *sK, const T *sV,
+                                               const T *q_s, const T *do_s, int wkey, int q0, int lane) {
+#pragma unroll
+  for (int mb = 0; mb < kMB; ++mb)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) st[mb][e] = dpt[mb][e] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    uint32_t ak[4], av[4];
+    lds_a<kD>(ak, sK, wkey, kk * 16, lane);
+    lds_a<kD>(av, sV, wkey, kk * 16, lane);
+#pragma unroll
+    for (int mb2 = 0; mb2 < kMB / 2; ++mb2) {
+      uint32_t bq[4], bo[4];
+      lds_b_nk<kD>(bq, q_s, q0 + mb2 * 16, kk * 16, lane);
+      lds_b_nk<kD>(bo, do_s, q0 + mb2 * 16, kk * 16, lane);
+      E::mma(st[2 * mb2], ak, bq[0], bq[1]);
+      E::mma(dpt[2 * mb2], av, bo[0], bo[1]);
+      E::mma(st[2 * mb2 + 1], ak, bq[2], bq[3]);
+      E::mma(dpt[2 * mb2 + 1], av, bo[2], bo[3]);
+    }
+  }
+}
+
 // Query tile it into stage `stage` of a kernel's Q, dO, LSE and dsum rings
 // (kBM rows a stage; bwd_load_q, not committed).
 template <int kBM, int kD, int kThreads, bool kAtoms, typename T>

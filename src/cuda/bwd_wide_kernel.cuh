@@ -98,26 +98,7 @@ __global__ void __launch_bounds__(256, 1) bwd_wide_kernel(const fa__cuda_params 
 
     // S^T = K Q^T and dP^T = V dO^T: the warp's 16 keys x its kQh queries
     float st[kMBh][4], dpt[kMBh][4];
-#pragma unroll
-    for (int mb = 0; mb < kMBh; ++mb)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) st[mb][e] = dpt[mb][e] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      uint32_t ak[4], av[4];
-      lds_a<kD>(ak, sK, wkey, kk * 16, lane);
-      lds_a<kD>(av, sV, wkey, kk * 16, lane);
-#pragma unroll
-      for (int mb2 = 0; mb2 < kMBh / 2; ++mb2) {
-        uint32_t bq[4], bo[4];
-        lds_b_nk<kD>(bq, q_s, q0 + mb2 * 16, kk * 16, lane);
-        lds_b_nk<kD>(bo, do_s, q0 + mb2 * 16, kk * 16, lane);
-        E::mma(st[2 * mb2], ak, bq[0], bq[1]);
-        E::mma(dpt[2 * mb2], av, bo[0], bo[1]);
-        E::mma(st[2 * mb2 + 1], ak, bq[2], bq[3]);
-        E::mma(dpt[2 * mb2 + 1], av, bo[2], bo[3]);
-      }
-    }
+    bwd_mma_st_dpt<E, kD>(st, dpt, sK, sV, q_s, do_s, wkey, q0, lane);
 
     bwd_p_ds<kFull>(p, blk.bd, blk.b, h, st, dpt, l_s + q0, ds_s + q0, m0 + q0, blk.n0 + wkey, g, t);
     // P^T and dS^T -> shared memory as [key][query], rounded as the A
