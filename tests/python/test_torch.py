@@ -168,6 +168,8 @@ FA_CASES = {
     # a negative scale: the row maxima of the scaled scores are the minima of the raw ones (the cuda
     # warp-specialized forward folds a positive scale into the exponent and leaves this to another kernel)
     "scale_negative_causal": dict(softmax_scale=-0.3, causal=True),
+    # head dims past 128: on the cuda device the bucket-256 backward (dK, dV split by columns)
+    "wide_head_causal": dict(D=256, Dv=192, causal=True),
 }
 
 
