@@ -244,7 +244,13 @@ FA_API fa_status fa_context_set_stream(fa_context *ctx, void *cuda_stream);
  * and the cuda kernels clamp every length, page index and rotary position
  * into the tensors' bounds, so a bad value gives unspecified results for its
  * sequence but never reads or writes outside a tensor. Host memory is always
- * checked (no copy is needed). */
+ * checked (no copy is needed). The copy runs on the context's stream, after
+ * the work queued there. A call made while that stream is capturing a CUDA
+ * graph must have the checks off: checked, it fails with FA_ERR_UNSUPPORTED
+ * and enqueues nothing (the capture stays valid); so does fa_forward with
+ * seqlens / cu_seqlens in device memory, which it always reads. Unchecked
+ * kv-cache calls, fa_forward, fa_backward and fa_merge_states (up to 32
+ * parts) can be captured; a replay computes what the call would. */
 FA_API fa_status fa_context_set_device_checks(fa_context *ctx, int on);
 /* The message of the last failed call ("" after a success). */
 FA_API const char *fa_context_last_error(const fa_context *ctx);

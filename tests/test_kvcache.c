@@ -942,21 +942,25 @@ static void test_sizes_from_the_keys(void **state) {
 
 /* n parts of random (o, lse) with some rows -inf in every part (o = 0, lse =
  * -inf) or in some: the device merge equals the host merge (ref) within the
- * output's rounding, every dtype of o, f32 and f64 lse. */
+ * output's rounding, every dtype of o, f32 and f64 lse; with few parts (their
+ * descriptors in the kernel's parameters) and with more than the kernel
+ * takes that way (a device copy of them). */
 static void test_merge_cuda(void **state) {
   (void)state;
   if (fa_backend_available(FA_BACKEND_CUDA, NULL, 0) != FA_OK || !tdev_available()) return;
-  enum { NP = 5, B = 2, H = 3, L = 4, DV = 24 };
+  enum { NPMAX = 40, B = 2, H = 3, L = 4, DV = 24 };
+  static const int nps[] = {5, NPMAX};
   const int64_t rows = B * H * L;
   trng r = {0x3e49e};
   static const fa_dtype odts[] = {FA_F32, FA_F16, FA_BF16, FA_F64};
-  for (size_t di = 0; di < 4; ++di)
+  for (size_t di = 0; di < 8; ++di)
     for (int lse64 = 0; lse64 < 2; ++lse64) {
-      const fa_dtype odt = odts[di], ldt = lse64 ? FA_F64 : FA_F32;
+      const int NP = nps[di / 4];
+      const fa_dtype odt = odts[di % 4], ldt = lse64 ? FA_F64 : FA_F32;
       const size_t oes = fa_dtype_size(odt), les = fa_dtype_size(ldt);
-      unsigned char *ho[NP], *hl[NP];
-      void *dop[NP], *dlp[NP];
-      fa_tensor hto[NP], htl[NP], dto[NP], dtl[NP];
+      unsigned char *ho[NPMAX], *hl[NPMAX];
+      void *dop[NPMAX], *dlp[NPMAX];
+      fa_tensor hto[NPMAX], htl[NPMAX], dto[NPMAX], dtl[NPMAX];
       for (int k = 0; k < NP; ++k) {
         ho[k] = malloc((size_t)(rows * DV) * oes);
         hl[k] = malloc((size_t)rows * les);
@@ -985,7 +989,7 @@ static void test_merge_cuda(void **state) {
       fa_tensor tdo = fa_tensor_contiguous(dout, odt, B, H, L, DV), tdl = fa_tensor_contiguous(dlse, ldt, B, H, L, 1);
       tdo.memory = tdl.memory = FA_MEMORY_CUDA;
       const fa_status st = fa_merge_states(ctx, FA_BACKEND_CUDA, NP, dto, dtl, &tdo, &tdl);
-      if (st != FA_OK) fail_msg("cuda merge: %s: %s", fa_status_name(st), fa_context_last_error(ctx));
+      if (st != FA_OK) fail_msg("cuda merge of %d: %s: %s", NP, fa_status_name(st), fa_context_last_error(ctx));
       unsigned char *go = malloc((size_t)(rows * DV) * oes), *gl = malloc((size_t)rows * les);
       get(1, go, dout, (size_t)(rows * DV) * oes);
       get(1, gl, dlse, (size_t)rows * les);
@@ -993,13 +997,13 @@ static void test_merge_cuda(void **state) {
       for (int64_t i = 0; i < rows; ++i) {
         const double lg = fa__elem_get(gl, ldt, i), lr = rl[i];
         if (!(lg == lr || fabs(lg - lr) <= 1e-6 * (1 + fabs(lr))))
-          fail_msg("cuda merge %s/%s row %lld: lse %.9g, host %.9g", fa_dtype_name(odt), fa_dtype_name(ldt),
+          fail_msg("cuda merge of %d %s/%s row %lld: lse %.9g, host %.9g", NP, fa_dtype_name(odt), fa_dtype_name(ldt),
                    (long long)i, lg, lr);
         for (int e = 0; e < DV; ++e) {
           const double og = fa__elem_get(go, odt, i * DV + e), orf = ro[i * DV + e];
           if (!(fabs(og - orf) <= tol * (1 + fabs(orf))))
-            fail_msg("cuda merge %s/%s row %lld col %d: o %.9g, host %.9g", fa_dtype_name(odt), fa_dtype_name(ldt),
-                     (long long)i, e, og, orf);
+            fail_msg("cuda merge of %d %s/%s row %lld col %d: o %.9g, host %.9g", NP, fa_dtype_name(odt),
+                     fa_dtype_name(ldt), (long long)i, e, og, orf);
         }
       }
       /* host tensors on cuda: refused, naming the memory */

@@ -16,6 +16,7 @@ and V bytes once (2 B Hkv Lk D bytes each).
 usage: python3 bench/gpu/decode.py --lib build/libflashattn.so [--out DIR]
        [--reps 15] [--inner 20] [--splits 0,16,64] [--quick] [--shapes B:Hq:Hkv:Lk:page,...]
        [--breakdown] [--timeline] [--api] [--trace]  (decode_probe.py: where a call's time goes)
+       [--graph]  (each call also captured in a CUDA graph, as decode servers run it: replays timed)
 """
 
 import argparse
@@ -84,6 +85,30 @@ def events_ms(fn, reps, inner, warmup=3):
         b.synchronize()
         times.append(a.elapsed_time(b) / inner)
     return statistics.median(times)
+
+
+def graph_ms(fn, reps, inner, on_stream=None):
+    """ms per call of `inner` back-to-back calls of fn captured in one CUDA graph, its replays timed
+    as events_ms times calls (a decode server replays such graphs: no launch gaps between calls).
+    on_stream(s) points our context at stream s (the capture's, then back to the current one)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capture, as torch advises
+        if on_stream:
+            on_stream(side)
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(g):
+            if on_stream:
+                on_stream(torch.cuda.current_stream())
+            for _ in range(inner):
+                fn()
+    finally:
+        if on_stream:
+            on_stream(torch.cuda.current_stream())
+    return events_ms(g.replay, reps, 1) / inner
 
 
 def profiled(fn, calls, warm=1):
@@ -174,6 +199,9 @@ class Ours:
         assert L.fa_context_create(C.byref(self.ctx)) == 0
         L.fa_context_set_stream(self.ctx, C.c_void_p(torch.cuda.current_stream().cuda_stream))
 
+    def set_stream(self, stream):
+        self.lib.fa_context_set_stream(self.ctx, C.c_void_p(stream.cuda_stream))
+
     def call(self, q, kv, opt, o, lse):
         st = self.lib.fa_forward_kvcache(
             self.ctx, fa.FA_BACKEND_CUDA, C.byref(q), C.byref(kv), C.byref(opt), C.byref(o), C.byref(lse)
@@ -215,6 +243,12 @@ def main():
         "--trace", action="store_true", help="per-block timeline of each row's call (a FA_CUDA_DECODE_TRACE=ON build)"
     )
     ap.add_argument("--api", action="store_true", help="the CUDA runtime calls of each row's call, host us each")
+    ap.add_argument(
+        "--graph",
+        action="store_true",
+        help="also time each call captured in a CUDA graph (--inner calls a graph, its replays timed), ours "
+        "(unchecked rows) and each SDPA backend's",
+    )
     a = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.cuda.get_device_properties(0)
@@ -305,6 +339,7 @@ def main():
 
         # SDPA (contiguous K/V; GQA through enable_gqa, else K/V repeated beforehand)
         sd = {}
+        sdg = {}  # SDPA's graph-replay times (--graph)
         ref = None
         for name, be in (
             ("flash", SDPBackend.FLASH_ATTENTION),
@@ -333,9 +368,15 @@ def main():
                     sd[name] = (events_ms(fn, a.reps, a.inner), tag)
                     if ref is None or name == "math":
                         ref = out.float()
+                    if a.graph and name != "math":
+                        try:
+                            sdg[name] = graph_ms(fn, a.reps, a.inner)
+                        except Exception:  # not capturable: shown as '-'
+                            sdg[name] = None
             except Exception as e:  # a backend missing for this shape / build
                 sd[name] = (None, type(e).__name__[:12])
         best = min([t for t, _ in sd.values() if t is not None], default=None)
+        best_graph = min([t for t in sdg.values() if t is not None], default=None)
 
         sdp = "/".join(
             ("%.4f%s" % (t, tag)) if t is not None else tag
@@ -354,6 +395,12 @@ def main():
             vs_kern = (best / t_kern) if best and t_kern > 0 else float("nan")
             say("%-44s %9.4f %9.4f %9.0f %6.0f%% %6.2fx %6.2fx | %-44s %6.3f"
                 % (name, t_call, t_kern, gbs, 100 * gbs / cbw, vs_call, vs_kern, sdp, err))  # fmt: skip
+            if a.graph and " unchecked" in name:  # a checked call reads lengths back: not capturable
+                t_graph = graph_ms(fn, a.reps, a.inner, on_stream=ours.set_stream)
+                say("    graph replays: ours %.4f ms a call, SDPA %s, best %s: %.2fx"
+                    % (t_graph, "/".join("%.4f" % sdg[n] if sdg.get(n) else "-" for n in ("flash", "eff", "cudnn")),
+                       "%.4f" % best_graph if best_graph else "-",
+                       best_graph / t_graph if best_graph else float("nan")))  # fmt: skip
             if a.timeline:
                 for line in timeline(fn):
                     say("      " + line)

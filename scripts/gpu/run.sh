@@ -18,8 +18,10 @@
 #                              $BWD_D); BWD_ONE_SUITE=1 runs the suite once
 #   scripts/gpu/run.sh suite   build + ctest without the compile-only tests
 #   scripts/gpu/run.sh decode  build + the kv-cache and merge tests (test_kvcache,
-#                              test_online_softmax), test_backend_cuda, memcheck of
-#                              test_kvcache, bench/gpu/decode.py ($DECODE_ARGS)
+#                              test_cuda_graph, test_online_softmax, the cuda cases of
+#                              tests/python/test_torch_kvcache.py), bench/gpu/decode.py
+#                              ($DECODE_ARGS), test_backend_cuda, memcheck of
+#                              test_kvcache and test_cuda_graph
 #   scripts/gpu/run.sh fp8     build + the FP8 forward: test_fp8_cuda (cuda against
 #                              ref, every option: the warp-specialized kernel by
 #                              default, also with FLASHATTN_CUDA_FP8_WS=2 and =0,
@@ -130,14 +132,20 @@ if [ "$MODE" = decode ]; then
   # tool's limit; $OUT keeps what was written): the kv-cache tests, the
   # benchmark, then (DECODE_SUITE=1) test_backend_cuda and memcheck.
   stage "kv-cache tests"
-  for t in test_kvcache test_online_softmax; do
+  for t in test_kvcache test_cuda_graph test_online_softmax; do
     timeout "${DECODE_TEST_S:-60}" "$BUILD/tests/$t" >"$OUT/$t.log" 2>&1
     say "$t exit $?: $(suite_counts "$OUT/$t.log")"
   done
   # the CUDA-core decode kernel on the shapes that take the tensor-core one by default
   FLASHATTN_CUDA_DECODE_MMA=0 timeout "${DECODE_TEST_S:-60}" "$BUILD/tests/test_kvcache" >"$OUT/test_kvcache_cores.log" 2>&1
   say "test_kvcache (FLASHATTN_CUDA_DECODE_MMA=0) exit $?: $(suite_counts "$OUT/test_kvcache_cores.log")"
-  grep -E "FAILED|err |differ|status|WRONG|cuda" "$OUT/test_kvcache.log" | head -30 | tee -a "$SUMMARY"
+  grep -E "FAILED|err |differ|status|WRONG|cuda" "$OUT/test_kvcache.log" "$OUT/test_cuda_graph.log" | head -30 |
+    tee -a "$SUMMARY"
+  stage "pytest: the kv-cache calls on cuda tensors (CUDA graphs included)"
+  FLASHATTN_LIBRARY=$BUILD/libflashattn.so PYTHONPATH=$ROOT/python timeout 200 python3 -m pytest \
+    tests/python/test_torch_kvcache.py -q -rs -p no:cacheprovider -k cuda >"$OUT/pytest_kvcache.log" 2>&1
+  say "pytest exit $?: $(tail -1 "$OUT/pytest_kvcache.log")"
+  grep -E "^FAILED|Error" "$OUT/pytest_kvcache.log" | head -10 | tee -a "$SUMMARY"
   stage "decode benchmark"
   export PYTHONUNBUFFERED=1
   # shellcheck disable=SC2086
@@ -151,6 +159,9 @@ if [ "$MODE" = decode ]; then
     timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/test_kvcache" >"$BUILD/san.log" 2>&1
     say "memcheck test_kvcache exit $?"
     grep -E "ERROR SUMMARY|Invalid" "$BUILD/san.log" | sort | uniq -c | head -10 | tee -a "$SUMMARY"
+    timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/test_cuda_graph" >"$BUILD/san2.log" 2>&1
+    say "memcheck test_cuda_graph exit $?"
+    grep -E "ERROR SUMMARY|Invalid" "$BUILD/san2.log" | sort | uniq -c | head -10 | tee -a "$SUMMARY"
   fi
   stage "done"
   exit 0

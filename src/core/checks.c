@@ -198,17 +198,17 @@ fa_status fa__resolve_memory(fa_tensor **ts, const char **names, int n, fa_memor
   return FA_OK;
 }
 
-/* Reads n int32 values that may live in device memory. */
-fa_status fa__read_ints(const int32_t *src, int64_t n, fa_memory where, int32_t **dst, fa__err *err) {
+fa_status fa__read_ints(const int32_t *src, int64_t n, const char *name, const char *hint, fa__readback from,
+                        int32_t **dst, fa__err *err) {
   *dst = (int32_t *)malloc((size_t)n * sizeof(int32_t));
-  if (!*dst) FAIL(FA_ERR_OUT_OF_MEMORY, "cannot allocate %lld ints to check sequence lengths", (long long)n);
-  if (where == FA_MEMORY_HOST) {
+  if (!*dst) FAIL(FA_ERR_OUT_OF_MEMORY, "cannot allocate %lld ints to check %s", (long long)n, name);
+  if (from.where == FA_MEMORY_HOST) {
     memcpy(*dst, src, (size_t)n * sizeof(int32_t));
     return FA_OK;
   }
 #ifdef FA_HAVE_CUDA
   {
-    const fa_status st = fa__cuda_copy_to_host(*dst, src, (size_t)n * sizeof(int32_t), err);
+    const fa_status st = fa__cuda_read_back(*dst, src, (size_t)n * sizeof(int32_t), from.stream, name, hint, err);
     if (st != FA_OK) {
       free(*dst);
       *dst = NULL;
@@ -216,16 +216,21 @@ fa_status fa__read_ints(const int32_t *src, int64_t n, fa_memory where, int32_t 
     return st;
   }
 #else
+  (void)hint;
   free(*dst);
   *dst = NULL;
-  FAIL(FA_ERR_NO_BACKEND, "device memory without a cuda backend");
+  FAIL(FA_ERR_NO_BACKEND, "%s is in device memory, but this build has no cuda backend", name);
 #endif
 }
 
+/* What a graph capture can do instead of reading fa_forward's lengths. */
+static const char seqlens_hint[] = "pass the lengths in host memory, or make the call outside the capture";
+
 /* Per-batch lengths: each in [0, max]. */
-fa_status fa__check_seqlens(const int32_t *s, int64_t B, int64_t max, const char *name, fa_memory where, fa__err *err) {
+fa_status fa__check_seqlens(const int32_t *s, int64_t B, int64_t max, const char *name, fa__readback from,
+                            fa__err *err) {
   int32_t *h;
-  CHECK(fa__read_ints(s, B, where, &h, err));
+  CHECK(fa__read_ints(s, B, name, seqlens_hint, from, &h, err));
   for (int64_t b = 0; b < B; ++b)
     if (h[b] < 0 || h[b] > max) {
       const int32_t bad = h[b];
@@ -238,10 +243,10 @@ fa_status fa__check_seqlens(const int32_t *s, int64_t B, int64_t max, const char
 
 /* Cumulative offsets: start at 0, never decrease, end within total; returns
  * the longest sequence. */
-fa_status fa__check_cu_seqlens(const int32_t *cu, int64_t nseq, int64_t total, const char *name, fa_memory where,
+fa_status fa__check_cu_seqlens(const int32_t *cu, int64_t nseq, int64_t total, const char *name, fa__readback from,
                                int64_t *longest, fa__err *err) {
   int32_t *h;
-  CHECK(fa__read_ints(cu, nseq + 1, where, &h, err));
+  CHECK(fa__read_ints(cu, nseq + 1, name, seqlens_hint, from, &h, err));
   fa_status st = FA_OK;
   int64_t mx = 0;
   if (h[0] != 0) {

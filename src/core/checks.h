@@ -38,9 +38,22 @@ fa_status fa__sizes_fit(int64_t B, int64_t Hq, int64_t Lq, int64_t Lk, int64_t D
 fa_status fa__no_overlap(const fa__extent *outs, int nout, const fa__extent *ins, int nin, fa__err *err);
 fa__extent fa__array_extent(const void *p, uint64_t n, uint64_t es, const char *name);
 fa_status fa__resolve_memory(fa_tensor **ts, const char **names, int n, fa_memory *out, fa__err *err);
-fa_status fa__read_ints(const int32_t *src, int64_t n, fa_memory where, int32_t **dst, fa__err *err);
-fa_status fa__check_seqlens(const int32_t *s, int64_t B, int64_t max, const char *name, fa_memory where, fa__err *err);
-fa_status fa__check_cu_seqlens(const int32_t *cu, int64_t nseq, int64_t total, const char *name, fa_memory where,
+/* Where a call reads device-resident values back from: the memory of its
+ * tensors and, for CUDA memory, the context's stream (the copy waits for the
+ * work queued on it, as the kernels that read the values would). */
+typedef struct fa__readback {
+  fa_memory where;
+  void *stream;
+} fa__readback;
+/* Reads n int32 values of the array called name into *dst (malloc'd). On a
+ * stream that is capturing a CUDA graph there is nothing to read yet (a
+ * graph replays later, with whatever the array then holds): FA_ERR_UNSUPPORTED
+ * naming the array, and hint (if not NULL) says what to do instead. */
+fa_status fa__read_ints(const int32_t *src, int64_t n, const char *name, const char *hint, fa__readback from,
+                        int32_t **dst, fa__err *err);
+fa_status fa__check_seqlens(const int32_t *s, int64_t B, int64_t max, const char *name, fa__readback from,
+                            fa__err *err);
+fa_status fa__check_cu_seqlens(const int32_t *cu, int64_t nseq, int64_t total, const char *name, fa__readback from,
                                int64_t *longest, fa__err *err);
 /* Scalar options; q_offset and k_offset in [0, FA__MAX_POSITION_OFFSET]. */
 #define FA__MAX_POSITION_OFFSET ((int64_t)1 << 60)

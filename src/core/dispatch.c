@@ -144,6 +144,7 @@ fa_status fa_forward(fa_context *ctx, fa_backend backend, const fa_tensor *q, co
   fa__call c;
   memset(&c, 0, sizeof c);
   c.pass = FA__FORWARD;
+  c.stream = ctx ? ctx->stream : NULL;
   c.q = q;
   c.k = k;
   c.v = v;
@@ -159,6 +160,7 @@ fa_status fa_backward(fa_context *ctx, fa_backend backend, const fa_tensor *q, c
   fa__call c;
   memset(&c, 0, sizeof c);
   c.pass = FA__BACKWARD;
+  c.stream = ctx ? ctx->stream : NULL;
   c.q = q;
   c.k = k;
   c.v = v;
@@ -181,6 +183,7 @@ fa_status fa_forward_kvcache(fa_context *ctx, fa_backend backend, const fa_tenso
   c.kvcache = 1;
   c.cache = cache;
   c.trust_device_values = ctx && ctx->device_checks_off;
+  c.stream = ctx ? ctx->stream : NULL;
   c.q = q;
   c.o = o;
   c.lse = lse;

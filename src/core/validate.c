@@ -170,14 +170,15 @@ fa_status fa__problem_build(fa__problem *p, const fa__call *c, fa__err *err) {
   }
 
   /* lengths */
+  const fa__readback from = {p->memory, c->stream};
   int64_t B = Bt, maxq = Lq, maxk = Lk;
   if (varlen) {
     B = o->num_seqs;
-    CHECK(fa__check_cu_seqlens(o->cu_seqlens_q, B, Lq, "opt->cu_seqlens_q", p->memory, &maxq, err));
-    CHECK(fa__check_cu_seqlens(o->cu_seqlens_k, B, Lk, "opt->cu_seqlens_k", p->memory, &maxk, err));
+    CHECK(fa__check_cu_seqlens(o->cu_seqlens_q, B, Lq, "opt->cu_seqlens_q", from, &maxq, err));
+    CHECK(fa__check_cu_seqlens(o->cu_seqlens_k, B, Lk, "opt->cu_seqlens_k", from, &maxk, err));
   } else {
-    if (o->seqlens_q) CHECK(fa__check_seqlens(o->seqlens_q, B, Lq, "opt->seqlens_q", p->memory, err));
-    if (o->seqlens_k) CHECK(fa__check_seqlens(o->seqlens_k, B, Lk, "opt->seqlens_k", p->memory, err));
+    if (o->seqlens_q) CHECK(fa__check_seqlens(o->seqlens_q, B, Lq, "opt->seqlens_q", from, err));
+    if (o->seqlens_k) CHECK(fa__check_seqlens(o->seqlens_k, B, Lk, "opt->seqlens_k", from, err));
   }
 
   /* FP8 descales: [B, Hkv] with broadcasting */

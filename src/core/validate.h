@@ -12,6 +12,7 @@ typedef struct fa__call {
   int kvcache;             /* fa_forward_kvcache */
   const fa_kvcache *cache; /* its cache */
   int trust_device_values; /* device-resident lengths / block table taken unread (fa_context_set_device_checks) */
+  void *stream;            /* the context's CUDA stream: device-resident values are read back in its order */
 } fa__call;
 
 /* Checks c and fills p; on failure returns the status and err names the

@@ -188,11 +188,14 @@ fa_status fa__kv_problem_build(fa__problem *p, const fa__call *c, fa__err *err) 
    * values into the same bounds */
   {
     const int trust = c->trust_device_values && p->memory == FA_MEMORY_CUDA;
+    const fa__readback from = {p->memory, c->stream};
+    static const char trust_hint[] =
+        "turn the checks off for the capture (fa_context_set_device_checks(ctx, 0); Python: device_checks=False)";
     int32_t *len = NULL, *bt = NULL;
     fa_status st = FA_OK;
     int64_t longest = capacity - L_new, bt_end = 0;
     if (!trust) {
-      CHECK(fa__read_ints(kc->cache_seqlens, B, p->memory, &len, err));
+      CHECK(fa__read_ints(kc->cache_seqlens, B, "cache->cache_seqlens", trust_hint, from, &len, err));
       longest = 0;
       for (int64_t b = 0; b < B && st == FA_OK; ++b) {
         if (len[b] < 0 || len[b] > capacity - L_new) {
@@ -211,7 +214,8 @@ fa_status fa__kv_problem_build(fa__problem *p, const fa__call *c, fa__err *err) 
         const int64_t used = (len[b] + L_new + rows - 1) / rows;
         if (used > 0 && b * bt_stride + used > bt_end) bt_end = b * bt_stride + used;
       }
-      if (st == FA_OK && bt_end > 0) st = fa__read_ints(kc->block_table, bt_end, p->memory, &bt, err);
+      if (st == FA_OK && bt_end > 0)
+        st = fa__read_ints(kc->block_table, bt_end, "cache->block_table", trust_hint, from, &bt, err);
       for (int64_t b = 0; b < B && st == FA_OK && bt; ++b) {
         const int64_t used = (len[b] + L_new + rows - 1) / rows;
         for (int64_t i = 0; i < used && st == FA_OK; ++i) {

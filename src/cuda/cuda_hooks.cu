@@ -23,11 +23,36 @@ extern "C" int fa__cuda_is_device_pointer(const void *p) {
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
-extern "C" fa_status fa__cuda_copy_to_host(void *dst, const void *src, size_t bytes, fa__err *err) {
-  const cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost);
+// On the caller's stream, not the legacy one: a length written by a kernel
+// queued on a non-blocking stream (PyTorch's side streams are) must be read
+// after that kernel, as the call's own kernels would read it; a plain
+// cudaMemcpy does not wait for such a stream.
+extern "C" fa_status fa__cuda_read_back(void *dst, const void *src, size_t bytes, void *stream, const char *name,
+                                        const char *hint, fa__err *err) {
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  cudaError_t e = cudaStreamIsCapturing(s, &cs);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    return fa__cuda_fail(e, "copying sequence lengths to the host", err);
+    // the legacy stream while another stream captures in global mode: a
+    // copy there would invalidate that capture
+    if (e != cudaErrorStreamCaptureImplicit) return fa__cuda_fail(e, "cudaStreamIsCapturing", err);
+    cs = cudaStreamCaptureStatusActive;
+  }
+  if (cs != cudaStreamCaptureStatusNone) {
+    fa__err_set(err,
+                "%s is in device memory and is read back to check its values, which cannot happen while the stream "
+                "is capturing a CUDA graph (the graph replays later, with whatever it then holds)%s%s",
+                name, hint ? ": " : "", hint ? hint : "");
+    return FA_ERR_UNSUPPORTED;
+  }
+  e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    char what[160];
+    snprintf(what, sizeof what, "copying %s to the host", name);
+    return fa__cuda_fail(e, what, err);
   }
   return FA_OK;
 }

@@ -15,8 +15,13 @@ extern "C" {
  * fails loudly: with no driver or device it answers 0. */
 int fa__cuda_is_device_pointer(const void *p);
 
-/* Copies bytes from device memory src to host dst (synchronous). */
-fa_status fa__cuda_copy_to_host(void *dst, const void *src, size_t bytes, fa__err *err);
+/* Copies bytes of the array called name from device memory src to host dst
+ * in the order of stream (a cudaStream_t; NULL: the legacy default stream)
+ * and waits for it. FA_ERR_UNSUPPORTED, naming the array and adding hint,
+ * when the stream is capturing a CUDA graph (nothing is enqueued then, and
+ * the capture stays valid). */
+fa_status fa__cuda_read_back(void *dst, const void *src, size_t bytes, void *stream, const char *name, const char *hint,
+                             fa__err *err);
 
 #ifdef __cplusplus
 }

@@ -186,8 +186,15 @@ struct part_desc {
   int64_t os[4], ls[3];
 };
 
+// Up to this many parts travel in the kernel's parameters (80 bytes each,
+// under the 4 KiB every CUDA version takes): no copy to wait for, so the
+// call stays asynchronous and can be captured into a CUDA graph. More parts
+// go through a device copy of the descriptors.
+constexpr int kInlineParts = 32;
+
 struct merge_params {
-  const part_desc *parts;
+  part_desc inl[kInlineParts];  // parts == nullptr: the n descriptors
+  const part_desc *parts;       // else: a device copy of them
   int n;
   void *o, *lse;
   int odt, ldt;
@@ -196,7 +203,7 @@ struct merge_params {
 };
 
 // fa_merge_states: one block per row (b, h, i), any dtypes and strides.
-__global__ void merge_kernel(const merge_params p) {
+__global__ void merge_kernel(const __grid_constant__ merge_params p) {
   extern __shared__ double wdyn[];
   __shared__ double lse_s;
   const int64_t x = blockIdx.x, i = x % p.L, h = (x / p.L) % p.H, b = x / (p.L * p.H);
@@ -204,7 +211,7 @@ __global__ void merge_kernel(const merge_params p) {
     const double lse = merge_weights(
         p.n,
         [&](int k) {
-          const part_desc &d = p.parts[k];
+          const part_desc &d = p.parts ? p.parts[k] : p.inl[k];
           const int64_t at = b * d.ls[0] + h * d.ls[1] + i * d.ls[2];
           return d.ldt == FA_F64 ? static_cast<const double *>(d.lse)[at]
                                  : static_cast<double>(static_cast<const float *>(d.lse)[at]);
@@ -217,7 +224,7 @@ __global__ void merge_kernel(const merge_params p) {
     double acc = 0.0;
     for (int k = 0; k < p.n; ++k) {
       if (wdyn[k] == 0.0) continue;
-      const part_desc &d = p.parts[k];
+      const part_desc &d = p.parts ? p.parts[k] : p.inl[k];
       const int64_t at = b * d.os[0] + h * d.os[1] + i * d.os[2] + e * d.os[3];
       const double v = d.odt == FA_F64 ? static_cast<const double *>(d.o)[at]
                                        : static_cast<double>(fa_cuda::load_any(d.o, at, d.odt));
@@ -738,8 +745,11 @@ fa_status fa__cuda_merge_states(int n, const fa_tensor *o_parts, const fa_tensor
     fa__err_set(err, "fa_merge_states on cuda merges at most %d parts (n = %d)", 48 * 1024 / 8, n);
     return FA_ERR_UNSUPPORTED;
   }
+  merge_params mp;
+  memset(&mp, 0, sizeof mp);
+  const bool inline_parts = n <= kInlineParts;
   const size_t dbytes = static_cast<size_t>(n) * sizeof(part_desc);
-  part_desc *host = static_cast<part_desc *>(malloc(dbytes));
+  part_desc *host = inline_parts ? mp.inl : static_cast<part_desc *>(malloc(dbytes));
   if (!host) {
     fa__err_set(err, "fa_merge_states: cannot allocate %d part descriptors", n);
     return FA_ERR_OUT_OF_MEMORY;
@@ -754,17 +764,28 @@ fa_status fa__cuda_merge_states(int n, const fa_tensor *o_parts, const fa_tensor
     for (int x = 0; x < 3; ++x) d.ls[x] = lse_parts[k].shape[x] == 1 ? 0 : lse_parts[k].stride[x];
   }
   scratch descs;
-  st = descs.alloc(dbytes, s, "fa_merge_states' part descriptors", err);
-  if (st == FA_OK) {
-    const cudaError_t e = cudaMemcpyAsync(descs.ptr, host, dbytes, cudaMemcpyHostToDevice, s);
-    if (e == cudaSuccess) (void)cudaStreamSynchronize(s);  // host is freed below
-    if (e != cudaSuccess) st = fa__cuda_fail(e, "copying fa_merge_states' part descriptors", err);
+  if (!inline_parts) {  // the copy below is waited for: not while capturing a graph
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    const cudaError_t ce = cudaStreamIsCapturing(s, &cs);
+    if (ce != cudaSuccess) (void)cudaGetLastError();
+    if (ce != cudaSuccess || cs != cudaStreamCaptureStatusNone) {
+      free(host);
+      fa__err_set(err,
+                  "n = %d: fa_merge_states on cuda merges more than %d parts through a copy the host waits for, "
+                  "which a stream capturing a CUDA graph cannot do: merge at most %d parts a call in a graph",
+                  n, kInlineParts, kInlineParts);
+      return FA_ERR_UNSUPPORTED;
+    }
+    st = descs.alloc(dbytes, s, "fa_merge_states' part descriptors", err);
+    if (st == FA_OK) {
+      const cudaError_t e = cudaMemcpyAsync(descs.ptr, host, dbytes, cudaMemcpyHostToDevice, s);
+      if (e == cudaSuccess) (void)cudaStreamSynchronize(s);  // host is freed below
+      if (e != cudaSuccess) st = fa__cuda_fail(e, "copying fa_merge_states' part descriptors", err);
+    }
+    free(host);
+    if (st != FA_OK) return st;
+    mp.parts = static_cast<const part_desc *>(descs.ptr);
   }
-  free(host);
-  if (st != FA_OK) return st;
-  merge_params mp;
-  memset(&mp, 0, sizeof mp);
-  mp.parts = static_cast<const part_desc *>(descs.ptr);
   mp.n = n;
   mp.o = o->data;
   mp.odt = o->dtype;

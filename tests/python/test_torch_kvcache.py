@@ -495,6 +495,45 @@ def test_cuda_merge_states():
     close(got_l.cpu(), want_l, 1e-5, "lse")
 
 
+@needs_cuda
+@pytest.mark.filterwarnings("ignore:The CUDA Graph is empty")  # the refused capture below holds nothing
+@pytest.mark.parametrize("page", [0, 16], ids=["contiguous", "paged16"])
+def test_cuda_graph_decode_steps(page):
+    """A decode step (append one token, attend) captured once with torch.cuda.graph and replayed as
+    a server does, q / k / v / cache_seqlens changed in place between replays: each replay gives the
+    bits of an eager call on the same inputs (its own copy of the cache), the appends included. A
+    checked call (device_checks=True, the default) reads cache_seqlens back: inside a capture it
+    raises, naming the switch, and leaves the capture valid."""
+    q, kc, vc, bt, k, v, seqlens = (None if t is None else t.cuda() for t in problem(B=2, Hq=8, Hkv=2, D=64, Dv=64,
+                                                                                    cap=256, page=page,
+                                                                                    seqlens=(40, 170),
+                                                                                    dtype=torch.bfloat16))  # fmt: skip
+    kc_e, vc_e = kc.clone(), vc.clone()
+    kw = dict(cache_seqlens=seqlens, block_table=bt, causal=True, return_softmax_lse=True, device_checks=False)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # torch's advice: warm up off the capture
+        ft.flash_attn_with_kvcache(q, kc.clone(), vc.clone(), k, v, **kw)
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out_g, lse_g = ft.flash_attn_with_kvcache(q, kc, vc, k, v, **kw)
+    gen = torch.Generator().manual_seed(11)
+    for step in range(3):
+        for t in (q, k, v):
+            t.copy_(torch.randn(t.shape, generator=gen).to(t.dtype))
+        g.replay()
+        out_e, lse_e = ft.flash_attn_with_kvcache(q, kc_e, vc_e, k, v, **kw)
+        assert torch.equal(out_g, out_e) and torch.equal(lse_g, lse_e), f"step {step}"
+        seqlens.add_(1 + step)
+    assert torch.equal(kc, kc_e) and torch.equal(vc, vc_e)
+    g2 = torch.cuda.CUDAGraph()
+    with pytest.raises(NotImplementedError, match="device_checks"):
+        with torch.cuda.graph(g2):
+            ft.flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens, block_table=bt)
+    torch.cuda.synchronize()
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
 @pytest.mark.parametrize("page", [0, 16], ids=["contiguous", "paged16"])
 def test_device_checks_off_same_result(device, page):

@@ -203,7 +203,9 @@ def flash_attn_with_kvcache(
     and checked before the call (a bad value raises, nothing is written), which makes every call wait
     for the GPU; device_checks=False skips that read (fa_context_set_device_checks): the call stays
     asynchronous, as a decode loop wants, and a bad value gives unspecified results for its sequence
-    but never reads or writes outside the tensors. CPU tensors are always checked.
+    but never reads or writes outside the tensors. CPU tensors are always checked. Capturing the call
+    in a CUDA graph (torch.cuda.graph) needs device_checks=False: a checked call inside a capture
+    raises NotImplementedError naming the switch (the graph replays later, with other values).
 
     Returns out [B, Lq, Hq, Dv] (and softmax_lse [B, Hq, Lq] if return_softmax_lse: float32, float64
     for float64 q). No gradients: like FlashAttention's, the outputs do not require grad. CPU tensors
