@@ -9,8 +9,10 @@
  * eager call on a second set of buffers with the same inputs: the same bits
  * (the split count depends only on the shapes, and the graph runs the same
  * kernels). Covered: fa_forward_kvcache appending one token (contiguous and
- * paged caches; split merges in the combine kernel and in the decode
- * kernel's last blocks, whose counters a captured call zeroes itself),
+ * paged caches; split merges in the combine kernel, and at 32 items, where
+ * an eager call merges in the decode kernel's last blocks through its
+ * stream's counters and a captured one in the combine kernel: the same
+ * bits),
  * fa_forward and the deterministic fa_backward (stream-ordered scratch
  * becomes the graph's own memory), fa_merge_states.
  *
@@ -96,8 +98,9 @@ typedef struct decode_shape {
   int B, Hq, Hkv, page; /* page 0: contiguous [B, Hkv, cap, D] */
 } decode_shape;
 
-/* the two merges of a split call: few items (combine kernel), 32 items and
- * more (the decode kernel's last split blocks, through counters) */
+/* few items (the combine kernel, eager and captured) and 32 items (eager:
+ * the decode kernel's last split blocks, through the stream's counters;
+ * captured: the combine kernel) */
 static const decode_shape shapes[] = {
     {"B=2 GQA 8/2 contiguous", 2, 8, 2, 0},
     {"B=2 GQA 8/2 pages of 16", 2, 8, 2, 16},

@@ -16,7 +16,9 @@
 #                              mma.sync), memcheck / racecheck / synccheck on
 #                              $BWD_SAN, backward anchors ($BWD_VARIANTS, $BWD_L,
 #                              $BWD_D); BWD_ONE_SUITE=1 runs the suite once
-#   scripts/gpu/run.sh suite   build + ctest without the compile-only tests
+#   scripts/gpu/run.sh suite   build + ctest without the compile-only tests, then
+#                              test_backend_cuda alone (SUITE_DIRECT=0: not) and
+#                              (SUITE_PYTEST=1) the Python suite on this build
 #   scripts/gpu/run.sh decode  build + the kv-cache and merge tests (test_kvcache,
 #                              test_cuda_graph, test_online_softmax, the cuda cases of
 #                              tests/python/test_torch_kvcache.py), bench/gpu/decode.py
@@ -117,12 +119,21 @@ cc -O2 scripts/gpu/check_cuda.c -I include -I "$CUDA_HOME/include" -L "$BUILD" -
 
 if [ "$MODE" = suite ]; then
   stage "ctest (cuda_wgmma_async_* excluded: compile-only, slow on this host)"
-  (cd "$BUILD" && timeout 500 ctest -j"$JOBS" -E cuda_wgmma_async --output-on-failure >"$OUT/ctest.log" 2>&1)
+  (cd "$BUILD" && timeout "${SUITE_CTEST_S:-500}" ctest -j"$JOBS" -E cuda_wgmma_async --output-on-failure >"$OUT/ctest.log" 2>&1)
   say "ctest exit $?"
   grep -E "Test +#|tests passed|Skipped|Failed|\*\*\*" "$OUT/ctest.log" | head -30 | tee -a "$SUMMARY"
-  "$BUILD/tests/test_backend_cuda" >"$OUT/suite_cuda.log" 2>&1
-  say "test_backend_cuda exit $?: $(suite_counts "$OUT/suite_cuda.log")"
-  grep -E "determin" "$OUT/suite_cuda.log" | tee -a "$SUMMARY"
+  if [ "${SUITE_DIRECT:-1}" = 1 ]; then
+    "$BUILD/tests/test_backend_cuda" >"$OUT/suite_cuda.log" 2>&1
+    say "test_backend_cuda exit $?: $(suite_counts "$OUT/suite_cuda.log")"
+    grep -E "determin" "$OUT/suite_cuda.log" | tee -a "$SUMMARY"
+  fi
+  if [ "${SUITE_PYTEST:-0}" = 1 ]; then # the Python suite on this build's library, CUDA tensors included
+    stage "pytest tests/python"
+    FLASHATTN_LIBRARY=$BUILD/libflashattn.so PYTHONPATH=$ROOT/python timeout "${SUITE_PYTEST_S:-300}" \
+      python3 -m pytest tests/python -q -rs -p no:cacheprovider >"$OUT/pytest.log" 2>&1
+    say "pytest exit $?: $(tail -1 "$OUT/pytest.log")"
+    grep -E "^FAILED|^ERROR" "$OUT/pytest.log" | head -20 | tee -a "$SUMMARY"
+  fi
   stage "done"
   exit 0
 fi

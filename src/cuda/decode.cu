@@ -368,7 +368,9 @@ int tile_keys(int kd, int rb) {
 // on the call's tail, where the combine runs a block per row in parallel
 // (launched as a programmatic dependent, it starts while the decode kernel
 // drains); with many, the merges spread over the machine and the second
-// kernel's launch and tail are saved.
+// kernel's launch and tail are saved. Only with the stream's counters
+// (stream_counters_for): a call without them (a CUDA graph capture, see
+// there) merges in the combine kernel, whose bits are the same.
 constexpr int64_t kFusedMergeMinItems = 32;
 bool fused_merge(int64_t items) {
   return fa_cuda::env_switch("FLASHATTN_CUDA_DECODE_FUSED_MERGE", items >= kFusedMergeMinItems) != 0;
@@ -400,10 +402,14 @@ bool fused_merge(int64_t items) {
 //     whose streams may still have kernels queued.
 //   - not while the stream is being captured into a CUDA graph (a graph may
 //     be replayed on any stream, next to other replays or calls: its
-//     counters must be its own), nor past kCounterStreams streams or
-//     kMaxStreamCounters items, nor when an allocation fails: then (null
-//     here) the call's counters are part of its scratch, zeroed by a
-//     cudaMemsetAsync before the decode kernel (run_decode).
+//     counters would have to be its own), nor past kCounterStreams streams
+//     or kMaxStreamCounters items, nor when an allocation fails: then (null
+//     here) the call merges in the combine kernel. (Counters of the call's
+//     own, zeroed by a memset node each replay, measured slower in graphs
+//     than the combine kernel on every shape that takes the fused merge:
+//     H200, B = 4-16, GQA 32/8, 4k-8k keys, graph replays 3-6 us a call
+//     slower, e.g. B = 8: 0.076-0.078 ms against 0.072-0.074;
+//     bench/results/2026-12-02-h200-decode-graphs.txt.)
 // Counters left nonzero by a decode kernel that never finished (a fault)
 // come with a sticky error: the device context is unusable anyway.
 // cudaDeviceReset frees the buffers under this table: a process that resets
@@ -589,28 +595,17 @@ static fa_status run_decode(const fa__problem *p, const fa__kv *kv, const fa__de
   dp.warm_merge = warm_merge();
 
   // with splits: the partial results in scratch, merged by the decode
-  // kernel's last split blocks through per-item counters (the stream's, or
-  // this call's own, zeroed here), or (by default)
-  // by the combine kernel
+  // kernel's last split blocks through the stream's per-item counters
+  // (fused_merge), or by the combine kernel
   scratch part;
   bool zeroed_here = false;  // a memset on s since the append kernel: launch the decode kernel plainly
   if (nsplit > 1) {
-    const bool fused = fused_merge(items);
-    if (fused) dp.counters = stream_counters_for(dev, s, items, &zeroed_here);
-    const bool own_counters = fused && !dp.counters;
+    if (fused_merge(items)) dp.counters = stream_counters_for(dev, s, items, &zeroed_here);
     const size_t rows = static_cast<size_t>(p->B * p->Hkv) * static_cast<size_t>(nsplit) * static_cast<size_t>(R);
-    const size_t part_bytes = rows * static_cast<size_t>(p->Dv + 1) * sizeof(float);
-    const size_t counters_at = (part_bytes + 255) / 256 * 256;
-    const size_t counters_bytes = static_cast<size_t>(items) * sizeof(unsigned);
-    st = part.alloc(own_counters ? counters_at + counters_bytes : part_bytes, s, "the split-KV partial results", err);
+    st = part.alloc(rows * static_cast<size_t>(p->Dv + 1) * sizeof(float), s, "the split-KV partial results", err);
     if (st != FA_OK) return st;
     dp.part_o = static_cast<float *>(part.ptr);
     dp.part_lse = dp.part_o + rows * static_cast<size_t>(p->Dv);
-    if (own_counters) {
-      dp.counters = reinterpret_cast<unsigned *>(static_cast<unsigned char *>(part.ptr) + counters_at);
-      FA_CUDA_TRY(cudaMemsetAsync(dp.counters, 0, counters_bytes, s), "zeroing the split-KV counters");
-      zeroed_here = true;
-    }
   }
   const int64_t blocks = items * nsplit;
   const bool pdl_dec = pdl_decode && !zeroed_here;

@@ -39,9 +39,21 @@ def _int32(t, arg, device, n=None):
 
 def _rng(dropout_p, seed, offset):
     """(seed, offset) for dropout as a CPU int64 tensor, drawn from torch's
-    generator unless given (so torch.manual_seed makes runs repeatable)."""
+    generator unless given (so torch.manual_seed makes runs repeatable).
+    Not drawn inside a CUDA graph capture: the seed would be captured with
+    the call, and every replay would drop the same elements where the caller
+    expects a new mask each step (PyTorch's own dropout advances a device-side
+    offset per replay; ours has no such state). An explicit seed is captured
+    as given."""
     if not dropout_p:
         return None
+    if seed is None and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        raise _capi.invalid(
+            "dropout_p > 0 with no dropout_seed inside a CUDA graph capture: the seed drawn now would be "
+            "replayed, the same dropout mask every replay; pass dropout_seed (ft.attention), or capture "
+            "without dropout",
+            "FA_ERR_UNSUPPORTED",
+        )
     if seed is None:
         return torch.stack([torch.randint(0, 2**62, (), dtype=torch.int64), torch.tensor(offset, dtype=torch.int64)])
     if not 0 <= seed < 2**64:
