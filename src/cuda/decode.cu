@@ -1,5 +1,6 @@
 // fa_forward_kvcache and fa_merge_states on the cuda backend: the host side
-// (checks, split count, scratch, split counters, launches), the append
+// (checks, split count, scratch, launches; the per-stream buffers are
+// stream_buffers.cu), the append
 // kernel and the two merge kernels. The decode kernels themselves are
 // decode_kernel.cuh and decode_mma_kernel.cuh; the merge arithmetic is
 // decode_merge.cuh.
@@ -11,7 +12,6 @@
 #include <string.h>
 
 #include <atomic>
-#include <mutex>
 
 #include "../rules/half.h"
 #include "../rules/kv_address.h"
@@ -24,6 +24,7 @@
 #include "mma.cuh"
 #include "pdl.cuh"
 #include "rules.cuh"
+#include "stream_buffers.h"
 
 namespace {
 
@@ -369,126 +370,16 @@ int tile_keys(int kd, int rb) {
 // (launched as a programmatic dependent, it starts while the decode kernel
 // drains); with many, the merges spread over the machine and the second
 // kernel's launch and tail are saved. Only with the stream's counters
-// (stream_counters_for): a call without them (a CUDA graph capture, see
-// there) merges in the combine kernel, whose bits are the same.
+// (stream_buffers.cu): a call without them (a CUDA graph capture) merges in
+// the combine kernel, whose bits are the same. (Counters of the call's own,
+// zeroed by a memset node each replay, measured slower in graphs than the
+// combine kernel on every shape that takes the fused merge: H200, B = 4-16,
+// GQA 32/8, 4k-8k keys, graph replays 3-6 us a call slower, e.g. B = 8:
+// 0.076-0.078 ms against 0.072-0.074;
+// bench/results/2026-12-02-h200-decode-graphs.txt.)
 constexpr int64_t kFusedMergeMinItems = 32;
 bool fused_merge(int64_t items) {
   return fa_cuda::env_switch("FLASHATTN_CUDA_DECODE_FUSED_MERGE", items >= kFusedMergeMinItems) != 0;
-}
-
-// The fused merge's arrival counters (fa__dec_params::counters): one per
-// item, 0 when the decode kernel starts, put back to 0 by each item's last
-// split block, so they are 0 again when the kernel ends. A call finds them
-// ready, with no memset or allocation on the stream:
-//   - one buffer per stream (and device). Calls on one stream run one after
-//     the other: a decode kernel starts after the previous call's kernels
-//     have ended (it is launched plainly, or as the programmatic dependent
-//     of its own call's append kernel, which is launched plainly; it touches
-//     the counters only after its griddepcontrol.wait), so they may share
-//     counters; calls on two streams may run at once and must not. (Per
-//     call scratch would need a memset on the stream every call, as the
-//     pool hands back other calls' memory, not zeros: one more operation
-//     on the stream, where the fused merge is there to save one.) A stream
-//     is named by cudaStreamGetId (unique for the program's life: a new
-//     stream that reuses a destroyed one's handle gets its own buffer) and,
-//     for the default-stream handles (0, cudaStreamLegacy,
-//     cudaStreamPerThread), by the calling thread as well
-//     (cudaStreamPerThread is another stream in each thread).
-//   - allocated by cudaMallocAsync on that stream and zeroed by
-//     cudaMemsetAsync there on first use (stream-ordered before the kernel),
-//     doubled when a call needs more (the outgrown buffer is left allocated:
-//     another thread's call on the same stream may have it in a kernel in
-//     flight). Never freed: at most kCounterStreams buffers of a few KiB,
-//     whose streams may still have kernels queued.
-//   - not while the stream is being captured into a CUDA graph (a graph may
-//     be replayed on any stream, next to other replays or calls: its
-//     counters would have to be its own), nor past kCounterStreams streams
-//     or kMaxStreamCounters items, nor when an allocation fails: then (null
-//     here) the call merges in the combine kernel. (Counters of the call's
-//     own, zeroed by a memset node each replay, measured slower in graphs
-//     than the combine kernel on every shape that takes the fused merge:
-//     H200, B = 4-16, GQA 32/8, 4k-8k keys, graph replays 3-6 us a call
-//     slower, e.g. B = 8: 0.076-0.078 ms against 0.072-0.074;
-//     bench/results/2026-12-02-h200-decode-graphs.txt.)
-// Counters left nonzero by a decode kernel that never finished (a fault)
-// come with a sticky error: the device context is unusable anyway.
-// cudaDeviceReset frees the buffers under this table: a process that resets
-// the device must not make split decode calls afterwards.
-constexpr int kCounterStreams = 64;
-constexpr int64_t kMaxStreamCounters = int64_t{1} << 16;
-constexpr int64_t kFirstStreamCounters = 4096;
-
-struct stream_counters {
-  int dev;
-  unsigned long long id;  // cudaStreamGetId
-  uint64_t thread;        // thread_token() for the default-stream handles, else 0
-  unsigned *buf;
-  int64_t n;
-};
-std::mutex counters_mu;
-stream_counters counters_table[kCounterStreams];
-int counters_used = 0;
-std::atomic<uint64_t> thread_tokens{0};
-
-uint64_t thread_token() {
-  thread_local const uint64_t token = thread_tokens.fetch_add(1, std::memory_order_relaxed) + 1;
-  return token;
-}
-
-// n zeroed counters that only calls on stream s use, or null (the call then
-// zeroes its own). *fresh: just allocated and zeroed on s in this call.
-unsigned *stream_counters_for(int dev, cudaStream_t s, int64_t n, bool *fresh) {
-  *fresh = false;
-  if (dev < 0 || n > kMaxStreamCounters) return nullptr;
-  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(s, &cs) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return nullptr;
-  }
-  if (cs != cudaStreamCaptureStatusNone) return nullptr;
-  unsigned long long id = 0;
-#if CUDART_VERSION >= 12000
-  if (cudaStreamGetId(s, &id) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return nullptr;
-  }
-#else
-  return nullptr;  // no stream ids before CUDA 12: every call zeroes its own
-#endif
-  const bool dflt = s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread;
-  const uint64_t thread = dflt ? thread_token() : 0;
-  std::lock_guard<std::mutex> lock(counters_mu);
-  stream_counters *e = nullptr;
-  for (int i = 0; i < counters_used && !e; ++i) {
-    stream_counters &c = counters_table[i];
-    if (c.dev == dev && c.id == id && c.thread == thread) e = &c;
-  }
-  if (e && e->n >= n) return e->buf;
-  if (!e && counters_used == kCounterStreams) return nullptr;
-  int64_t cap = e ? e->n : kFirstStreamCounters;
-  while (cap < n) cap *= 2;
-  void *buf = nullptr;
-  const size_t bytes = static_cast<size_t>(cap) * sizeof(unsigned);
-  if (cudaMallocAsync(&buf, bytes, s) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return nullptr;
-  }
-  if (cudaMemsetAsync(buf, 0, bytes, s) != cudaSuccess) {
-    (void)cudaGetLastError();
-    (void)cudaFreeAsync(buf, s);
-    (void)cudaGetLastError();
-    return nullptr;
-  }
-  if (!e) {
-    e = &counters_table[counters_used++];
-    e->dev = dev;
-    e->id = id;
-    e->thread = thread;
-  }
-  e->buf = static_cast<unsigned *>(buf);
-  e->n = cap;
-  *fresh = true;
-  return e->buf;
 }
 
 }  // namespace
@@ -594,17 +485,26 @@ static fa_status run_decode(const fa__problem *p, const fa__kv *kv, const fa__de
   dp.interleave = interleave_splits(dp.map.block_table != nullptr);
   dp.warm_merge = warm_merge();
 
-  // with splits: the partial results in scratch, merged by the decode
-  // kernel's last split blocks through the stream's per-item counters
-  // (fused_merge), or by the combine kernel
+  // with splits: the partial results in the stream's buffer (or, where a
+  // stream has none, this call's scratch), merged by the decode kernel's
+  // last split blocks through the stream's per-item counters (fused_merge),
+  // or by the combine kernel
   scratch part;
   bool zeroed_here = false;  // a memset on s since the append kernel: launch the decode kernel plainly
   if (nsplit > 1) {
-    if (fused_merge(items)) dp.counters = stream_counters_for(dev, s, items, &zeroed_here);
     const size_t rows = static_cast<size_t>(p->B * p->Hkv) * static_cast<size_t>(nsplit) * static_cast<size_t>(R);
-    st = part.alloc(rows * static_cast<size_t>(p->Dv + 1) * sizeof(float), s, "the split-KV partial results", err);
-    if (st != FA_OK) return st;
-    dp.part_o = static_cast<float *>(part.ptr);
+    const size_t part_bytes = rows * static_cast<size_t>(p->Dv + 1) * sizeof(float);
+    fa_cuda::stream_buffers sb;
+    const bool mine = fa_cuda::stream_buffers_for(dev, s, fused_merge(items) ? items : 0, part_bytes, &sb);
+    zeroed_here = sb.fresh_counters;
+    if (mine) {
+      dp.counters = sb.counters;
+      dp.part_o = sb.parts;
+    } else {
+      st = part.alloc(part_bytes, s, "the split-KV partial results", err);
+      if (st != FA_OK) return st;
+      dp.part_o = static_cast<float *>(part.ptr);
+    }
     dp.part_lse = dp.part_o + rows * static_cast<size_t>(p->Dv);
   }
   const int64_t blocks = items * nsplit;
