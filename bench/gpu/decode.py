@@ -17,6 +17,7 @@ usage: python3 bench/gpu/decode.py --lib build/libflashattn.so [--out DIR]
        [--reps 15] [--inner 20] [--splits 0,16,64] [--quick] [--shapes B:Hq:Hkv:Lk:page,...]
        [--breakdown] [--timeline] [--api] [--trace]  (decode_probe.py: where a call's time goes)
        [--graph]  (each call also captured in a CUDA graph, as decode servers run it: replays timed)
+       [--python]  (also flashattn.torch.flash_attn_with_kvcache from Python, device_checks=False)
 """
 
 import argparse
@@ -244,6 +245,12 @@ def main():
     )
     ap.add_argument("--api", action="store_true", help="the CUDA runtime calls of each row's call, host us each")
     ap.add_argument(
+        "--python",
+        action="store_true",
+        help="also time flashattn.torch.flash_attn_with_kvcache (device_checks=False) on the contiguous shapes: "
+        "what a PyTorch user's eager decode step costs, next to SDPA called from Python",
+    )
+    ap.add_argument(
         "--graph",
         action="store_true",
         help="also time each call captured in a CUDA graph (--inner calls a graph, its replays timed), ours "
@@ -431,6 +438,20 @@ def main():
             row("B=%d H=%d/%d Lk=%d%s" % (B, Hq, Hkv, Lk, tags), lambda: ours.call(tq, kv, opt, to, tl))
         os.environ.pop("FLASHATTN_CUDA_DECODE_MMA", None)
         os.environ.pop("FLASHATTN_CUDA_PDL", None)
+        if a.python and page <= 0:  # the step as a PyTorch user writes it: [B, L, H, D] tensors
+            os.environ.setdefault("FLASHATTN_LIBRARY", os.path.abspath(a.lib))
+            import flashattn.torch as ft
+
+            qb = q.transpose(1, 2)
+            kb, vb = (kl, vl) if page < 0 else (k.transpose(1, 2), v.transpose(1, 2))
+
+            def py():
+                return ft.flash_attn_with_kvcache(qb, kb, vb, cache_seqlens=seqlens, causal=True, device_checks=False)
+
+            err = (py().transpose(1, 2).float() - ref).abs().max().item() if ref is not None else float("nan")
+            t_py = events_ms(py, a.reps, a.inner)
+            say("    python flash_attn_with_kvcache: %.4f ms a call, %.2fx the best SDPA call (err %.3f)"
+                % (t_py, best / t_py if best else float("nan"), err))  # fmt: skip
         if a.plain and page == 0:  # the same step through fa_forward: the library routes it to the decode kernels
             popt = fa.Options()
             ours.lib.fa_options_init(C.byref(popt))

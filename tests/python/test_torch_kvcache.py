@@ -549,3 +549,69 @@ def test_device_checks_off_same_result(device, page):
     if device == "cpu":
         with pytest.raises(ValueError, match="cache_seqlens"):
             ft.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens + 10**6, block_table=bt, device_checks=False)
+
+
+# ---- the hot path (_fast_kvcache.py) ------------------------------------------------------------
+HOT = {  # problem() arguments, call keywords
+    "decode_gqa": (dict(Hq=8, Hkv=2), dict(causal=True)),
+    "paged_append": (dict(page=16, cap=48), dict(causal=True, num_splits=3)),
+    "chunk_window_softcap": (dict(Lq=3, L_new=3), dict(causal=True, window_size=(6, 0), softcap=4.0)),
+    "no_append_scale_lse": (dict(L_new=0), dict(softmax_scale=0.3, return_softmax_lse=True)),
+    "extra_cache_rows": (dict(B=2), dict(causal=True, extra_rows=3)),
+}
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
+@pytest.mark.parametrize("case", list(HOT))
+def test_hot_path_equals_general_path(case, device, monkeypatch):
+    """A decode step with tensor lengths and no rotary / ALiBi / cache_batch_idx takes the hot path
+    (one packed C call, planned per signature); it gives the general path's bits, lse and cache
+    writes, and it is really taken (then again from its plan)."""
+    from flashattn.torch import _fast_kvcache
+
+    pkw, kw = HOT[case]
+    kw = dict(kw)
+    extra = kw.pop("extra_rows", 0)
+    q, kc, vc, bt, k, v, seqlens = (None if t is None else t.to(device) for t in problem(**pkw))
+    if extra:  # a contiguous cache with more rows than sequences: sequence b uses row b
+        kc = torch.cat([kc, torch.zeros_like(kc[:1]).expand(extra, -1, -1, -1)])
+        vc = torch.cat([vc, torch.zeros_like(vc[:1]).expand(extra, -1, -1, -1)])
+    kc2, vc2 = kc.clone(), vc.clone()
+    taken = []
+    real = _fast_kvcache.flash_attn_with_kvcache
+    monkeypatch.setattr(_fast_kvcache, "flash_attn_with_kvcache", lambda *a: taken.append(real(*a)) or taken[-1])
+    hot = [ft.flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens, block_table=bt, **kw) for _ in range(2)]
+    assert len(taken) == 2 and all(r is not None for r in taken), "the hot path was not taken"
+    monkeypatch.setattr(_fast_kvcache, "flash_attn_with_kvcache", lambda *a: None)  # the general path only
+    general = [ft.flash_attn_with_kvcache(q, kc2, vc2, k, v, cache_seqlens=seqlens, block_table=bt, **kw)
+               for _ in range(2)]  # fmt: skip
+    for h, g in zip(hot, general):
+        h, g = (h, g) if isinstance(h, tuple) else ((h,), (g,))
+        for a, b in zip(h, g):
+            assert a.shape == b.shape and a.stride() == b.stride() and a.dtype == b.dtype
+            assert torch.equal(a, b)
+    assert torch.equal(kc, kc2) and torch.equal(vc, vc2)
+
+
+def test_hot_path_declines_what_it_does_not_take(monkeypatch):
+    """Lengths as an int or int64, a block table in int64, rotary tables, k without v: not the hot
+    path's; they go the general way, which converts or raises as before."""
+    from flashattn.torch import _fast_kvcache
+
+    q, kc, vc, bt, k, v, seqlens = problem(page=16, cap=48)
+    declined = []
+    real = _fast_kvcache.flash_attn_with_kvcache
+    monkeypatch.setattr(_fast_kvcache, "flash_attn_with_kvcache", lambda *a: declined.append(real(*a)) or declined[-1])
+    want = ft.flash_attn_with_kvcache(q, kc.clone(), vc.clone(), k, v, cache_seqlens=seqlens, block_table=bt)
+    for kw in (dict(cache_seqlens=seqlens.long(), block_table=bt), dict(cache_seqlens=seqlens, block_table=bt.long())):
+        got = ft.flash_attn_with_kvcache(q, kc.clone(), vc.clone(), k, v, **kw)
+        assert torch.equal(got, want)
+    assert declined[0] is not None and declined[1] is None and declined[2] is None
+    q2, kc2, vc2, _, k2, v2, _ = problem()
+    ft.flash_attn_with_kvcache(q2, kc2, vc2, k2, v2, cache_seqlens=5)
+    assert declined[3] is None
+    with pytest.raises(ValueError, match="k and v go together"):
+        ft.flash_attn_with_kvcache(q2, kc2, vc2, k2, None, cache_seqlens=torch.tensor([5, 5], dtype=torch.int32))
+    assert declined[4] is None
+    with pytest.raises(ValueError, match="cache_seqlens"):  # a bad value: C's error, through the hot path
+        ft.flash_attn_with_kvcache(q2, kc2, vc2, cache_seqlens=torch.tensor([5, 10**6], dtype=torch.int32))
