@@ -27,6 +27,7 @@
  * legacy stream, would read the old one).
  *
  * Needs a GPU: without one every test is skipped and the program exits 77. */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
@@ -66,6 +67,16 @@ static fa_tensor dtensor(void *p, fa_dtype dt, int64_t b, int64_t h, int64_t l, 
   fa_tensor t = fa_tensor_contiguous(p, dt, b, h, l, d);
   t.memory = FA_MEMORY_CUDA;
   return t;
+}
+
+/* A context whose calls go to a new non-blocking stream (as PyTorch's side
+ * streams are: no implicit ordering with the legacy stream). */
+static fa_context *context_on_new_stream(cudaStream_t *st) {
+  CU(cudaStreamCreateWithFlags(st, cudaStreamNonBlocking));
+  fa_context *ctx;
+  assert_int_equal(fa_context_create(&ctx), FA_OK);
+  assert_int_equal(fa_context_set_stream(ctx, *st), FA_OK);
+  return ctx;
 }
 
 /* Device buffers a and b hold the same bytes. */
@@ -177,10 +188,7 @@ static void test_decode_step_replays(void **state) {
       free(hbt);
     }
     cudaStream_t st;
-    CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    fa_context *ctx;
-    assert_int_equal(fa_context_create(&ctx), FA_OK);
-    assert_int_equal(fa_context_set_stream(ctx, st), FA_OK);
+    fa_context *ctx = context_on_new_stream(&st);
     assert_int_equal(fa_context_set_device_checks(ctx, 0), FA_OK);
     fa_options opt;
     fa_options_init(&opt);
@@ -265,10 +273,7 @@ static void test_forward_backward_replays(void **state) {
     dv[i] = dalloc(kn * es);
   }
   cudaStream_t st;
-  CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  fa_context *ctx;
-  assert_int_equal(fa_context_create(&ctx), FA_OK);
-  assert_int_equal(fa_context_set_stream(ctx, st), FA_OK);
+  fa_context *ctx = context_on_new_stream(&st);
   fa_options opt;
   fa_options_init(&opt);
   opt.causal = 1;
@@ -347,10 +352,7 @@ static void test_merge_replays(void **state) {
     trl[i] = dtensor(lse[i], FA_F32, B, H, L, 1);
   }
   cudaStream_t st;
-  CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  fa_context *ctx;
-  assert_int_equal(fa_context_create(&ctx), FA_OK);
-  assert_int_equal(fa_context_set_stream(ctx, st), FA_OK);
+  fa_context *ctx = context_on_new_stream(&st);
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   CU(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
@@ -450,10 +452,7 @@ static void test_capture_refusals(void **state) {
   const int32_t hl[B] = {10, 20};
   CU(cudaMemcpy(lens, hl, sizeof hl, cudaMemcpyHostToDevice));
   cudaStream_t st;
-  CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  fa_context *ctx;
-  assert_int_equal(fa_context_create(&ctx), FA_OK);
-  assert_int_equal(fa_context_set_stream(ctx, st), FA_OK);
+  fa_context *ctx = context_on_new_stream(&st);
   refusal_args a;
   memset(&a, 0, sizeof a);
   a.q = dtensor(q, dt, B, H, 1, D);
@@ -518,10 +517,7 @@ static void test_checks_follow_the_stream(void **state) {
   CU(cudaMemset(k, 0, n * 2));
   CU(cudaMemset(v, 0, n * 2));
   cudaStream_t st;
-  CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  fa_context *ctx;
-  assert_int_equal(fa_context_create(&ctx), FA_OK);
-  assert_int_equal(fa_context_set_stream(ctx, st), FA_OK);
+  fa_context *ctx = context_on_new_stream(&st);
   fa_options opt;
   fa_options_init(&opt);
   fa_kvcache kv;

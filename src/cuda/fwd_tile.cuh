@@ -92,13 +92,14 @@ __device__ __forceinline__ void fwd_scores(const fa__cuda_params &p, const seq_c
               score_full(p, c, s[mt][nb][e], r0 + mt * 16 + g + (e >> 1) * 8, n0 + nb * 8 + 2 * t + (e & 1), &capped);
         }
   } else if (fa__band_tile_full(&c.bd, r0, r0 + 16 * kMT, n0, n0 + 8 * kNB)) {
-    if (kFold) return;
+    if constexpr (!kFold) {  // folded: the scale is applied in the exponent
 #pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
+      for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-      for (int nb = 0; nb < kNB; ++nb)
+        for (int nb = 0; nb < kNB; ++nb)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[mt][nb][e] *= p.scale_log2;
+          for (int e = 0; e < 4; ++e) s[mt][nb][e] *= p.scale_log2;
+    }
   } else {
     // A row's band is one column interval (fa__band_cols of that row alone,
     // empty past the sequence): two int compares per element instead of
