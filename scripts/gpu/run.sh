@@ -235,10 +235,10 @@ fi
 
 if [ "$MODE" = ws ]; then
   stage "check_cuda (warp-specialized forward, then FLASHATTN_CUDA_WS=0)"
-  timeout 120 "$BUILD/check_cuda" >"$OUT/check.log" 2>&1
+  timeout 180 "$BUILD/check_cuda" >"$OUT/check.log" 2>&1
   say "check_cuda exit $?: $(tail -1 "$OUT/check.log")"
   grep -E "FAIL" "$OUT/check.log" | head -20 | tee -a "$SUMMARY"
-  FLASHATTN_CUDA_WS=0 timeout 120 "$BUILD/check_cuda" >"$BUILD/check_cp.log" 2>&1
+  FLASHATTN_CUDA_WS=0 timeout 180 "$BUILD/check_cuda" >"$BUILD/check_cp.log" 2>&1
   say "check_cuda (FLASHATTN_CUDA_WS=0) exit $?: $(tail -1 "$BUILD/check_cp.log")"
   if [ "${SKIP_SUITE:-0}" = 0 ]; then
     timeout 300 "$BUILD/tests/test_backend_cuda" >"$OUT/suite_cuda.log" 2>&1
