@@ -22,9 +22,11 @@
  * lengths, fa_merge_states of more parts than its kernel's parameters hold.
  *
  * And outside graphs: the checks read the lengths in the order of the
- * context's stream. A length written on a non-blocking stream after a
- * slow host callback must be the value checked (a plain cudaMemcpy, on the
- * legacy stream, would read the old one).
+ * context's stream (a length written on a non-blocking stream after a slow
+ * host callback must be the value checked; a plain cudaMemcpy, on the
+ * legacy stream, would read the old one); the decode's per-stream buffers
+ * give every stream the same bits (new, grown, or past the table of
+ * streams).
  *
  * Needs a GPU: without one every test is skipped and the program exits 77. */
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
@@ -550,14 +552,108 @@ static void test_checks_follow_the_stream(void **state) {
   for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) cudaFree(all[i]);
 }
 
+/* ---- the decode's per-stream buffers ------------------------------------ */
+
+typedef struct plain_decode {
+  int B, Hq, Hkv, Lq, cap;
+  void *q, *k, *v, *lens;
+  size_t o_bytes;
+} plain_decode;
+
+static plain_decode plain_make(trng *r, int B, int Hq, int Hkv, int Lq, int cap) {
+  plain_decode P = {B, Hq, Hkv, Lq, cap, NULL, NULL, NULL, NULL, (size_t)B * Hq * Lq * DEC_D * 2};
+  const size_t qn = (size_t)B * Hq * Lq * DEC_D, kn = (size_t)B * Hkv * cap * DEC_D;
+  void *h[3] = {hrandom(r, FA_BF16, qn, 1.0), hrandom(r, FA_BF16, kn, 1.0), hrandom(r, FA_BF16, kn, 1.0)};
+  void **d[3] = {&P.q, &P.k, &P.v};
+  const size_t n[3] = {qn, kn, kn};
+  for (int i = 0; i < 3; ++i) {
+    *d[i] = dalloc(n[i] * 2);
+    CU(cudaMemcpy(*d[i], h[i], n[i] * 2, cudaMemcpyHostToDevice));
+    free(h[i]);
+  }
+  int32_t len[16];
+  for (int b = 0; b < B; ++b) len[b] = cap / 2 + (int32_t)(trng_u64(r) % (uint64_t)(cap / 2));
+  P.lens = dalloc((size_t)B * 4);
+  CU(cudaMemcpy(P.lens, len, (size_t)B * 4, cudaMemcpyHostToDevice));
+  return P;
+}
+
+/* o of P's call (unchecked, split count chosen by the library) on ctx's stream st, into host memory. */
+static void plain_run(fa_context *ctx, cudaStream_t st, const plain_decode *P, void *o_dev, unsigned char *o_host) {
+  fa_kvcache kv;
+  memset(&kv, 0, sizeof kv);
+  kv.k_cache = dtensor(P->k, FA_BF16, P->B, P->Hkv, P->cap, DEC_D);
+  kv.v_cache = dtensor(P->v, FA_BF16, P->B, P->Hkv, P->cap, DEC_D);
+  kv.cache_seqlens = P->lens;
+  fa_options opt;
+  fa_options_init(&opt);
+  opt.causal = 1;
+  fa_tensor tq = dtensor(P->q, FA_BF16, P->B, P->Hq, P->Lq, DEC_D);
+  fa_tensor to = dtensor(o_dev, FA_BF16, P->B, P->Hq, P->Lq, DEC_D);
+  const fa_status s = fa_forward_kvcache(ctx, FA_BACKEND_CUDA, &tq, &kv, &opt, &to, NULL);
+  if (s != FA_OK) fail_msg("decode call: %s", fa_context_last_error(ctx));
+  CU(cudaStreamSynchronize(st));
+  CU(cudaMemcpy(o_host, o_dev, P->o_bytes, cudaMemcpyDeviceToHost));
+}
+
+/* Split calls keep their partials (and the fused merge its counters) in
+ * buffers of their stream: the same bits on every stream, whether the
+ * stream's buffers are new, grown by a larger call (a small call, one with
+ * partials over the first 1 MiB, the small one again), or missing because
+ * the table of streams is full (64 entries: past them a call brings its own
+ * scratch and merges in the combine kernel). 70 streams, three calls each,
+ * against the first stream's results. */
+static void test_stream_buffers(void **state) {
+  (void)state;
+  if (!g_usable) skip();
+  enum { NSTREAMS = 70, NCALLS = 4 };
+  trng r = {0xb0f};
+  /* 4 items (combine kernel); 32 items (the fused merge); Lq 4, 8 kv heads,
+   * 16k keys: ~2 MiB of partials */
+  plain_decode P[3] = {plain_make(&r, 2, 8, 2, 1, 512), plain_make(&r, 8, 16, 4, 1, 512),
+                       plain_make(&r, 1, 32, 8, 4, 16384)};
+  static const int order[NCALLS] = {0, 2, 1, 0};
+  size_t most = 0;
+  for (int i = 0; i < 3; ++i) most = P[i].o_bytes > most ? P[i].o_bytes : most;
+  void *o_dev = dalloc(most);
+  unsigned char *want[NCALLS], *got = malloc(most);
+  for (int c = 0; c < NCALLS; ++c) want[c] = malloc(most);
+  for (int si = 0; si < NSTREAMS; ++si) {
+    cudaStream_t st;
+    fa_context *ctx = context_on_new_stream(&st);
+    assert_int_equal(fa_context_set_device_checks(ctx, 0), FA_OK);
+    for (int c = 0; c < NCALLS; ++c) {
+      const plain_decode *p = &P[order[c]];
+      plain_run(ctx, st, p, o_dev, si == 0 ? want[c] : got);
+      if (si > 0 && memcmp(got, want[c], p->o_bytes) != 0)
+        fail_msg("stream %d, call %d (B=%d, Hkv=%d, Lq=%d, %d keys): not the first stream's bits", si, c, p->B, p->Hkv,
+                 p->Lq, p->cap);
+    }
+    fa_context_destroy(ctx);
+    CU(cudaStreamDestroy(st));
+  }
+  assert_true(has_nonzero(o_dev, P[order[NCALLS - 1]].o_bytes));
+  for (int c = 0; c < NCALLS; ++c) free(want[c]);
+  free(got);
+  cudaFree(o_dev);
+  for (int i = 0; i < 3; ++i) {
+    cudaFree(P[i].q);
+    cudaFree(P[i].k);
+    cudaFree(P[i].v);
+    cudaFree(P[i].lens);
+  }
+}
+
 int main(void) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) (void)cudaGetLastError();
   g_usable = count > 0 && fa_backend_available(FA_BACKEND_CUDA, NULL, 0) == FA_OK;
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_decode_step_replays),
                                      cmocka_unit_test(test_forward_backward_replays),
-                                     cmocka_unit_test(test_merge_replays), cmocka_unit_test(test_capture_refusals),
-                                     cmocka_unit_test(test_checks_follow_the_stream)};
+                                     cmocka_unit_test(test_merge_replays),
+                                     cmocka_unit_test(test_capture_refusals),
+                                     cmocka_unit_test(test_checks_follow_the_stream),
+                                     cmocka_unit_test(test_stream_buffers)};
   const int failed = cmocka_run_group_tests_name("cuda_graph", tests, NULL, NULL);
   return failed ? failed : g_usable ? 0 : SKIP_RETURN_CODE;
 }
