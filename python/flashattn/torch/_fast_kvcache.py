@@ -13,7 +13,7 @@ arguments, so they give the same bits and the same cache writes
 
 As _fast.py does for attention, what follows from the call's shapes,
 strides, dtypes, devices and scalar options is worked out once per signature
-and kept in this thread's fa_context (ctx.kv_plans): the fa_tensors of q, o
+and kept in this thread's fa_context (ctx.fast_plans, with attention's): the fa_tensors of q, o
 and lse and the fa_kvcache, packed in the plan's buffer, and the fa_options.
 A call then allocates o (and lse when it is asked for: C takes a NULL lse),
 writes the data pointers into the buffer and calls fa_forward_kvcache.
@@ -34,11 +34,11 @@ from . import _fast
 _Tensor = torch.Tensor
 _T = _capi._TENSOR.size
 _W = _T // 8  # 8-byte words per fa_tensor
-_KV_SEQLENS = 2 * _T  # byte offsets in fa_kvcache (_capi._KVCACHE: asserted there against the C layout)
-_KV_BT = 2 * _T + 8
-_KV_KNEW = 2 * _T + 32
-_KV_VNEW = 3 * _T + 32
-_MAX_PLANS = 128
+# 8-byte word offsets of the data pointers in fa_kvcache (its ctypes layout, _capi.KvCache)
+_KV_K, _KV_V, _KV_SEQLENS, _KV_BT, _KV_KNEW, _KV_VNEW = (
+    getattr(_capi.KvCache, f).offset // 8
+    for f in ("k_cache", "v_cache", "cache_seqlens", "block_table", "k_new", "v_new")
+)
 _fa_forward_kvcache = _capi.lib.fa_forward_kvcache
 _int32 = torch.int32
 
@@ -65,7 +65,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, block_tabl
            scale, causal, window_size, softcap, num_splits, backend)  # fmt: skip
     try:
         ctx = _fast._local.ctx
-        plan = ctx.kv_plans[key]
+        plan = ctx.fast_plans[key]  # attention's plans too: their keys are tuples of another length
     except (AttributeError, KeyError, TypeError):  # no context or plans yet, a new signature, an unhashable option
         ctx = _fast._context()
         plan = _new_plan(ctx, key, q, k_cache, v_cache, k, v, cache_seqlens, block_table)
@@ -81,14 +81,14 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, block_tabl
     else:
         lse, al = None, None
     kv = 3 * _W  # the fa_kvcache follows the three fa_tensors
-    mv[kv] = k_cache.data_ptr()
-    mv[kv + _W] = v_cache.data_ptr()
-    mv[kv + _KV_SEQLENS // 8] = cache_seqlens.data_ptr()
+    mv[kv + _KV_K] = k_cache.data_ptr()
+    mv[kv + _KV_V] = v_cache.data_ptr()
+    mv[kv + _KV_SEQLENS] = cache_seqlens.data_ptr()
     if block_table is not None:
-        mv[kv + _KV_BT // 8] = block_table.data_ptr()
+        mv[kv + _KV_BT] = block_table.data_ptr()
     if k is not None:
-        mv[kv + _KV_KNEW // 8] = k.data_ptr()
-        mv[kv + _KV_VNEW // 8] = v.data_ptr()
+        mv[kv + _KV_KNEW] = k.data_ptr()
+        mv[kv + _KV_VNEW] = v.data_ptr()
     if device_checks != ctx.device_checks:
         ctx.set_device_checks(device_checks)
     if dev >= 0:
@@ -185,11 +185,4 @@ def _new_plan(ctx, key, q, k_cache, v_cache, k, v, seqlens, block_table):
     plan = (memoryview(buf).cast("B").cast("Q"), _fast._BACKEND[backend], base, base + 3 * _T, C.addressof(opt),
             base + _T, base + 2 * _T, oshape, (B, Hq, Lq), torch.float64 if ldt == _fast._F64 else torch.float32, dev,
             (key, opt, buf))  # fmt: skip
-    plans = ctx.__dict__.setdefault("kv_plans", {})
-    if len(plans) >= _MAX_PLANS:
-        plans.clear()
-    try:
-        plans[key] = plan
-    except TypeError:  # an unhashable option value: planned again on every call
-        pass
-    return plan
+    return _fast._remember(ctx, key, plan)
