@@ -211,13 +211,14 @@ def flash_attn_with_kvcache(
     for float64 q). No gradients: like FlashAttention's, the outputs do not require grad. CPU tensors
     run on the cpu backend (float64 on ref), CUDA tensors on the cuda backend (split-KV decode kernels).
     """
-    if rotary_cos is None and rotary_sin is None and alibi_slopes is None and cache_batch_idx is None:
-        if cache_leftpad is None:  # the hot path (_fast_kvcache.py), or None: the general one below
-            r = _fast_kvcache.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, block_table,
-                                                      softmax_scale, causal, window_size, softcap, num_splits,
-                                                      return_softmax_lse, device_checks, backend)  # fmt: skip
-            if r is not None:
-                return r if return_softmax_lse else r[0]
+    # the hot path (_fast_kvcache.py) for calls without tables or per-sequence rows; None: the general one below
+    tables = (rotary_cos, rotary_sin, alibi_slopes, cache_batch_idx, cache_leftpad)
+    if all(t is None for t in tables):
+        r = _fast_kvcache.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale,
+                                                  causal, window_size, softcap, num_splits, return_softmax_lse,
+                                                  device_checks, backend)  # fmt: skip
+        if r is not None:
+            return r if return_softmax_lse else r[0]
     want = "[B, L, H, D]"
     _check_4d(q, "q", want)
     _check_4d(k_cache, "k_cache", "[B, Lcap, Hkv, D] (or [num_pages, page_size, Hkv, D] with block_table)")
