@@ -21,7 +21,8 @@ static void help(void) {
   printf(
       "usage: flashattn bench --decode [options]\n"
       "\n"
-      "  --backend NAME   cpu (default), ref, cuda (cuda refuses the kv-cache call for now)\n"
+      "  --backend NAME   cpu (default) or ref: the cache lives in host memory (the cuda\n"
+      "                   backend's decode: bench/gpu/decode.py on the GPU machine)\n"
       "  --b N --hq N --hkv N --lq N --lk LIST --d N   (default B=1 Hq=32 Hkv=32 Lq=1\n"
       "                   Lk=8192,32768 D=128)\n"
       "  --dtype T        f32 (default), bf16, f16\n"

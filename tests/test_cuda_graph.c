@@ -9,10 +9,10 @@
  * eager call on a second set of buffers with the same inputs: the same bits
  * (the split count depends only on the shapes, and the graph runs the same
  * kernels). Covered: fa_forward_kvcache appending one token (contiguous and
- * paged caches; split merges in the combine kernel, and at 32 items, where
- * an eager call merges in the decode kernel's last blocks through its
- * stream's counters and a captured one in the combine kernel: the same
- * bits),
+ * paged caches; split merges in the combine kernel, and again with the
+ * eager calls merging in the decode kernel's last blocks through their
+ * stream's counters, FLASHATTN_CUDA_DECODE_FUSED_MERGE=1, while a captured
+ * call merges in the combine kernel: the same bits),
  * fa_forward and the deterministic fa_backward (stream-ordered scratch
  * becomes the graph's own memory), fa_merge_states.
  *
@@ -106,14 +106,37 @@ static int has_nonzero(const void *d, size_t bytes) {
 
 /* ---- a decode step in a graph ------------------------------------------ */
 
+/* Split calls merge in the combine kernel unless
+ * FLASHATTN_CUDA_DECODE_FUSED_MERGE=1 asks for the fused merge (each item's
+ * last split block merges, through its stream's counters; a captured call
+ * merges in the combine kernel either way). The tests run once as they
+ * are and once with it set (fused_merge_setup / _teardown), so that the
+ * fused path is held to the same bits and the stream's counters are used
+ * (test_stream_buffers runs with it set). */
+static const char kFusedMerge[] = "FLASHATTN_CUDA_DECODE_FUSED_MERGE";
+static char *g_fused_was; /* its value before the setup; NULL: unset */
+
+static int fused_merge_setup(void **state) {
+  (void)state;
+  const char *was = getenv(kFusedMerge);
+  g_fused_was = was ? strdup(was) : NULL;
+  return was && !g_fused_was ? -1 : setenv(kFusedMerge, "1", 1);
+}
+
+static int fused_merge_teardown(void **state) {
+  (void)state;
+  const int r = g_fused_was ? setenv(kFusedMerge, g_fused_was, 1) : unsetenv(kFusedMerge);
+  free(g_fused_was);
+  g_fused_was = NULL;
+  return r;
+}
+
 typedef struct decode_shape {
   const char *name;
   int B, Hq, Hkv, page; /* page 0: contiguous [B, Hkv, cap, D] */
 } decode_shape;
 
-/* few items (the combine kernel, eager and captured) and 32 items (eager:
- * the decode kernel's last split blocks, through the stream's counters;
- * captured: the combine kernel) */
+/* few items and 32 items (every shape splits its keys) */
 static const decode_shape shapes[] = {
     {"B=2 GQA 8/2 contiguous", 2, 8, 2, 0},
     {"B=2 GQA 8/2 pages of 16", 2, 8, 2, 16},
@@ -599,17 +622,16 @@ static void plain_run(fa_context *ctx, cudaStream_t st, const plain_decode *P, v
 /* Split calls keep their partials (and the fused merge its counters) in
  * buffers of their stream: the same bits on every stream, whether the
  * stream's buffers are new, grown by a larger call (a small call, one with
- * partials over the first 1 MiB, the small one again), or missing because
- * the table of streams is full (64 entries: past them a call brings its own
- * scratch and merges in the combine kernel). 70 streams, three calls each,
- * against the first stream's results. */
+ * partials over the first 1 MiB, one of 32 items, the small one again), or
+ * missing because the table of streams is full (64 entries: past them a
+ * call brings its own scratch and merges in the combine kernel). 70
+ * streams, four calls each, against the first stream's results. */
 static void test_stream_buffers(void **state) {
   (void)state;
   if (!g_usable) skip();
   enum { NSTREAMS = 70, NCALLS = 4 };
   trng r = {0xb0f};
-  /* 4 items (combine kernel); 32 items (the fused merge); Lq 4, 8 kv heads,
-   * 16k keys: ~2 MiB of partials */
+  /* 4 items; 32 items; Lq 4, 8 kv heads, 16k keys: ~2 MiB of partials */
   plain_decode P[3] = {plain_make(&r, 2, 8, 2, 1, 512), plain_make(&r, 8, 16, 4, 1, 512),
                        plain_make(&r, 1, 32, 8, 4, 16384)};
   static const int order[NCALLS] = {0, 2, 1, 0};
@@ -648,12 +670,16 @@ int main(void) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) (void)cudaGetLastError();
   g_usable = count > 0 && fa_backend_available(FA_BACKEND_CUDA, NULL, 0) == FA_OK;
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_decode_step_replays),
-                                     cmocka_unit_test(test_forward_backward_replays),
-                                     cmocka_unit_test(test_merge_replays),
-                                     cmocka_unit_test(test_capture_refusals),
-                                     cmocka_unit_test(test_checks_follow_the_stream),
-                                     cmocka_unit_test(test_stream_buffers)};
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_decode_step_replays),
+      {"test_decode_step_replays_fused_merge", test_decode_step_replays, fused_merge_setup, fused_merge_teardown, NULL},
+      cmocka_unit_test(test_forward_backward_replays),
+      cmocka_unit_test(test_merge_replays),
+      cmocka_unit_test(test_capture_refusals),
+      cmocka_unit_test(test_checks_follow_the_stream),
+      /* with the fused merge, so that the streams' counters are used too;
+       * once: the table of streams stays full after it */
+      cmocka_unit_test_setup_teardown(test_stream_buffers, fused_merge_setup, fused_merge_teardown)};
   const int failed = cmocka_run_group_tests_name("cuda_graph", tests, NULL, NULL);
   return failed ? failed : g_usable ? 0 : SKIP_RETURN_CODE;
 }

@@ -419,10 +419,9 @@ static double err_of(const double *x, const double *r, int64_t n) {
 static const fa_dtype all_dts[] = {FA_F32, FA_F64, FA_F16, FA_BF16};
 
 /* cuda merges a split call's partial results in the combine kernel
- * (FLASHATTN_CUDA_DECODE_FUSED_MERGE=0; the default for calls of few
- * items) or in the decode kernel (=1: the last split block of each row
- * block; the default for many): both must give the same bits for a given
- * num_splits. Returns the number of split counts where they differ;
+ * (the default; FLASHATTN_CUDA_DECODE_FUSED_MERGE=0) or in the decode
+ * kernel (=1: the last split block of each row block): both must give the
+ * same bits for a given num_splits. Returns the number of split counts where they differ;
  * the variable is as it was afterwards. */
 static int merge_paths_differ(fa_context *ctx, int dev, const kvprob *P) {
   static const char *const var = "FLASHATTN_CUDA_DECODE_FUSED_MERGE";

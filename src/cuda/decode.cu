@@ -356,30 +356,28 @@ int tile_keys(int kd, int rb) {
 
 // ---- split counters ----------------------------------------------------------
 
-// A split call's partial results are merged by the combine kernel or by
-// the decode kernel's last split block of each item (decode_parts.cuh's
-// finish_splits): the fused merge from kFusedMergeMinItems items (B * Hkv *
-// row blocks) up, the combine below. FLASHATTN_CUDA_DECODE_FUSED_MERGE=1 /
-// =0 forces one (read at each call). On the H200 (bf16, D 128, GQA 32/8,
-// unchecked calls, bench/results/2026-12-01-h200-decode-fused-merge-f32.txt),
-// with the merge in f32: B = 8 (64 items) 0.0775 against 0.0811-0.0846 ms a
-// call fused (paged, page 16: 0.085 against 0.089-0.092), B = 1 (8 items)
-// 0.063 against 0.054-0.059 at Lk 32768 and 0.151 against 0.142-0.148 at
-// 131072: with few items the last blocks merge their rows one after another
-// on the call's tail, where the combine runs a block per row in parallel
-// (launched as a programmatic dependent, it starts while the decode kernel
-// drains); with many, the merges spread over the machine and the second
-// kernel's launch and tail are saved. Only with the stream's counters
-// (stream_buffers.cu): a call without them (a CUDA graph capture) merges in
-// the combine kernel, whose bits are the same. (Counters of the call's own,
-// zeroed by a memset node each replay, measured slower in graphs than the
-// combine kernel on every shape that takes the fused merge: H200, B = 4-16,
-// GQA 32/8, 4k-8k keys, graph replays 3-6 us a call slower, e.g. B = 8:
-// 0.076-0.078 ms against 0.072-0.074;
-// bench/results/2026-12-02-h200-decode-graphs.txt.)
-constexpr int64_t kFusedMergeMinItems = 32;
-bool fused_merge(int64_t items) {
-  return fa_cuda::env_switch("FLASHATTN_CUDA_DECODE_FUSED_MERGE", items >= kFusedMergeMinItems) != 0;
+// A split call's partial results are merged by the combine kernel (the
+// default) or by the decode kernel's last split block of each item
+// (decode_parts.cuh's finish_splits, FLASHATTN_CUDA_DECODE_FUSED_MERGE=1;
+// =0 or unset: the combine; read at each call). Both give the same bits.
+// The fused merge was the default from 32 items (B * Hkv * row blocks) up
+// while the combine kernel's tail was long (2026-12-01: B = 8 0.0775 fused
+// against 0.0811-0.0846 ms; bench/results/2026-12-01-h200-decode-fused-
+// merge-f32.txt). Re-measured after the changes since (the combine's warm
+// pass, the partials in the stream's buffers), the combine is faster on
+// every shape that splits: H200, bf16, D 128, GQA 32/8, unchecked calls,
+// two rounds, call ms fused / combine (bench/results/2026-12-02-h200-decode-
+// combine-default.txt): B = 8, 8k keys 0.0790 0.0773 / 0.0730 0.0726, pages
+// of 16 0.0837 0.0832 / 0.0796 0.0796, B = 4, 16k 0.0781 0.0786 / 0.0747
+// 0.0742, B = 16, 4k 0.0751 0.0745 / 0.0748 0.0723. The block timeline at B
+// = 8 says why: from the last block's loop end to the call's end 7.2 us
+// fused (the last split block stores, counts itself, then loads, weighs
+// and sums the splits, one step after another), 4.4 us with the combine
+// (its blocks wait launched, code warm). The fused merge needs the
+// stream's counters (stream_buffers.cu): without them (a CUDA graph
+// capture, past the stream table) the combine merges whatever the switch.
+bool fused_merge() {
+  return fa_cuda::env_switch("FLASHATTN_CUDA_DECODE_FUSED_MERGE", 0) != 0;
 }
 
 }  // namespace
@@ -495,7 +493,7 @@ static fa_status run_decode(const fa__problem *p, const fa__kv *kv, const fa__de
     const size_t rows = static_cast<size_t>(p->B * p->Hkv) * static_cast<size_t>(nsplit) * static_cast<size_t>(R);
     const size_t part_bytes = rows * static_cast<size_t>(p->Dv + 1) * sizeof(float);
     fa_cuda::stream_buffers sb;
-    const bool mine = fa_cuda::stream_buffers_for(dev, s, fused_merge(items) ? items : 0, part_bytes, &sb);
+    const bool mine = fa_cuda::stream_buffers_for(dev, s, fused_merge() ? items : 0, part_bytes, &sb);
     zeroed_here = sb.fresh_counters;
     if (mine) {
       dp.counters = sb.counters;

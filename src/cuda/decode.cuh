@@ -21,15 +21,15 @@
 //   merge    with more than one split, the splits' partial (o, lse) merged
 //            in f32: the online-softmax merge (src/rules/online_softmax.h)
 //            with the weights exp(lse_k - max) summed in a fixed order
-//            (decode_merge.cuh). With few items (B * Hkv * row blocks) as
-//            its own kernel (combine_kernel, decode.cu); with many, inside
-//            the decode kernel: every split block stores its partial rows
-//            and counts itself on a per-item counter; the last one to
-//            arrive merges all the splits of its rows in split order
-//            (merge_splits, decode_parts.cuh: the same arithmetic, the same
-//            bits) and puts the counter back to 0 (fused_merge in decode.cu
-//            says where the line is and why;
-//            FLASHATTN_CUDA_DECODE_FUSED_MERGE=1 / =0 forces one).
+//            (decode_merge.cuh), by a kernel of its own (combine_kernel,
+//            decode.cu, launched as the decode kernel's programmatic
+//            dependent). FLASHATTN_CUDA_DECODE_FUSED_MERGE=1 merges inside
+//            the decode kernel instead: every split block stores its
+//            partial rows and counts itself on a per-item counter; the
+//            last one to arrive merges all the splits of its rows in split
+//            order (merge_splits, decode_parts.cuh: the same arithmetic,
+//            the same bits) and puts the counter back to 0 (fused_merge in
+//            decode.cu says why it is not the default).
 // fa_merge_states is the combine over the caller's tensors (in float64).
 #ifndef FA_CUDA_DECODE_CUH
 #define FA_CUDA_DECODE_CUH
