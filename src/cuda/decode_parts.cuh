@@ -163,8 +163,17 @@ __device__ __forceinline__ block_work block_work_of(const fa__dec_params &p, int
 // block_table[b][j / page_size]; contiguous: row j of "page" b); straddling
 // threads go row by row. Rows are found one tile ahead of their copies, so
 // the block-table reads are in flight during a tile's arithmetic: the
-// loop's instruction count is what bounds a decode block's speed. Tiles are
-// [BK][KD] row-major, or with mma.cuh's XOR swizzle (kSwizzle) for ldmatrix.
+// loop's instruction count is what bounds a decode block's speed. A run's
+// page index is kept as loaded and turned into offsets only when its tile
+// is issued: offsets computed at once made the warp wait there for the
+// load every tile (an L1 hit mostly; with pages of 16 rows a new line of
+// the block table every 8 tiles), on a loop that takes ~1 us a tile on its
+// own instructions. H200, pages of 16, GQA 32/8: B = 8, 8k keys 0.0783 /
+// 0.0794 -> 0.0729 / 0.0720 ms a call (contiguous [B, L, Hkv, D]: 0.0713),
+// MHA 0.289 -> 0.252; pages of 256 unchanged
+// (bench/results/2026-12-02-h200-decode-paged.txt).
+// Tiles are [BK][KD] row-major, or with mma.cuh's XOR swizzle (kSwizzle)
+// for ldmatrix.
 template <typename T, int KD, int BK, int STAGES, bool kSwizzle>
 struct kv_stream {
   static constexpr int EPU = 16 / static_cast<int>(sizeof(T));  // elements per unit
@@ -185,11 +194,14 @@ struct kv_stream {
   bool kcol, vcol;
   bool same;  // K and V caches share their page and row strides
   // where the thread's rows of the next tile are: a run from element offsets
-  // fk / fv (nvalid of its UPT rows inside the split), or row by row (koff /
-  // voff, -1 past the split)
+  // fk / fv (nvalid of its UPT rows inside the split; paged: from row
+  // run_row of page run_page, the block-table entry as loaded, offsets made
+  // at issue), or row by row (koff / voff, -1 past the split)
   bool run;
   int nvalid;
   int64_t fk, fv;
+  int32_t run_page;
+  uint32_t run_row;
   int64_t koff[UPT], voff[UPT];
 
   __device__ __forceinline__ void init(const fa__dec_params &p, const block_work &w, const T *pipe, int tid) {
@@ -231,9 +243,8 @@ struct kv_stream {
     const uint32_t idx0 = pshift ? j >> pshift : j / psz, row0 = j - idx0 * psz;
     run = row0 + UPT <= psz;
     if (run) {
-      const int64_t page = fa__dec_clamp(__ldg(bt_row + idx0), pages - 1);
-      fk = page * ks0 + row0 * ks2;
-      fv = page * vs0 + row0 * vs2;
+      run_page = __ldg(bt_row + idx0);  // used in issue(), a tile later
+      run_row = row0;
       return;
     }
 #pragma unroll
@@ -259,6 +270,11 @@ struct kv_stream {
   // rows of tile t + 1; always commits a group so that waits count evenly.
   __device__ __forceinline__ void issue(int t) {
     if (t < ntiles) {
+      if (bt_row && run) {
+        const int64_t page = fa__dec_clamp(run_page, pages - 1);
+        fk = page * ks0 + run_row * ks2;
+        fv = page * vs0 + run_row * vs2;
+      }
       const uint32_t ks = pipe_s + static_cast<uint32_t>((t % STAGES) * stage_bytes);
       const uint32_t vs = ks + static_cast<uint32_t>(tile_bytes);
 #pragma unroll
