@@ -1,6 +1,7 @@
 // Buffers the decode keeps per CUDA stream, so that a split call needs no
 // allocation, free or memset on the stream: the splits' partial results
-// and, where the fused merge is asked for, its arrival counters. Host code (stream_buffers.cu).
+// and, where the fused merge is asked for, its arrival counters. Host code
+// (stream_buffers.cu).
 #pragma once
 
 #include <cuda_runtime.h>
