@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The SASS (machine code) of the cuda backend's kernels, read on the dev
-# machine, which has nvcc but not cuobjdump: NVIDIA's cuobjdump and nvdisasm
-# wheels are fetched from PyPI once into .gpu-tools/ (git-ignored). For each kernel of
-# OBJECT (a .o, .so or cubin) whose mangled name matches REGEX (grep -E):
-# its instruction count and how many of them are tensor-core products
-# (HMMA, HGMMA), asynchronous copies (LDGSTS, UTMALDG), shared-memory
-# matrix loads (LDSM), barriers (BAR), shuffles (SHFL) and special
-# functions (MUFU); with -v, the instructions themselves.
+# machine, which has nvcc but not cuobjdump: NVIDIA's cuobjdump and
+# nvdisasm wheels are fetched from PyPI once into .gpu-tools/ (git-ignored).
+# For each kernel of OBJECT (a .o, .so or cubin) whose mangled name matches
+# REGEX (an awk extended regular expression): its instruction count and how
+# many of them are tensor-core products (HMMA; GMMA: HGMMA, QGMMA),
+# asynchronous copies (LDGSTS, UTMALDG), shared-memory matrix loads (LDSM),
+# barriers (BAR), shuffles (SHFL) and special functions (MUFU); with -v,
+# the instructions themselves.
 #
 # Why: a decode block on the H200 is bound by the instructions it issues
 # (alone it takes ~1 us a tile of 64 keys, however many bytes are in
@@ -51,8 +52,8 @@ fi
 PATH=$bin:$PATH "$bin/cuobjdump" -sass "$obj" | awk -v re="$regex" -v verbose="$verbose" '
   function report() {
     if (name == "" || !keep) return
-    printf "%s: %d instructions; HMMA %d, HGMMA %d, LDGSTS %d, UTMALDG %d, LDSM %d, BAR %d, SHFL %d, MUFU %d\n",
-      name, n, c["HMMA"], c["HGMMA"], c["LDGSTS"], c["UTMALDG"], c["LDSM"], c["BAR"], c["SHFL"], c["MUFU"]
+    printf "%s: %d instructions; HMMA %d, GMMA %d, LDGSTS %d, UTMALDG %d, LDSM %d, BAR %d, SHFL %d, MUFU %d\n",
+      name, n, c["HMMA"], c["GMMA"], c["LDGSTS"], c["UTMALDG"], c["LDSM"], c["BAR"], c["SHFL"], c["MUFU"]
   }
   /Function : / {
     report()
@@ -68,6 +69,7 @@ PATH=$bin:$PATH "$bin/cuobjdump" -sass "$obj" | awk -v re="$regex" -v verbose="$
     sub(/^@!?U?P[T0-9]+ +/, "", op)
     sub(/[ .].*$/, "", op)
     n++
+    if (op ~ /GMMA$/) op = "GMMA" # HGMMA (16-bit), QGMMA (FP8), IGMMA: warpgroup products
     c[op]++
     if (verbose) print "  " line
   }
