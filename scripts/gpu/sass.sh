@@ -12,7 +12,7 @@
 # Why: a decode block on the H200 is bound by the instructions it issues
 # (alone it takes ~1 us a tile of 64 keys, however many bytes are in
 # flight), so what a kernel's loop issues is worth counting; that is how
-# the K/V copies were found to take ~280 of the ~630 instructions of a tile
+# the K/V copies were found to take ~260 of the ~560 instructions of a tile
 # (2026-12-02). Registers and spills are in the build's ptxas logs
 # (OBJECT.ptxas.log, src/cuda/README.md).
 #
