@@ -1023,8 +1023,54 @@ static void test_merge_cuda(void **state) {
     }
 }
 
+/* docs/semantics.md's rounding table: the cpu decode pass computes in f32
+ * on every ISA, so its bf16 calls do not round P even where the tiled pass
+ * does (avx512bf16, amx): the ISAs that share AVX-512's decode kernels give
+ * the bits of avx512 for every case, f16 and bf16, with a split merge. */
+static void test_cpu_decode_pass_unrounded_on_bf16_isas(void **state) {
+  (void)state;
+  if (fa_backend_available(FA_BACKEND_CPU, NULL, 0) != FA_OK || !fa_cpu_isa_supported(FA_ISA_AVX512BF16)) skip();
+  static const fa_cpu_isa others[] = {FA_ISA_AVX512BF16, FA_ISA_AMX};
+  static const fa_dtype dts[] = {FA_BF16, FA_F16};
+  fa_context *ctx;
+  assert_int_equal(fa_context_create(&ctx), FA_OK);
+  int compared = 0;
+  for (int ci = 0; ci < NCASES; ++ci)
+    for (size_t di = 0; di < sizeof dts / sizeof dts[0]; ++di) {
+      const kvcase *c = &cases[ci];
+      kvprob P;
+      prob_make(&P, c, dts[di]);
+      const int64_t nrow = (int64_t)c->B * c->Hq * c->Lq;
+      const size_t ob = (size_t)(nrow * c->Dv) * sizeof(double), lb = (size_t)nrow * sizeof(double);
+      double *o0 = malloc(ob), *l0 = malloc(lb), *o = malloc(ob), *l = malloc(lb);
+      unsigned char *kc = malloc(P.kc_bytes), *vc = malloc(P.vc_bytes);
+      assert_int_equal(fa_context_set_cpu_isa(ctx, FA_ISA_AVX512), FA_OK);
+      assert_int_equal(run_call(ctx, FA_BACKEND_CPU, 0, &P, 3, o0, l0, kc, vc), FA_OK);
+      for (size_t ii = 0; ii < sizeof others / sizeof others[0]; ++ii) {
+        if (!fa_cpu_isa_supported(others[ii])) continue;
+        assert_int_equal(fa_context_set_cpu_isa(ctx, others[ii]), FA_OK);
+        assert_int_equal(run_call(ctx, FA_BACKEND_CPU, 0, &P, 3, o, l, kc, vc), FA_OK);
+        if (memcmp(o, o0, ob) != 0 || memcmp(l, l0, lb) != 0)
+          fail_msg("%s %s: the decode pass on %s differs from avx512's (O err %.3g, LSE err %.3g)", c->name,
+                   fa_dtype_name(dts[di]), fa_cpu_isa_name(others[ii]), err_of(o, o0, nrow * c->Dv),
+                   err_of(l, l0, nrow));
+        ++compared;
+      }
+      free(o0);
+      free(l0);
+      free(o);
+      free(l);
+      free(kc);
+      free(vc);
+      prob_free(&P);
+    }
+  fa_context_destroy(ctx);
+  assert_true(compared >= NCASES * 2);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_backends),
+                                     cmocka_unit_test(test_cpu_decode_pass_unrounded_on_bf16_isas),
                                      cmocka_unit_test(test_bad_input),
                                      cmocka_unit_test(test_merge_cuda),
                                      cmocka_unit_test(test_block_table_used_entries_only),
