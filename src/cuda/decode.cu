@@ -354,7 +354,7 @@ int tile_keys(int kd, int rb) {
   return rb == 16 ? 64 : 128 / (kd / 8) * (rb >= 8 ? 2 : 4);
 }
 
-// ---- split counters ----------------------------------------------------------
+// ---- split merge ----------------------------------------------------------
 
 // A split call's partial results are merged by the combine kernel (the
 // default) or by the decode kernel's last split block of each item
