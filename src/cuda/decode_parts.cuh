@@ -266,6 +266,12 @@ struct kv_stream {
     }
   }
 
+  // byte offset of the thread's row r0 + i, column unit cu, in a tile
+  __device__ __forceinline__ uint32_t smem_off(int i) const {
+    const int el = kSwizzle ? fa_cuda::swz<KD>(r0 + i, cu * EPU) : (r0 + i) * KD + cu * EPU;
+    return static_cast<uint32_t>(el * sizeof(T));
+  }
+
   // Issues tile t into its stage (nothing past the last tile), then finds the
   // rows of tile t + 1; always commits a group so that waits count evenly.
   __device__ __forceinline__ void issue(int t) {
@@ -277,15 +283,28 @@ struct kv_stream {
       }
       const uint32_t ks = pipe_s + static_cast<uint32_t>((t % STAGES) * stage_bytes);
       const uint32_t vs = ks + static_cast<uint32_t>(tile_bytes);
+      if (run && nvalid == UPT) {
+        // A whole run (every tile but a split's last, contiguous or inside
+        // one page): one pointer per cache and no per-row choice. The general
+        // loop below chose between run and row offsets for every row in
+        // 64-bit selects: 262 of the ~560 instructions a warp spends on a
+        // tile went to the 16 copies (scripts/gpu/sass.sh); here ~80.
+        const T *kp = kbase + fk, *vp = vbase + fv;
+        const int kn = kcol ? 16 : 0, vn = vcol ? 16 : 0;
 #pragma unroll
-      for (int i = 0; i < UPT; ++i) {
-        const int el = kSwizzle ? fa_cuda::swz<KD>(r0 + i, cu * EPU) : (r0 + i) * KD + cu * EPU;
-        const uint32_t off = static_cast<uint32_t>(el * sizeof(T));
-        const bool ok = run ? i < nvalid : koff[i] >= 0;
-        const int64_t ko = !ok ? 0 : run ? fk + i * ks2 : koff[i];
-        const int64_t vo = !ok ? 0 : run ? fv + i * vs2 : voff[i];
-        fa_cuda::cp_async16(ks + off, kbase + ko, ok && kcol ? 16 : 0);
-        fa_cuda::cp_async16(vs + off, vbase + vo, ok && vcol ? 16 : 0);
+        for (int i = 0; i < UPT; ++i) {
+          fa_cuda::cp_async16(ks + smem_off(i), kp + i * ks2, kn);
+          fa_cuda::cp_async16(vs + smem_off(i), vp + i * vs2, vn);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < UPT; ++i) {
+          const bool ok = run ? i < nvalid : koff[i] >= 0;
+          const int64_t ko = !ok ? 0 : run ? fk + i * ks2 : koff[i];
+          const int64_t vo = !ok ? 0 : run ? fv + i * vs2 : voff[i];
+          fa_cuda::cp_async16(ks + smem_off(i), kbase + ko, ok && kcol ? 16 : 0);
+          fa_cuda::cp_async16(vs + smem_off(i), vbase + vo, ok && vcol ? 16 : 0);
+        }
       }
       if (t + 1 < ntiles) locate(t + 1);
     }
