@@ -384,22 +384,38 @@ bool fused_merge() {
 
 FA_DEC_TRACE_EXPORT(combine)
 
-// num_splits = 0: the blocks of one wave. items = B * Hkv * row blocks; each
-// multiprocessor holds `occ` decode blocks (occupancy API), so SMs * occ blocks
-// are resident at once. With items below that, the keys are split in
-// floor(SMs * occ / items) parts (every block resident, all streaming at
-// once, none waiting for a second wave), each at least kMinSplitTiles tiles
-// long and at most 128 parts. A decode block is latency-bound, not
-// bandwidth-bound: ~2 us a tile at one or two blocks per SM (ncu, H200: one
-// warp per scheduler issuing every ~5 cycles), so a short cache is fastest
-// in many short splits; at least 8 tiles a split held every call under
-// ~10k keys at ~17 us.
+// num_splits = 0: the blocks of one wave. items = B * Hkv * row blocks; a wave
+// is `slots` blocks: the CUDA-core kernel fills each multiprocessor (its
+// resident blocks, occupancy API), the tensor-core kernel puts one block on
+// each (its occupancy is 2), 3/2 where pages are shorter than its 64-key tile.
+// With items below that, the keys are split in floor(slots / items) parts
+// (every block resident, all streaming at once, none waiting for a second
+// wave), each at least kMinSplitTiles tiles long and at most 128 parts. A
+// tensor-core block is latency-bound (~0.85 us a tile alone, 15% less since its
+// copies went through one pointer a run), and alone on its SM it runs faster
+// than two sharing one, enough to stream the cache in half the blocks. H200,
+// bf16, D 128, GQA 32/8, unchecked calls, two runs each
+// (bench/results/2026-12-02-h200-decode-splits.txt): B = 1, 32k keys 16 splits
+// 0.0420 ms against 33 (two a SM) 0.0446, [B, L, Hkv, D] 0.0421 / 0.0454, pages
+// of 256 0.0436 / 0.0467, 131k keys 0.1315 / 0.1344; B = 4, 16k keys 4 / 8
+// splits 0.0714 / 0.0731; B = 8, 8k keys 2 / 4 splits 0.0718 / 0.0726; B = 16,
+// 4k keys 1 / 2 splits 0.0697 / 0.0722. With pages of 16 rows (four a tile) one
+// block a SM lost where the keys are many, and two a SM lost too: B = 1, 131k
+// keys 0.1457 ms at 16 splits, 0.1380 at 33, 0.1369 at 24; 32k keys 0.0462,
+// 0.0472, 0.0441; B = 8 0.0779 at 2, 0.0728 at 4, 0.0736 at 3. Pages shorter
+// than a tile take 3/2 blocks a SM (how blocks that each wait on four pages a
+// tile share an SM best is measured here, not derived).
 constexpr int kMinSplitTiles = 2;
-static int choose_splits(const fa__problem *p, int64_t items, int kd, int rb, int dev) {
+static int choose_splits(const fa__problem *p, const fa__kv *kv, int64_t items, int kd, int rb, int dev) {
   const int sms = multiprocessors(dev);
-  int occ = occupancy(dev, p->dtype, kd, rb);
-  if (occ < 1) occ = 1;
-  const int64_t slots = static_cast<int64_t>(sms) * occ;
+  int64_t slots;
+  if (rb == 16) {
+    const bool short_pages = kv && kv->map.block_table && kv->map.page_size < tile_keys(kd, rb);
+    slots = short_pages ? static_cast<int64_t>(sms) * 3 / 2 : sms;
+  } else {
+    const int occ = occupancy(dev, p->dtype, kd, rb);
+    slots = static_cast<int64_t>(sms) * (occ > 1 ? occ : 1);
+  }
   if (items >= slots) return 1;
   int64_t n = slots / items;
   const int64_t most = p->Lk / (kMinSplitTiles * tile_keys(kd, rb));
@@ -431,7 +447,7 @@ static fa_status run_decode(const fa__problem *p, const fa__kv *kv, const fa__de
   // the H200; and the split counters are shared with the previous call on
   // the stream, which must have ended)
   const bool pdl = use_pdl(dev), pdl_decode = pdl && kv && kv->L_new > 0;
-  int nsplit = kv && kv->num_splits > 0 ? kv->num_splits : choose_splits(p, items, kd, rb, dev);
+  int nsplit = kv && kv->num_splits > 0 ? kv->num_splits : choose_splits(p, kv, items, kd, rb, dev);
   if (nsplit > kMaxSplits) nsplit = kMaxSplits;
   if (items * nsplit > 0x7fffffffLL) {
     fa__err_set(err, "cuda decode: %lld blocks exceed the grid", (long long)(items * nsplit));
