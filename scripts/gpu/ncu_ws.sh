@@ -33,6 +33,9 @@ METRICS=$(grep -oE '^sm__pipe_tensor_op_gmma_cycles_active[a-z_]*' "$OUT/ncu-met
 STALLS=$(grep -oE '^smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active' "$OUT/ncu-metrics.txt" |
   sort -u | sed 's/$/.ratio/' | paste -sd, -)
 say "tensor metrics: ${METRICS:-none found}"
+# the stall counters are asked for whether or not this ncu has the gmma one
+# (2025.3 has not; asking for both only when it had left the stalls out)
+ASK=$(printf '%s\n' "$METRICS" "$STALLS" | grep -v '^$' | paste -sd, -)
 DETAILS=()
 "$NCU" --help 2>&1 | grep -q -- --print-details && DETAILS=(--print-details all)
 
@@ -52,7 +55,7 @@ for job in ${NCU_JOBS:-fwd_ws:128:4096:0 fwd_ws:64:16384:1 bwd_ws:128:2048:1 fp8
   timeout 240 "$NCU" --clock-control none --kernel-name regex:"$regex" --launch-count "${NCU_LAUNCHES:-1}" \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section InstructionStats \
-    --section SourceCounters ${METRICS:+--metrics "$METRICS,$STALLS"} "${DETAILS[@]}" "${prog[@]}" >"$log" 2>&1
+    --section SourceCounters ${ASK:+--metrics "$ASK"} "${DETAILS[@]}" "${prog[@]}" >"$log" 2>&1
   say "ncu exit $?"
   grep -E "^  [a-z_]*kernel|Duration|Registers Per|Local Memory|Achieved Occupancy|Compute \(SM\) Throughput|Issue Slots Busy|Warp Cycles Per Issued|No Eligible|pipe_tensor|highest-utilized pipeline|non-fused FP32|Shared.*Bank|stalled_(barrier|long_scoreboard|short_scoreboard|wait|math|mio|dispatch|membar|sleeping|branch|lg|tex|selected|not_selected|no_instruction|drain|imc|misc)" \
     "$log" | sed 's/  */ /g' | head -60 | tee -a "$SUMMARY"
