@@ -288,7 +288,9 @@ struct kv_stream {
         // one page): one pointer per cache and no per-row choice. The general
         // loop below chose between run and row offsets for every row in
         // 64-bit selects: 262 of the ~560 instructions a warp spends on a
-        // tile went to the 16 copies (scripts/gpu/sass.sh); here ~80.
+        // tile went to the 16 copies (scripts/gpu/sass.sh); here ~80, and a
+        // block alone streams 13-15% faster on the H200 (0.85 us a tile;
+        // bench/results/2026-12-02-h200-decode-splits.txt).
         const T *kp = kbase + fk, *vp = vbase + fv;
         const int kn = kcol ? 16 : 0, vn = vcol ? 16 : 0;
 #pragma unroll
