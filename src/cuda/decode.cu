@@ -386,8 +386,9 @@ FA_DEC_TRACE_EXPORT(combine)
 
 // num_splits = 0: the blocks of one wave. items = B * Hkv * row blocks; a wave
 // is `slots` blocks: the CUDA-core kernel fills each multiprocessor (its
-// resident blocks, occupancy API), the tensor-core kernel puts one block on
-// each (its occupancy is 2), 3/2 where pages are shorter than its 64-key tile.
+// resident blocks, occupancy API), the tensor-core kernel at head dims 65 ..
+// 128 puts one block on each (its occupancy is 2), 3/2 where pages are
+// shorter than its 64-key tile.
 // With items below that, the keys are split in floor(slots / items) parts
 // (every block resident, all streaming at once, none waiting for a second
 // wave), each at least kMinSplitTiles tiles long and at most 128 parts. A
@@ -409,7 +410,7 @@ constexpr int kMinSplitTiles = 2;
 static int choose_splits(const fa__problem *p, const fa__kv *kv, int64_t items, int kd, int rb, int dev) {
   const int sms = multiprocessors(dev);
   int64_t slots;
-  if (rb == 16) {
+  if (rb == 16 && kd == 128) {  // measured there; D <= 64 (half the bytes a tile) keeps the occupancy
     const bool short_pages = kv && kv->map.block_table && kv->map.page_size < tile_keys(kd, rb);
     slots = short_pages ? static_cast<int64_t>(sms) * 3 / 2 : sms;
   } else {
