@@ -8,19 +8,14 @@
 #   NCU_JOBS="fwd_ws:128:4096:0 bwd_ws:128:2048:1 fp8_ws:128:4096:0" \
 #     bash scripts/gpu/ncu_ws.sh
 #
-# A job is kernel-regex:D:L:causal; fp8_ws runs bench/gpu/fp8.py, the others
-# bench/gpu/anchors.py --once (forward, backward, deterministic backward:
-# --launch-count takes the first NCU_LAUNCHES matching launches). Each job's
+# A job is kernel-regex:D:L:causal (ncu_common.sh: fp8_ws runs bench/gpu/fp8.py,
+# the others bench/gpu/anchors.py --once: forward, backward, deterministic
+# backward; --launch-count takes the first NCU_LAUNCHES matching launches). Each job's
 # full report is $OUT/ncu-<job>.txt; summary.txt gets the lines read most.
 # The gmma pipe's metric names are taken from `ncu --query-metrics` on the
 # machine (they differ between Nsight Compute versions).
-# shellcheck source=scripts/gpu/summary.sh
-. scripts/gpu/summary.sh
-
-[ -d build-gpu ] || extract "$ROOT/.gpu-build.tar.xz" build-gpu
-export LD_LIBRARY_PATH=$ROOT/.gpu-deps/cmocka/lib:${LD_LIBRARY_PATH:-}
-NCU=$(command -v ncu || find /opt/nvidia/nsight-compute -name ncu -type f 2>/dev/null | head -1)
-say "== ncu: $NCU ($("$NCU" --version | tail -1)) $(date +%T)"
+# shellcheck source=scripts/gpu/ncu_common.sh
+. scripts/gpu/ncu_common.sh
 
 "$NCU" --query-metrics >"$OUT/ncu-metrics.txt" 2>&1
 # tensor-pipe (gmma) busy cycles where this ncu has the counter (2025.3 has
@@ -40,17 +35,8 @@ DETAILS=()
 "$NCU" --help 2>&1 | grep -q -- --print-details && DETAILS=(--print-details all)
 
 for job in ${NCU_JOBS:-fwd_ws:128:4096:0 fwd_ws:64:16384:1 bwd_ws:128:2048:1 fp8_ws:128:4096:0}; do
-  IFS=: read -r kern D L causal <<<"$job"
   log="$OUT/ncu-${job//:/-}.txt"
-  if [ "$kern" = fp8_ws ]; then
-    prog=(python3 bench/gpu/fp8.py --lib build-gpu/libflashattn.so --d "$D" --l "$L" --causal "$causal" --reps 1
-      --acc-l 0)
-    regex=fwd_fp8_ws
-  else
-    prog=(python3 bench/gpu/anchors.py --lib build-gpu/libflashattn.so --d "$D" --l "$L" --causal "$causal" --once
-      --variants 0)
-    regex=$kern
-  fi
+  ncu_job "$job"
   say "== ncu $job $(date +%T)"
   timeout 240 "$NCU" --clock-control none --kernel-name regex:"$regex" --launch-count "${NCU_LAUNCHES:-1}" \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
