@@ -29,7 +29,7 @@ STALLS=$(grep -oE '^smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active' 
   sort -u | sed 's/$/.ratio/' | paste -sd, -)
 say "tensor metrics: ${METRICS:-none found}"
 # the stall counters are asked for whether or not this ncu has the gmma one
-# (2025.3 has not; asking for both only when it had left the stalls out)
+# (2025.3 has not, and the stalls were asked for only together with it)
 ASK=$(printf '%s\n' "$METRICS" "$STALLS" | grep -v '^$' | paste -sd, -)
 DETAILS=()
 "$NCU" --help 2>&1 | grep -q -- --print-details && DETAILS=(--print-details all)
