@@ -387,15 +387,14 @@ FA_DEC_TRACE_EXPORT(combine)
 // num_splits = 0: the blocks of one wave. items = B * Hkv * row blocks; a wave
 // is `slots` blocks: the CUDA-core kernel fills each multiprocessor (its
 // resident blocks, occupancy API), the tensor-core kernel at head dims 65 ..
-// 128 puts one block on each (its occupancy is 2), 3/2 where pages are
-// shorter than its 64-key tile.
-// With items below that, the keys are split in floor(slots / items) parts
-// (every block resident, all streaming at once, none waiting for a second
-// wave), each at least kMinSplitTiles tiles long and at most 128 parts. A
-// tensor-core block is latency-bound (~0.85 us a tile alone, 15% less since its
-// copies went through one pointer a run), and alone on its SM it runs faster
-// than two sharing one, enough to stream the cache in half the blocks. H200,
-// bf16, D 128, GQA 32/8, unchecked calls, two runs each
+// 128 puts one block on each (its occupancy is 2), 3/2 where pages are shorter
+// than its 64-key tile. With items below that, the keys are split in
+// floor(slots / items) parts (every block resident, all streaming at once, none
+// waiting for a second wave), each at least kMinSplitTiles tiles long and at
+// most 128 parts. A tensor-core block is latency-bound (~0.85 us a tile alone,
+// 15% less since its copies went through one pointer a run), and alone on its
+// SM it runs faster than two sharing one, enough to stream the cache in half
+// the blocks. H200, bf16, D 128, GQA 32/8, unchecked calls, two runs each
 // (bench/results/2026-12-02-h200-decode-splits.txt): B = 1, 32k keys 16 splits
 // 0.0420 ms against 33 (two a SM) 0.0446, [B, L, Hkv, D] 0.0421 / 0.0454, pages
 // of 256 0.0436 / 0.0467, 131k keys 0.1315 / 0.1344; B = 4, 16k keys 4 / 8
