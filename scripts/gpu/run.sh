@@ -189,8 +189,8 @@ if [ "$MODE" = fp8 ]; then
   grep -E "FAILED|ERROR|o\[|lse\[|near an e4m3" "$OUT/test_fp8_cuda.log" | head -30 | tee -a "$SUMMARY"
   # the warp-specialized kernel (FLASHATTN_CUDA_FP8_WS=2: as 1, but a call in its scope it cannot take
   # fails instead of falling back; VARIANT=5: its first version, 6: the default with turn-taking,
-  # launch_fwd_fp8.cuh); logs in $BUILD
-  for v in 0 5 6; do
+  # launch_fwd_fp8.cuh; FP8_WS_VARIANTS="0 9 10 11": others); logs in $BUILD
+  for v in ${FP8_WS_VARIANTS:-0 5 6}; do
     FLASHATTN_CUDA_FP8_WS=2 FLASHATTN_CUDA_VARIANT=$v timeout "${FP8_TEST_S:-120}" "$BUILD/tests/test_fp8_cuda" \
       >"$BUILD/test_fp8_cuda_ws$v.log" 2>&1
     say "test_fp8_cuda (FLASHATTN_CUDA_FP8_WS=2 VARIANT=$v) exit $?: $(suite_counts "$BUILD/test_fp8_cuda_ws$v.log")"

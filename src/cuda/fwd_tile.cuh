@@ -125,6 +125,23 @@ __device__ __forceinline__ void fwd_scores(const fa__cuda_params &p, const seq_c
   }
 }
 
+// The max of row half r (elements 2r, 2r + 1 of every 8-column block) of
+// one m-tile, as a balanced tree: log2(2 kNB) dependent FMNMX instead of
+// 2 kNB. fmaxf drops a NaN operand whatever the order, so the result is
+// the same as a left-to-right loop's (all-NaN gives NaN, which the caller's
+// fmaxf with -inf turns into -inf, as that loop seeded with -inf did).
+template <int kNB>
+__device__ __forceinline__ float row_max_tree(const float (&s)[kNB][4], int r) {
+  float v[kNB];
+#pragma unroll
+  for (int nb = 0; nb < kNB; ++nb) v[nb] = fmaxf(s[nb][2 * r], s[nb][2 * r + 1]);
+#pragma unroll
+  for (int w = 1; w < kNB; w *= 2)
+#pragma unroll
+    for (int nb = 0; nb + w < kNB; nb += 2 * w) v[nb] = fmaxf(v[nb], v[nb + w]);
+  return v[0];
+}
+
 // One step of the online softmax over a scored tile: new row maxima, S ->
 // P = 2^(S - m) in place, running sums (per lane; the quad sums them in the
 // epilogue), then the dropout mask applied to P (after the sums: the softmax
@@ -140,15 +157,29 @@ __device__ __forceinline__ void fwd_softmax(const fa__cuda_params &p, const seq_
                                             float (&alpha)[kMT][2], float (&row_m)[kMT][2], float (&row_l)[kMT][2],
                                             int64_t r0, int64_t n0, int g, int t, float sc = 1.f) {
   static_assert(!(kFull && kFold), "per-element scores are scaled as they are made");
+  // All rows' maxima first, each a tree, then the rows' shuffles: a
+  // row-at-a-time loop compiled to one chain of 2 kNB dependent FMNMX and
+  // two shuffle round trips per row, row after row (ncu: the FP8 forward's
+  // consumers stalled on fixed-latency dependencies more than on anything
+  // else). max is exact in any order, so the bits are the same; on the H200
+  // the FP8 warp-specialized forward gained 0-4%, bf16 stayed within noise
+  // (bench/results/2026-12-04-h200-fp8-softmax.txt).
+  float mxs[kMT][2];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) mxs[mt][r] = fmaxf(row_max_tree<kNB>(s[mt], r), -INFINITY);
+#pragma unroll
+  for (int x = 1; x <= 2; x *= 2)
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) mxs[mt][r] = fmaxf(mxs[mt][r], __shfl_xor_sync(0xffffffffu, mxs[mt][r], x));
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int nb = 0; nb < kNB; ++nb) mx = fmaxf(mx, fmaxf(s[mt][nb][2 * r], s[mt][nb][2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      float mx = mxs[mt][r];
       if (kFold) mx *= sc;
       const float mnew = fmaxf(row_m[mt][r], mx);
       const float muse = mnew == -INFINITY ? 0.f : mnew;  // nothing seen yet: no -inf - -inf
