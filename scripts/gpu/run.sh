@@ -400,7 +400,7 @@ elif [ "$MODE" = smoke ]; then
     2>&1 | tee "$OUT/anchors.txt"
 else
   timeout 540 python3 bench/gpu/anchors.py --lib "$BUILD/libflashattn.so" --out "$OUT" \
-    --variants "$(echo $VARIANTS | tr ' ' ',')" 2>&1 | tee "$OUT/anchors.txt"
+    --variants "${VARIANTS// /,}" 2>&1 | tee "$OUT/anchors.txt"
   if [ "$MODE" = full ]; then
     stage "ncu (Hopper forward and backward kernels, D=64, L=2048, non-causal)"
     NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
