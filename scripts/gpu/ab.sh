@@ -11,6 +11,7 @@
 # synccheck of check_cuda on $BWD_SAN; then bench/gpu/anchors.py ($AB_PASSES,
 # default bwd; "fwd,bwd" both) for A and B in alternating rounds, separate
 # processes, the same shapes, and with AB_FP8=1 bench/gpu/fp8.py likewise.
+# AB_VARIANTS="0,6" times B's FLASHATTN_CUDA_VARIANT values too (columns fa-v6).
 #   carry:   [".gpu-deps", ".gpu-build-old.tar.xz", ".gpu-build.tar.xz"]
 #   command: ROUNDS=1 BWD_L=2048,16384 bash scripts/gpu/ab.sh
 # BWD_SAN="" skips the sanitizers, BWD_SKIP_SUITE=1 the suites,
@@ -64,8 +65,10 @@ for r in $(seq 1 "${ROUNDS:-1}"); do
     lib=$ROOT/build-$side/libflashattn.so
     [ "$side" = b ] && lib=$B/libflashattn.so
     say "== round $r, side ${side^^} ($(date -u +%T))"
+    vars=0
+    [ "$side" = b ] && vars=${AB_VARIANTS:-0}
     timeout "${AB_BENCH_S:-240}" python3 bench/gpu/anchors.py --lib "$lib" --out "$OUT" --tag="-$side$r" \
-      --passes "${AB_PASSES:-bwd}" --reps "${BWD_REPS:-10}" --l "${BWD_L:-2048,16384}" --d "${BWD_D:-64,128}" \
+      --variants "$vars" --passes "${AB_PASSES:-bwd}" --reps "${BWD_REPS:-10}" --l "${BWD_L:-2048,16384}" --d "${BWD_D:-64,128}" \
       >"$OUT/anchors-$side-$r.txt" 2>&1
     say "exit $?"
     grep -v "^# wrote" "$OUT/anchors-$side-$r.txt" | tee -a "$SUMMARY"
