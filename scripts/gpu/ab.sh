@@ -68,8 +68,8 @@ for r in $(seq 1 "${ROUNDS:-1}"); do
     vars=0
     [ "$side" = b ] && vars=${AB_VARIANTS:-0}
     timeout "${AB_BENCH_S:-240}" python3 bench/gpu/anchors.py --lib "$lib" --out "$OUT" --tag="-$side$r" \
-      --variants "$vars" --passes "${AB_PASSES:-bwd}" --reps "${BWD_REPS:-10}" --l "${BWD_L:-2048,16384}" --d "${BWD_D:-64,128}" \
-      >"$OUT/anchors-$side-$r.txt" 2>&1
+      --variants "$vars" --passes "${AB_PASSES:-bwd}" --reps "${BWD_REPS:-10}" --l "${BWD_L:-2048,16384}" \
+      --d "${BWD_D:-64,128}" >"$OUT/anchors-$side-$r.txt" 2>&1
     say "exit $?"
     grep -v "^# wrote" "$OUT/anchors-$side-$r.txt" | tee -a "$SUMMARY"
     if [ "${AB_FP8:-0}" = 1 ]; then

@@ -399,8 +399,9 @@ elif [ "$MODE" = smoke ]; then
   timeout 300 python3 bench/gpu/anchors.py --lib "$BUILD/libflashattn.so" --out "$OUT" --d 64,128 --l 4096 --reps 10 \
     2>&1 | tee "$OUT/anchors.txt"
 else
+  read -r -d "" -a vs <<<"$VARIANTS" || true # split as the check loop's `for v in $VARIANTS` does
   timeout 540 python3 bench/gpu/anchors.py --lib "$BUILD/libflashattn.so" --out "$OUT" \
-    --variants "${VARIANTS// /,}" 2>&1 | tee "$OUT/anchors.txt"
+    --variants "$(IFS=,; echo "${vs[*]}")" 2>&1 | tee "$OUT/anchors.txt"
   if [ "$MODE" = full ]; then
     stage "ncu (Hopper forward and backward kernels, D=64, L=2048, non-causal)"
     NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
