@@ -26,6 +26,9 @@ done
 extract "$ROOT/.gpu-build-old.tar.xz" build-a || exit 1
 extract "$ROOT/.gpu-build.tar.xz" build-gpu || exit 1
 B=$ROOT/build-gpu
+# prebuild.sh's record: commit and a hash of the uncommitted src/include/tests diff
+say "A built from: $(tr '\n' ' ' <"$ROOT/build-a/commit" 2>/dev/null || echo unknown)"
+say "B built from: $(tr '\n' ' ' <"$B/commit" 2>/dev/null || echo unknown)"
 export LD_LIBRARY_PATH=$ROOT/.gpu-deps/cmocka/lib:${LD_LIBRARY_PATH:-}
 
 if [ "${BWD_SKIP_SUITE:-0}" != 1 ]; then

@@ -71,6 +71,11 @@ cmake --build "$ROOT/build-gpu" -j"$(nproc)" >/dev/null
 rm -rf "$ROOT/.gpu-build"
 cp -a "$ROOT/build-gpu" "$ROOT/.gpu-build"
 find "$ROOT/.gpu-build" \( -name '*.o' -o -name '*.a' -o -name '*.d' -o -name '.ninja_*' \) -delete
+# what the pack was built from, for an A/B's record (scripts/gpu/ab.sh prints both)
+{
+  git rev-parse --short HEAD
+  git diff HEAD -- src include tests | sha1sum | cut -c1-12
+} >"$ROOT/.gpu-build/commit"
 tar -cf - .gpu-build | xz -9 -T1 >.gpu-build.tar.xz
 rm -rf "$ROOT/.gpu-build"
 du -h .gpu-build.tar.xz
