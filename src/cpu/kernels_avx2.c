@@ -339,9 +339,16 @@ FA_INLINE __m256 dsv_load_tail(const float *p, int n, float fill) {
 FA_INLINE void dsv_store_tail(float *p, __m256 v, int n) {
   _mm256_maskstore_ps(p, dsv_tail_mask(n), v);
 }
+/* Plain stores, not vmaskmovps: the scores store 2 .. 8 lanes of every
+ * micro-tile, and a masked store costs Zen 3 several times a plain one. */
 FA_INLINE void dsv_store_lanes(float *p, __m256 v, int first, int n) {
-  const __m256i idx = _mm256_add_epi32(_mm256_set1_epi32(first), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  _mm256_maskstore_ps(p, dsv_tail_mask(n), first ? _mm256_permutevar8x32_ps(v, idx) : v);
+  if (n == 8) {
+    _mm256_storeu_ps(p, v);
+    return;
+  }
+  float t[8];
+  _mm256_storeu_ps(t, v);
+  for (int i = 0; i < n; ++i) p[i] = t[first + i];
 }
 FA_INLINE float dsv_hsum(__m256 v) {
   __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
