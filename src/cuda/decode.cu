@@ -332,6 +332,21 @@ bool interleave_splits(bool paged) {
   return fa_cuda::env_switch("FLASHATTN_CUDA_DECODE_INTERLEAVE", !paged) != 0;
 }
 
+// The L2 policy of the K/V copies: evict-first, as the cache is read once
+// per call and is larger than L2 at every shape that takes time; with the
+// normal policy the stream evicts what the call reads again (the kernels'
+// code, the partial results, the queries), which the block timeline
+// suggested costs each stage that runs new code about a microsecond per few
+// dozen instructions (bench/results/2026-12-01-h200-decode-trace.txt).
+// H100, bf16, D 128, GQA 32/8, 2 rounds each: 1-4% faster on every shape,
+// eager and in CUDA graphs (B = 1, 32k keys 0.0557 / 0.0550 -> 0.0535 /
+// 0.0534 ms a call; bench/results/2026-12-05-h100-decode-evict-first.txt).
+// FLASHATTN_CUDA_DECODE_EVICT=0: the normal policy (read at each call; A/B
+// timing with the same instructions).
+uint64_t kv_l2_policy() {
+  return fa_cuda::env_switch("FLASHATTN_CUDA_DECODE_EVICT", 1) ? fa_cuda::kL2EvictFirst : fa_cuda::kL2EvictNormal;
+}
+
 // The fused merge's dry runs (decode_parts.cuh, finish_splits): on unless
 // FLASHATTN_CUDA_DECODE_WARM_MERGE=0 (read at each call; A/B timing).
 bool warm_merge() {
@@ -498,6 +513,7 @@ static fa_status run_decode(const fa__problem *p, const fa__kv *kv, const fa__de
   dp.wr = p->window_right;
   dp.interleave = interleave_splits(dp.map.block_table != nullptr);
   dp.warm_merge = warm_merge();
+  dp.kv_policy = kv_l2_policy();
 
   // with splits: the partial results in the stream's buffer (or, where a
   // stream has none, this call's scratch), merged by the decode kernel's

@@ -97,6 +97,9 @@ struct fa__dec_params {
   int64_t wl, wr;
   int interleave;  // splits take every nsplit-th tile, not a run of tiles (block_work_of)
   int warm_merge;  // fused merge: the other split blocks run it dry first (finish_splits)
+  // L2 policy of the K/V copies (mma.cuh's kL2EvictFirst, or kL2EvictNormal
+  // with FLASHATTN_CUDA_DECODE_EVICT=0; decode.cu says why)
+  uint64_t kv_policy;
 };
 
 // One decode launch: dtype (FA_F16 / FA_BF16 / FA_F32), kd head-dim bucket

@@ -192,7 +192,8 @@ struct kv_stream {
   int64_t seq, j0, j1, step;     // sequence b, the split's tiles (block_work)
   int ntiles, cu, r0;            // r0: the thread's first row in a tile
   bool kcol, vcol;
-  bool same;  // K and V caches share their page and row strides
+  bool same;        // K and V caches share their page and row strides
+  uint64_t policy;  // L2 policy of the copies (fa__dec_params::kv_policy)
   // where the thread's rows of the next tile are: a run from element offsets
   // fk / fv (nvalid of its UPT rows inside the split; paged: from row
   // run_row of page run_page, the block-table entry as loaded, offsets made
@@ -221,6 +222,7 @@ struct kv_stream {
     psz = static_cast<uint32_t>(p.map.page_size);
     pshift = (psz & (psz - 1)) == 0 ? static_cast<uint32_t>(__ffs(static_cast<int>(psz)) - 1) : 0;
     pipe_s = fa_cuda::smem_addr(pipe);
+    policy = p.kv_policy;
     seq = w.b;
     j0 = w.j0;
     j1 = w.j1;
@@ -281,7 +283,10 @@ struct kv_stream {
         fk = page * ks0 + run_row * ks2;
         fv = page * vs0 + run_row * vs2;
       }
-      const uint32_t ks = pipe_s + static_cast<uint32_t>((t % STAGES) * stage_bytes);
+      // the stage's address through a shuffle: ptxas then keeps it in a
+      // per-thread register, out of the copies' addressing, where with the
+      // L2 policy it miscompiles (mma.cuh, cp_async16_policy)
+      const uint32_t ks = __shfl_sync(0xffffffffu, pipe_s + static_cast<uint32_t>((t % STAGES) * stage_bytes), 0);
       const uint32_t vs = ks + static_cast<uint32_t>(tile_bytes);
       if (run && nvalid == UPT) {
         // A whole run (every tile but a split's last, contiguous or inside
@@ -295,8 +300,8 @@ struct kv_stream {
         const int kn = kcol ? 16 : 0, vn = vcol ? 16 : 0;
 #pragma unroll
         for (int i = 0; i < UPT; ++i) {
-          fa_cuda::cp_async16(ks + smem_off(i), kp + i * ks2, kn);
-          fa_cuda::cp_async16(vs + smem_off(i), vp + i * vs2, vn);
+          fa_cuda::cp_async16_policy(ks + smem_off(i), kp + i * ks2, kn, policy);
+          fa_cuda::cp_async16_policy(vs + smem_off(i), vp + i * vs2, vn, policy);
         }
       } else {
 #pragma unroll
@@ -304,8 +309,8 @@ struct kv_stream {
           const bool ok = run ? i < nvalid : koff[i] >= 0;
           const int64_t ko = !ok ? 0 : run ? fk + i * ks2 : koff[i];
           const int64_t vo = !ok ? 0 : run ? fv + i * vs2 : voff[i];
-          fa_cuda::cp_async16(ks + smem_off(i), kbase + ko, ok && kcol ? 16 : 0);
-          fa_cuda::cp_async16(vs + smem_off(i), vbase + vo, ok && vcol ? 16 : 0);
+          fa_cuda::cp_async16_policy(ks + smem_off(i), kbase + ko, ok && kcol ? 16 : 0, policy);
+          fa_cuda::cp_async16_policy(vs + smem_off(i), vbase + vo, ok && vcol ? 16 : 0, policy);
         }
       }
       if (t + 1 < ntiles) locate(t + 1);

@@ -86,6 +86,30 @@ __device__ __forceinline__ uint32_t smem_addr(const void *p) {
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
+// cp_async16 with an L2 cache policy (createpolicy's 64-bit encoding, e.g.
+// kL2EvictFirst): for data read once, so that it leaves L2 before what the
+// rest of the call reads again (decode_parts.cuh's K/V stream). Hopper only:
+// ptxas 13.0 miscompiles this form where it folds a uniform shared-memory
+// offset into the copy ([R + UR] addressing): the SASS then reads its cache
+// descriptor from a uniform register nothing writes, and the GPU stops with
+// "illegal instruction" (seen 2026-12-01 and 2026-12-05 on the decode
+// kernels; as IST-DASLab/marlin#44 reports; triton-lang/triton#11848 says
+// ptxas 13.4.59 fixed it). The callers keep the offset out of the uniform
+// datapath (decode_parts.cuh), which ctest cuda_ldgsts_policy checks
+// (tests/check_ldgsts.sh); sm_80's code, which no GPU of ours runs, takes
+// the plain copy.
+__device__ __forceinline__ void cp_async16_policy(uint32_t dst, const void *src, int src_bytes, uint64_t policy) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes), "l"(policy));
+#else
+  (void)policy;
+  cp_async16(dst, src, src_bytes);
+#endif
+}
+// createpolicy.fractional.L2::evict_first / evict_normal (fraction 1.0), as
+// constants: CUTLASS's CacheHintSm90 values
+constexpr uint64_t kL2EvictNormal = 0x1000000000000000ull, kL2EvictFirst = 0x12F0000000000000ull;
 // 4 bytes global -> shared (row statistics such as LSE, any stride).
 __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, int src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
