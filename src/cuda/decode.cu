@@ -338,9 +338,9 @@ bool interleave_splits(bool paged) {
 // code, the partial results, the queries), which the block timeline
 // suggested costs each stage that runs new code about a microsecond per few
 // dozen instructions (bench/results/2026-12-01-h200-decode-trace.txt).
-// H100, bf16, D 128, GQA 32/8, 2 rounds each: 1-4% faster on every shape,
-// eager and in CUDA graphs (B = 1, 32k keys 0.0557 / 0.0550 -> 0.0535 /
-// 0.0534 ms a call; bench/results/2026-12-05-h100-decode-evict-first.txt).
+// H100, bf16, D 128, GQA 32/8, 2 rounds each: B = 1 1-6% faster, eager and
+// in CUDA graphs (32k keys 0.0557 / 0.0550 -> 0.0535 / 0.0534 ms a call),
+// B >= 8 within +-2% (bench/results/2026-12-05-h100-decode-evict-first.txt).
 // FLASHATTN_CUDA_DECODE_EVICT=0: the normal policy (read at each call; A/B
 // timing with the same instructions).
 uint64_t kv_l2_policy() {
