@@ -100,7 +100,18 @@
  * ahead (70%), no software prefetch (42%), the next head's rows of this
  * tile (64%), every 4th line (37%), all heads' rows of 4 keys at a time
  * (68-73%), 8, 32 or 64 keys a tile (44-73%) were slower. So on Intel these
- * items keep the region's 16-key tile and t1 and take c.own. */
+ * items keep the region's 16-key tile and t1 and take c.own.
+ *
+ * With prefetcht1 the next tile goes to L2, not L1, so on Intel the NT rows'
+ * tile need not fit L1 beside this one. On a 2-vCPU Emerald Rapids class
+ * Xeon (bench/results/2026-12-06-cpu-decode-intel-tiles.txt, alternating
+ * rounds on a noisy host) DEC_BK keys instead of DEC_TILE_BYTES / R (16
+ * keys at D = 128): bf16 GQA 32/8 contiguous 2.25 -> 2.03 ms at 8192 keys
+ * and 9.06 -> 7.41 at 32768 (medians of 5 rounds' medians, faster in 4 of
+ * 5), f32 GQA 3.33 -> 3.18 and 13.3 -> 12.7 (4 and 3 of 4); 32 or 64 keys
+ * in between (on the Sapphire Rapids guest of 12-01 tile sizes had made no
+ * difference). Paged (the hg > 1 items above) 64 or 128 keys were slower:
+ * those keep their 16. */
 #define DEC_PF_L2 2
 #define DEC_REGION_ONE_ROW_INTEL 4
 /* Splits on Intel (bench/results/2026-12-01-cpu-decode-xeon-3.txt): an
@@ -432,7 +443,7 @@ fa_status fa__cpu_decode(const fa__problem *p, const fa__cpu_kernels *kt, fa__er
     const int64_t one = zen ? 2 : 2 * DEC_REGION_ONE_ROW_INTEL;
     const int64_t bk = (c.R == 1 ? one : 1) * (int64_t)DEC_REGION_BYTES / (p->Hkv * p->D * kes);
     c.bk = bk < 1 ? 1 : bk > DEC_BK ? DEC_BK : (int)bk;
-  } else if (p->block_k > 0 || !ntrows) {
+  } else if (p->block_k > 0 || !ntrows || !zen) { /* Intel: DEC_BK for the NT rows too (DEC_PF_L2 above) */
     c.bk = p->block_k > 0 ? p->block_k : DEC_BK;
   } else { /* DEC_TILE_BYTES / R of K, whole panels, 1 .. 8 of them */
     const int64_t kb = DEC_TILE_BYTES / (c.R > 0 ? c.R : 1), rowb = p->D * (int64_t)fa_dtype_size(p->k.dtype);
