@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(256, 1) bwd_wgmma_kernel(const fa__cuda_params
       // dropout and the softcap derivative need dP^T with P^T
       wgmma_wait<0>();
       fence_regs(dpt);
-      bwd_p_ds<kFull>(p, blk.bd, blk.b, h, st, dpt, l_s, ds_s, m0, blk.n0 + wkey, g, t);
+      bwd_p_ds<kFull, kD == 64>(p, blk.bd, blk.b, h, st, dpt, l_s, ds_s, m0, blk.n0 + wkey, g, t);
     } else {
       bwd_p_band(blk.bd, st, l_s, p.scale_log2, m0, blk.n0 + wkey, g, t);
     }

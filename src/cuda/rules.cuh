@@ -73,20 +73,33 @@ __device__ __forceinline__ seq_ctx make_seq_ctx(const fa__cuda_params &p, int64_
   return c;
 }
 
+// Where element (i, j) of the context's head is in the bias.
+__device__ __forceinline__ int64_t bias_index(const fa__cuda_params &p, const seq_ctx &c, int64_t i, int64_t j) {
+  return c.b * p.bias_s[0] + c.h * p.bias_s[1] + i * p.bias_s[2] + j * p.bias_s[3];
+}
+
 // Score of element (i, j) of the context's sequence after the dot product:
 // returns it in log2 units (times log2 e), or -inf when (i, j) is not
 // visible. *capped gets scale * dot after the softcap (its gradient needs it).
-__device__ __forceinline__ float score_full(const fa__cuda_params &p, const seq_ctx &c, float dot, int64_t i, int64_t j,
-                                            float *capped) {
+// kStaged: the caller read element (i, j)'s bias beforehand (bias_ij, used
+// where p.bias is set); otherwise it is read here, only where the element
+// is visible and not masked.
+template <bool kStaged>
+__device__ __forceinline__ float score_full_at(const fa__cuda_params &p, const seq_ctx &c, float dot, int64_t i,
+                                               int64_t j, float bias_ij, float *capped) {
   *capped = 0.f;
   if (!fa__band_visible(&c.bd, i, j)) return -INFINITY;
   if (p.mask && !p.mask[c.b * p.mask_s[0] + c.h * p.mask_s[1] + i * p.mask_s[2] + j * p.mask_s[3]]) return -INFINITY;
   float s = fa__softcap_f(dot * p.scale, p.softcap);
   *capped = s;
   if (p.alibi) s += fa__alibi_f(c.slope, fa__band_diag(&c.bd, i), j);
-  if (p.bias)
-    s += load_any(p.bias, c.b * p.bias_s[0] + c.h * p.bias_s[1] + i * p.bias_s[2] + j * p.bias_s[3], p.bias_dtype);
+  if (p.bias) s += kStaged ? bias_ij : load_any(p.bias, bias_index(p, c, i, j), p.bias_dtype);
   return s * kLog2e;
+}
+
+__device__ __forceinline__ float score_full(const fa__cuda_params &p, const seq_ctx &c, float dot, int64_t i, int64_t j,
+                                            float *capped) {
+  return score_full_at<false>(p, c, dot, i, j, 0.f, capped);
 }
 
 // Keep bit of element (i, j) of the call: the rule's element at positions
