@@ -16,7 +16,6 @@ no gradient, so the backward reads it and writes no dBias.
 
 import argparse
 import os
-import statistics
 import sys
 
 
@@ -32,23 +31,11 @@ def main():
     a = ap.parse_args()
     os.environ["FLASHATTN_LIBRARY"] = os.path.abspath(a.lib)
     import torch
+    from anchors import median_ms  # CUDA events, the median after 3 warm-ups
 
     import flashattn.torch as ft
 
     dev = torch.device("cuda")
-
-    def timed(fn):
-        for _ in range(3):
-            fn()
-        times = []
-        for _ in range(a.reps):
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            fn()
-            e1.record()
-            torch.cuda.synchronize()
-            times.append(e0.elapsed_time(e1))
-        return statistics.median(times)
 
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, lib {a.lib}")
     print(f"# median of {a.reps} after 3 warm-ups; bf16, not causal, {a.heads} heads, B = {a.tokens} / L")
@@ -84,7 +71,7 @@ def main():
                     o = ft.attention(q, k, v, **kw)
                     torch.autograd.grad(o, (q, k, v), do)
 
-                tf, tfb = timed(fwd), timed(fwdbwd)
+                tf, tfb = median_ms(fwd, a.reps), median_ms(fwdbwd, a.reps)
                 print(f"{opt:>14s} {d:4d} {seq:6d} | {tf:8.3f} {tfb - tf:8.3f}", flush=True)
                 del q, k, v, do, kw
                 torch.cuda.empty_cache()
