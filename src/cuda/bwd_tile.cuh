@@ -73,49 +73,14 @@ __device__ __forceinline__ void bwd_ds_band(const float (&st)[kMB][4], float (&d
   }
 }
 
-// A bias element of each dtype as f32.
-__device__ __forceinline__ float as_f32(float x) {
-  return x;
-}
-__device__ __forceinline__ float as_f32(double x) {
-  return static_cast<float>(x);
-}
-__device__ __forceinline__ float as_f32(__half x) {
-  return __half2float(x);
-}
-__device__ __forceinline__ float as_f32(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-
-// The bias of a thread's kMB x 4 elements of S^T (bwd_p_ds's layout,
-// element k = 4 mb + e) as f32 into b[], 0 outside the band (nothing is
-// read there: rows or columns past the sequence). The dtype switch is taken
-// once here, each width's loads in a loop unrolled by 8 (b[] in local
-// memory): read per element inside bwd_p_ds's unrolled loop, the four-way
-// switch inlined 64 times at 255 registers was half of ptxas's time for the
-// D = 64 Hopper backward with per-element options, the build's longest
-// kernel (bench/results/2026-12-06-build-time-xeon.txt).
-template <typename T, int kN>
-__device__ __forceinline__ void bwd_bias_tile_t(const fa__cuda_params &p, const seq_ctx &c, int64_t m0, int64_t j0,
-                                                int t, float (&b)[kN]) {
-  const T *base = static_cast<const T *>(p.bias);
-#pragma unroll 8
-  for (int k = 0; k < kN; ++k) {
-    const int64_t i = m0 + (k >> 2) * 8 + 2 * t + (k & 1), j = j0 + ((k >> 1) & 1) * 8;
-    b[k] = fa__band_visible(&c.bd, i, j) ? as_f32(base[bias_index(p, c, i, j)]) : 0.f;
-  }
-}
-
-template <int kN>
-__device__ __forceinline__ void bwd_bias_tile(const fa__cuda_params &p, const seq_ctx &c, int64_t m0, int64_t j0, int t,
-                                              float (&b)[kN]) {
-  switch (p.bias_dtype) {
-    case FA_F32: bwd_bias_tile_t<float>(p, c, m0, j0, t, b); break;
-    case FA_F64: bwd_bias_tile_t<double>(p, c, m0, j0, t, b); break;
-    case FA_F16: bwd_bias_tile_t<__half>(p, c, m0, j0, t, b); break;
-    default: bwd_bias_tile_t<__nv_bfloat16>(p, c, m0, j0, t, b); break;
-  }
-}
+// The element (i, j) of S^T a thread holds as element k = 4 mb + e of
+// bwd_p_ds's layout, for bias_tile (rules.cuh).
+struct bwd_coords {
+  int64_t m0, j0;
+  int t;
+  __device__ __forceinline__ int64_t row(int k) const { return m0 + (k >> 2) * 8 + 2 * t + (k & 1); }
+  __device__ __forceinline__ int64_t col(int k) const { return j0 + ((k >> 1) & 1) * 8; }
+};
 
 // st <- P^T (dropped and rescaled), dpt <- dS^T (times the softcap
 // derivative): the A operands of dV += P^T dO and dK += dS^T Q. l_s, ds_s:
@@ -123,7 +88,7 @@ __device__ __forceinline__ void bwd_bias_tile(const fa__cuda_params &p, const se
 // kFull: every element through score_full and dropout; otherwise the band
 // only, tested per element unless the warp's 16 keys x kMB * 8 queries lie
 // inside it. kStageBias (kFull): the thread's bias elements read first
-// (bwd_bias_tile) instead of one by one; for the kernel where that pays in
+// (bias_tile) instead of one by one; for the kernel where that pays in
 // build time without costing registers (the D = 64 Hopper backward: its
 // mma.sync counterpart spilled 180 more bytes with it).
 template <bool kFull, bool kStageBias = false, int kMB>
@@ -135,7 +100,7 @@ __device__ __forceinline__ void bwd_p_ds(const fa__cuda_params &p, const fa__ban
     const seq_ctx c = make_seq_ctx(p, b, h);
     float bias[kStageBias ? kMB * 4 : 1];
     if constexpr (kStageBias)
-      if (p.bias) bwd_bias_tile(p, c, m0, j0, t, bias);
+      if (p.bias) bias_tile(p, c, bwd_coords{m0, j0, t}, bias);
 #pragma unroll
     for (int mb = 0; mb < kMB; ++mb)
 #pragma unroll

@@ -67,6 +67,16 @@ __device__ __forceinline__ void fwd_wg_tiles(const fwd_block &fb, int64_t r0, in
   }
 }
 
+// The score element (row, column) a thread holds as element
+// k = (mt * kNB + nb) * 4 + e of fwd_scores' layout, for bias_tile.
+template <int kNB>
+struct fwd_coords {
+  int64_t r0, n0;
+  int g, t;
+  __device__ __forceinline__ int64_t row(int k) const { return r0 + (k / (4 * kNB)) * 16 + g + ((k >> 1) & 1) * 8; }
+  __device__ __forceinline__ int64_t col(int k) const { return n0 + ((k >> 2) % kNB) * 8 + 2 * t + (k & 1); }
+};
+
 // Raw dot products -> scores in log2 units, -inf where not visible, for the
 // kMT m-tiles of one warp starting at query row r0, key tile at n0.
 // kFull: every element through score_full (mask, bias, ALiBi, softcap);
@@ -77,10 +87,14 @@ __device__ __forceinline__ void fwd_wg_tiles(const fwd_block &fb, int64_t r0, in
 // softmax; ncu counted 450 M unfused FP32 instructions in the D = 64
 // warp-specialized forward). Needs a positive scale: the max of the
 // unscaled row is then the max of the scaled one.
-template <bool kFull, bool kFold = false, int kMT, int kNB>
+// kStageBias (kFull): the thread's bias elements read first (bias_tile).
+template <bool kFull, bool kFold = false, bool kStageBias = false, int kMT, int kNB>
 __device__ __forceinline__ void fwd_scores(const fa__cuda_params &p, const seq_ctx &c, float (&s)[kMT][kNB][4],
                                            int64_t r0, int64_t n0, int g, int t) {
   if (kFull) {
+    float bias[kStageBias ? kMT * kNB * 4 : 1];
+    if constexpr (kStageBias)
+      if (p.bias) bias_tile(p, c, fwd_coords<kNB>{r0, n0, g, t}, bias);
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -88,8 +102,9 @@ __device__ __forceinline__ void fwd_scores(const fa__cuda_params &p, const seq_c
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           float capped;
-          s[mt][nb][e] =
-              score_full(p, c, s[mt][nb][e], r0 + mt * 16 + g + (e >> 1) * 8, n0 + nb * 8 + 2 * t + (e & 1), &capped);
+          s[mt][nb][e] = score_full_at<kStageBias>(p, c, s[mt][nb][e], r0 + mt * 16 + g + (e >> 1) * 8,
+                                                   n0 + nb * 8 + 2 * t + (e & 1),
+                                                   kStageBias ? bias[(mt * kNB + nb) * 4 + e] : 0.f, &capped);
         }
   } else if (fa__band_tile_full(&c.bd, r0, r0 + 16 * kMT, n0, n0 + 8 * kNB)) {
     if constexpr (!kFold) {  // folded: the scale is applied in the exponent

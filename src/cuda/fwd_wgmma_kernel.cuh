@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(128 * kWG, 1) fwd_wgmma_kernel(const fa__cuda_
   auto s_softmax = [&](int it) {
     fence_regs(s[0]);
     const int64_t n0 = static_cast<int64_t>(fb.nb_lo + it) * kBN;
-    fwd_scores<kFull>(p, c, s, m0 + wrow, n0, g, t);
+    fwd_scores<kFull, false, true>(p, c, s, m0 + wrow, n0, g, t);
     fwd_softmax<kFull>(p, c, s, alpha, row_m, row_l, m0 + wrow, n0, g, t);
   };
   auto p_to_frags = [&]() { wgmma_p_frags<E, kBN>(pa, s[0]); };

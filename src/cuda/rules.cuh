@@ -78,6 +78,53 @@ __device__ __forceinline__ int64_t bias_index(const fa__cuda_params &p, const se
   return c.b * p.bias_s[0] + c.h * p.bias_s[1] + i * p.bias_s[2] + j * p.bias_s[3];
 }
 
+// A bias element of each dtype as f32.
+__device__ __forceinline__ float as_f32(float x) {
+  return x;
+}
+__device__ __forceinline__ float as_f32(double x) {
+  return static_cast<float>(x);
+}
+__device__ __forceinline__ float as_f32(__half x) {
+  return __half2float(x);
+}
+__device__ __forceinline__ float as_f32(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+
+// The bias of the kN score elements a thread holds (element k at rows
+// xy.row(k), columns xy.col(k) of the context's sequence) as f32 into b[],
+// 0 outside the band (nothing is read there: rows or columns past the
+// sequence). The dtype switch is taken once, each width's loads in a loop
+// unrolled by 8 (b[] in local memory), for the kernels' element-wise code
+// to add with score_full_at<true>: read per element inside that unrolled
+// code, the four-way switch inlined 64 times at 255 registers was half of
+// ptxas's time for the D = 64 Hopper backward with per-element options, the
+// build's longest kernel, and that backward ran 5-20% slower than with the
+// bias read first (bench/results/2026-12-06-build-time-xeon.txt,
+// 2026-12-06-h100-bwd-bias-staging.txt).
+template <typename T, typename Coords, int kN>
+__device__ __forceinline__ void bias_tile_t(const fa__cuda_params &p, const seq_ctx &c, const Coords &xy,
+                                            float (&b)[kN]) {
+  const T *base = static_cast<const T *>(p.bias);
+#pragma unroll 8
+  for (int k = 0; k < kN; ++k) {
+    const int64_t i = xy.row(k), j = xy.col(k);
+    b[k] = fa__band_visible(&c.bd, i, j) ? as_f32(base[bias_index(p, c, i, j)]) : 0.f;
+  }
+}
+
+template <typename Coords, int kN>
+__device__ __forceinline__ void bias_tile(const fa__cuda_params &p, const seq_ctx &c, const Coords &xy,
+                                          float (&b)[kN]) {
+  switch (p.bias_dtype) {
+    case FA_F32: bias_tile_t<float>(p, c, xy, b); break;
+    case FA_F64: bias_tile_t<double>(p, c, xy, b); break;
+    case FA_F16: bias_tile_t<__half>(p, c, xy, b); break;
+    default: bias_tile_t<__nv_bfloat16>(p, c, xy, b); break;
+  }
+}
+
 // Score of element (i, j) of the context's sequence after the dot product:
 // returns it in log2 units (times log2 e), or -inf when (i, j) is not
 // visible. *capped gets scale * dot after the softcap (its gradient needs it).
