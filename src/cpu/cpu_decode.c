@@ -43,7 +43,8 @@
  * by the arithmetic) 7-22% slower (more tiles, no gain from the distance).
  * Those, and interleaved heads (hg > 1, where the next head reads the
  * lines beside this one's: 10% slower at 32768 keys paged), keep DEC_BK
- * keys and prefetch into every level. */
+ * keys and prefetch into every level. On Intel the rows go to L2 instead
+ * and every contiguous item keeps DEC_BK keys (DEC_PF_L2 below). */
 #define DEC_NT_ROWS 8
 #define DEC_TILE_BYTES 16384
 /* Interleaved heads (hg > 1) whose rows of one key are one block ([pages,

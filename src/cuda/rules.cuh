@@ -35,13 +35,27 @@ __device__ __forceinline__ void band_offsets(int64_t v0, int64_t v1, int64_t x0,
   *hi = static_cast<int>(b < 0 ? 0 : b > n ? n : b);
 }
 
+// An element of each float dtype as f32 (load_any, bias_tile).
+__device__ __forceinline__ float as_f32(float x) {
+  return x;
+}
+__device__ __forceinline__ float as_f32(double x) {
+  return static_cast<float>(x);
+}
+__device__ __forceinline__ float as_f32(__half x) {
+  return __half2float(x);
+}
+__device__ __forceinline__ float as_f32(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+
 // A tensor element of any float dtype as f32 (bias, the generic path).
 __device__ __forceinline__ float load_any(const void *p, int64_t idx, int dtype) {
   switch (dtype) {
-    case FA_F32: return static_cast<const float *>(p)[idx];
-    case FA_F64: return static_cast<float>(static_cast<const double *>(p)[idx]);
-    case FA_F16: return __half2float(static_cast<const __half *>(p)[idx]);
-    default: return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[idx]);
+    case FA_F32: return as_f32(static_cast<const float *>(p)[idx]);
+    case FA_F64: return as_f32(static_cast<const double *>(p)[idx]);
+    case FA_F16: return as_f32(static_cast<const __half *>(p)[idx]);
+    default: return as_f32(static_cast<const __nv_bfloat16 *>(p)[idx]);
   }
 }
 
@@ -76,20 +90,6 @@ __device__ __forceinline__ seq_ctx make_seq_ctx(const fa__cuda_params &p, int64_
 // Where element (i, j) of the context's head is in the bias.
 __device__ __forceinline__ int64_t bias_index(const fa__cuda_params &p, const seq_ctx &c, int64_t i, int64_t j) {
   return c.b * p.bias_s[0] + c.h * p.bias_s[1] + i * p.bias_s[2] + j * p.bias_s[3];
-}
-
-// A bias element of each dtype as f32.
-__device__ __forceinline__ float as_f32(float x) {
-  return x;
-}
-__device__ __forceinline__ float as_f32(double x) {
-  return static_cast<float>(x);
-}
-__device__ __forceinline__ float as_f32(__half x) {
-  return __half2float(x);
-}
-__device__ __forceinline__ float as_f32(__nv_bfloat16 x) {
-  return __bfloat162float(x);
 }
 
 // The bias of the kN score elements a thread holds (element k at rows
