@@ -30,7 +30,7 @@
 // key tile that added) says the next higher key tile has added, reduces,
 // waits for the reduction to complete and passes the turn on. A block waits only on higher
 // key tiles of its head, which the grid numbers, and so starts, before it
-// (head_group_block_desc: no block can wait for one that has not started).
+// (head_group_block: no block can wait for one that has not started).
 // The blocks walk their query tiles first to last, the group's heads
 // innermost (bwd_block_tile): a higher key tile's band starts at or after a
 // lower one's, so it reaches a shared (head, tile) no later -- under a causal
@@ -38,7 +38,7 @@
 // start together (no band) the key tiles reach each tile at the same step
 // and the turns cost one reduction's skew between neighbours, which adds up
 // along a head's key tiles when they start close together; the grid
-// interleaves p.det_head_group heads so that a head's consecutive key tiles
+// interleaves p.head_group heads so that a head's consecutive key tiles
 // start that many blocks apart, while as many heads are in flight as
 // tile-major order has.
 // Band-only calls without per-sequence lengths (seqlens, packed sequences);
@@ -123,10 +123,11 @@ __global__ void __launch_bounds__(384, 1)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   // tile-major (grid_order.cuh): the blocks running at once share a few
   // heads' Q, dO and dQ rows in L2; deterministic, a few heads interleaved
-  // and each head's key tiles highest first (the turns, above)
+  // and each head's key tiles highest first (the turns, above); under a
+  // band, p.head_group heads interleaved, each head's key tiles lowest first
   int64_t bkv, kt;
-  if constexpr (kDet)
-    head_group_block_desc(p.det_head_group, &bkv, &kt);
+  if (kDet || p.head_group > 0)
+    head_group_block(p.head_group, kDet, &bkv, &kt);
   else
     tile_major_block(&bkv, &kt);
   bwd_block blk;

@@ -23,18 +23,21 @@ __device__ __forceinline__ void tile_major_block(int64_t *bh, int64_t *tile) {
 }
 
 // The same with the sequence-heads in groups of g (the last group may have
-// fewer), each head's tiles last first: within a group the heads take turns,
-// tile by tile, so that a head's consecutive tiles start g blocks apart, and
-// the tiles fall as the linear index rises within each head. The
-// deterministic backward's dQ turns (bwd_ws_kernel.cuh) want both: its
-// blocks wait for the head's next higher tile, which must have started
-// before them, and wait less the later they start.
-__device__ __forceinline__ void head_group_block_desc(int64_t g, int64_t *bh, int64_t *tile) {
+// fewer): within a group the heads take turns, tile by tile, so that a
+// head's consecutive tiles start g blocks apart; each head's tiles first to
+// last, or with desc last first. The deterministic backward's dQ turns
+// (bwd_ws_kernel.cuh) want desc: its blocks wait for the head's next higher
+// tile, which must have started before them, and wait less the later they
+// start. Without desc, under a causal band (key tile 0 the heaviest: it
+// sees every query) a group's heaviest tiles start first and its lightest
+// fill the end, where tile-major order started a head's heaviest tile as
+// late as its lightest.
+__device__ __forceinline__ void head_group_block(int64_t g, bool desc, int64_t *bh, int64_t *tile) {
   const int64_t l = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
   const int64_t span = g * gridDim.y, first = l / span * g, r = l % span;
   const int64_t n = gridDim.x - first < g ? gridDim.x - first : g;
   *bh = first + r % n;
-  *tile = gridDim.y - 1 - r / n;
+  *tile = desc ? gridDim.y - 1 - r / n : r / n;
 }
 
 }  // namespace fa_cuda

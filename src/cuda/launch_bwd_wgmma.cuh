@@ -29,6 +29,7 @@ fa_status launch_bwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&m)[5],
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "backward (warp-specialized): shared memory limit");
   FA_CUDA_ROWS_GRID(grid, p.B * p.Hkv, p.Lk, cfg::kBN, "backward dK/dV (warp-specialized)");
   fa__cuda_params q = p;
+  const int64_t heads = grid.x;
   if (kDet) {
     // as many heads interleaved as tile-major order has in flight (one block
     // per multiprocessor): a head's key tiles start that many blocks apart
@@ -36,8 +37,13 @@ fa_status launch_bwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&m)[5],
     FA_CUDA_TRY(cudaGetDevice(&dev), "backward (warp-specialized): device");
     FA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "backward (warp-specialized): SMs");
     const int64_t per_sm = sms / static_cast<int64_t>(grid.y);
-    const int64_t heads = grid.x;
-    q.det_head_group = per_sm < 1 ? 1 : per_sm < heads ? per_sm : heads;
+    q.head_group = per_sm < 1 ? 1 : per_sm < heads ? per_sm : heads;
+  } else {
+    // (A/B instrument: FLASHATTN_CUDA_BWD_GROUP=g interleaves g heads, 0 or
+    // unset tile-major)
+    const char *env = getenv("FLASHATTN_CUDA_BWD_GROUP");
+    const int64_t g = env ? atoll(env) : 0;
+    q.head_group = g < 1 ? 0 : g < heads ? g : heads;
   }
   kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(q, m[0], m[1], m[2], m[3], m[4]);
   FA_CUDA_CHECK_LAUNCH("backward (warp-specialized) kernel launch");

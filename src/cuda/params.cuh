@@ -33,10 +33,12 @@ struct fa__cuda_params {
   int64_t ws_pitch;
   // deterministic warp-specialized backward: per (sequence, query head, query
   // tile of 64 rows) the key tile whose dQ reduction comes next (zeroed by the
-  // caller; bwd_ws_kernel.cuh), or NULL; and how many sequence-heads its
-  // grid interleaves (grid_order.cuh head_group_block_desc; set by its launch)
+  // caller; bwd_ws_kernel.cuh), or NULL
   int *dq_turn;
-  int64_t det_head_group;
+  // how many sequence-heads the warp-specialized backward's grid interleaves
+  // (grid_order.cuh head_group_block; set by its launch): deterministic, each
+  // head's key tiles last first; otherwise first first, 0 = tile-major
+  int64_t head_group;
 
   // boolean mask and additive bias, [B, Hq, Lq, Lk] logical, stride 0 broadcasts
   const uint8_t *mask;
