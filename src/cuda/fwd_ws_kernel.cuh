@@ -219,87 +219,68 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
       // do, and rows past the sequence (the last row tile's third
       // warpgroup at D = 64, L = 2048) see none. Outside them it issues no
       // products (they would add exactly P = 0) but keeps every barrier's
-      // count. Turn k (0 <= k <= n) of a warpgroup issues S of tile k and
-      // P V of tile k - 1; the pipeline below runs turns lo .. hi, and the
-      // others are idle_turn's: the same waits, the turn, the slot
-      // arrivals. (The pipeline is its own region, each product issued,
-      // waited for and used inside it: wgmma issued under a branch that
-      // also covers only part of an accumulator's uses is serialized by
-      // ptxas, C7520.)
+      // count: its turns, its arrivals on the slots it waited for.
       int lo = 0, hi = 0;
       if (m0 + wg * 64 < fb.rows) fwd_wg_tiles<kBN>(fb, m0 + wg * 64, fb.rows, &lo, &hi);
-      // The last tile may run past the sequence's keys into rows of the
-      // next sequence or of the padding (seqlens): P is 0 there, but 0 x Inf
-      // or NaN is not, so those rows of V become zeros, as the cp.async
-      // loads make them (past the tensor's end the copy engine's zeros do):
-      // every consumer, before turn n.
-      auto zero_tail = [&]() {
+      auto vis = [&](int it) { return it >= lo && it < hi; };
+
+      if (n > 0) {
+        mbar_wait(full_q, q_round & 1);
+        mbar_wait(full_k(slot(0)), full_parity(0));
+        turn_wait();
+        wgmma_fence();
+        if (vis(0)) s_issue(0);
+        turn_pass();
+        wgmma_wait<0>();
+        s_done(0);
+        if (vis(0)) {
+          s_softmax(0);
+          p_to_frags();
+        }
+        // Every tile but the last: S of it + 1 with P V of it (the last is
+        // peeled off so that every wgmma wait is unconditional).
+        for (int it = 0; it + 1 < n; ++it) {
+          const bool now = vis(it), next = vis(it + 1);
+          mbar_wait(full_k(slot(it + 1)), full_parity(it + 1));
+          mbar_wait(full_v(slot(it)), full_parity(it));
+          turn_wait();
+          wgmma_fence();
+          if (next) s_issue(it + 1);
+          if (now) pv_issue(it);
+          turn_pass();
+          if (next) {
+            if (now)
+              wgmma_wait<1>();  // S of it + 1 is in; P V of it may still run
+            else
+              wgmma_wait<0>();
+          }
+          s_done(it + 1);
+          if (next) s_softmax(it + 1);
+          wgmma_wait<0>();
+          release(empty_v(slot(it)));
+          fence_regs(o[0]);
+          if (next) {
+            fwd_rescale(o, alpha);
+            p_to_frags();
+          }
+        }
+        mbar_wait(full_v(slot(n - 1)), full_parity(n - 1));
+        // The last tile may run past the sequence's keys into rows of the
+        // next sequence or of the padding (seqlens): P is 0 there, but 0 x
+        // Inf or NaN is not, so those rows of V become zeros, as the cp.async
+        // loads make them (past the tensor's end the copy engine's zeros do).
         if (v_rows < kBN) {
           zero_rows<kBN, kAtoms, cfg::kConsumers>(sv + slot(n - 1) * cfg::kTileBytes, v_rows, tid - 128);
           fence_proxy_async();
           named_sync(kWsTurn0 + kCWG, cfg::kConsumers);
         }
-      };
-      auto idle_turn = [&](int k) {
-        if (k < n) mbar_wait(full_k(slot(k)), full_parity(k));
-        if (k > 0) mbar_wait(full_v(slot(k - 1)), full_parity(k - 1));
-        if (k == n) zero_tail();
         turn_wait();
+        wgmma_fence();
+        if (vis(n - 1)) pv_issue(n - 1);
         turn_pass();
-        if (k < n) s_done(k);
-        if (k > 0) release(empty_v(slot(k - 1)));
-      };
-
-      if (n > 0) {
-        mbar_wait(full_q, q_round & 1);
-        for (int k = 0; k < lo; ++k) idle_turn(k);
-        int rest = lo;  // the first idle turn after the pipeline
-        if (lo < hi) {
-          // turn lo: S of tile lo
-          mbar_wait(full_k(slot(lo)), full_parity(lo));
-          if (lo > 0) mbar_wait(full_v(slot(lo - 1)), full_parity(lo - 1));
-          turn_wait();
-          wgmma_fence();
-          s_issue(lo);
-          turn_pass();
-          if (lo > 0) release(empty_v(slot(lo - 1)));
-          wgmma_wait<0>();
-          s_done(lo);
-          s_softmax(lo);
-          p_to_frags();
-          // turns lo + 1 .. hi - 1: S of it + 1 with P V of it
-          for (int it = lo; it + 1 < hi; ++it) {
-            mbar_wait(full_k(slot(it + 1)), full_parity(it + 1));
-            mbar_wait(full_v(slot(it)), full_parity(it));
-            turn_wait();
-            wgmma_fence();
-            s_issue(it + 1);
-            pv_issue(it);
-            turn_pass();
-            wgmma_wait<1>();  // S of it + 1 is in; P V of it may still run
-            s_done(it + 1);
-            s_softmax(it + 1);
-            wgmma_wait<0>();
-            release(empty_v(slot(it)));
-            fence_regs(o[0]);
-            fwd_rescale(o, alpha);
-            p_to_frags();
-          }
-          // turn hi: P V of tile hi - 1 (and tile hi's slot, not seen)
-          if (hi < n) mbar_wait(full_k(slot(hi)), full_parity(hi));
-          mbar_wait(full_v(slot(hi - 1)), full_parity(hi - 1));
-          if (hi == n) zero_tail();
-          turn_wait();
-          wgmma_fence();
-          pv_issue(hi - 1);
-          turn_pass();
-          if (hi < n) s_done(hi);
-          wgmma_wait<0>();
-          release(empty_v(slot(hi - 1)));
-          fence_regs(o[0]);
-          rest = hi + 1;
-        }
-        for (int k = rest; k <= n; ++k) idle_turn(k);
+        wgmma_wait<0>();
+        release(empty_v(slot(n - 1)));
+        fence_regs(o[0]);
         ++q_round;
         kv += n;
       }
