@@ -340,7 +340,7 @@ __global__ void __launch_bounds__(128 * kWG, 1) fwd_fp8_kernel(const fa__cuda_pa
     }
   } else {
     int it_lo = 0, it_hi = 0;  // this warpgroup's tiles: [it_lo, it_hi)
-    if (kSkip) fwd_wg_tiles<kBN>(fb, m0 + wg * 64, m0 + wg * 64 + 64, &it_lo, &it_hi);
+    if (kSkip) fwd_wg_tiles<kBN>(fb, m0 + wg * 64, &it_lo, &it_hi);
     if (fb.n_tiles > 0) load_kv(0, 0);
     cp_async_commit();
     for (int it = 0; it < fb.n_tiles; ++it) {

@@ -53,13 +53,13 @@ __device__ __forceinline__ bool fwd_block_init(const fa__cuda_params &p, fwd_blo
 }
 
 // The key tiles [*lo, *hi) of a block (numbered from its first, fb.nb_lo)
-// that its 64 query rows from r0 (those below `end`) can see: a wgmma
-// warpgroup's own tiles (below a causal diagonal, outside a window, rows
-// past the end it skips the rest, which would add exactly P = 0).
+// that its 64 query rows from r0 can see: a wgmma warpgroup's own tiles (below
+// a causal diagonal, outside a window, rows past the end it skips the rest,
+// which would add exactly P = 0).
 template <int kBN>
-__device__ __forceinline__ void fwd_wg_tiles(const fwd_block &fb, int64_t r0, int64_t end, int *lo, int *hi) {
+__device__ __forceinline__ void fwd_wg_tiles(const fwd_block &fb, int64_t r0, int *lo, int *hi) {
   int64_t j0, j1;
-  fa__band_cols(&fb.c.bd, r0, r0 + 64 < end ? r0 + 64 : end, &j0, &j1);
+  fa__band_cols(&fb.c.bd, r0, r0 + 64, &j0, &j1);
   *lo = *hi = 0;
   if (j1 > j0) {
     *lo = static_cast<int>(j0 / kBN) - fb.nb_lo;

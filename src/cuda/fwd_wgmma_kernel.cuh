@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(128 * kWG, 1) fwd_wgmma_kernel(const fa__cuda_
     // a window, rows past the end): the block's tiles cover the union of its
     // warpgroups' bands, and a skipped tile would add exactly P = 0.
     int it_lo = 0, it_hi = 0;  // this warpgroup's tiles: [it_lo, it_hi)
-    if (kSkip) fwd_wg_tiles<kBN>(fb, m0 + wg * 64, m0 + wg * 64 + 64, &it_lo, &it_hi);
+    if (kSkip) fwd_wg_tiles<kBN>(fb, m0 + wg * 64, &it_lo, &it_hi);
       // With kSlots = 3 the loads run two tiles ahead of the math.
 #pragma unroll
     for (int i = 0; i < kSlots - 1; ++i) {

@@ -214,55 +214,35 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
       };
       auto p_to_frags = [&]() { wgmma_p_frags<E, kBN>(pa, s[0]); };
 
-      // This warpgroup's own key tiles [lo, hi) of the block's n: under a
-      // causal band its rows stop seeing keys before the block's last rows
-      // do, and rows past the sequence (the last row tile's third
-      // warpgroup at D = 64, L = 2048) see none. Outside them it issues no
-      // products (they would add exactly P = 0) but keeps every barrier's
-      // count: its turns, its arrivals on the slots it waited for.
-      int lo = 0, hi = 0;
-      if (m0 + wg * 64 < fb.rows) fwd_wg_tiles<kBN>(fb, m0 + wg * 64, fb.rows, &lo, &hi);
-      auto vis = [&](int it) { return it >= lo && it < hi; };
-
       if (n > 0) {
         mbar_wait(full_q, q_round & 1);
         mbar_wait(full_k(slot(0)), full_parity(0));
         turn_wait();
         wgmma_fence();
-        if (vis(0)) s_issue(0);
+        s_issue(0);
         turn_pass();
         wgmma_wait<0>();
         s_done(0);
-        if (vis(0)) {
-          s_softmax(0);
-          p_to_frags();
-        }
+        s_softmax(0);
+        p_to_frags();
         // Every tile but the last: S of it + 1 with P V of it (the last is
         // peeled off so that every wgmma wait is unconditional).
         for (int it = 0; it + 1 < n; ++it) {
-          const bool now = vis(it), next = vis(it + 1);
           mbar_wait(full_k(slot(it + 1)), full_parity(it + 1));
           mbar_wait(full_v(slot(it)), full_parity(it));
           turn_wait();
           wgmma_fence();
-          if (next) s_issue(it + 1);
-          if (now) pv_issue(it);
+          s_issue(it + 1);
+          pv_issue(it);
           turn_pass();
-          if (next) {
-            if (now)
-              wgmma_wait<1>();  // S of it + 1 is in; P V of it may still run
-            else
-              wgmma_wait<0>();
-          }
+          wgmma_wait<1>();  // S of it + 1 is in; P V of it may still run
           s_done(it + 1);
-          if (next) s_softmax(it + 1);
+          s_softmax(it + 1);
           wgmma_wait<0>();
           release(empty_v(slot(it)));
           fence_regs(o[0]);
-          if (next) {
-            fwd_rescale(o, alpha);
-            p_to_frags();
-          }
+          fwd_rescale(o, alpha);
+          p_to_frags();
         }
         mbar_wait(full_v(slot(n - 1)), full_parity(n - 1));
         // The last tile may run past the sequence's keys into rows of the
@@ -276,7 +256,7 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
         }
         turn_wait();
         wgmma_fence();
-        if (vis(n - 1)) pv_issue(n - 1);
+        pv_issue(n - 1);
         turn_pass();
         wgmma_wait<0>();
         release(empty_v(slot(n - 1)));
