@@ -256,18 +256,10 @@ __device__ __forceinline__ void fwd_p_frag(uint32_t (&a)[4], const float (&s)[kN
   a[3] = E::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 }
 
-// A row's l summed over the 4 threads that hold its columns.
-__device__ __forceinline__ float fwd_row_sum(float l) {
-  l += __shfl_xor_sync(0xffffffffu, l, 1);
-  l += __shfl_xor_sync(0xffffffffu, l, 2);
-  return l;
-}
-
 // Epilogue: O = acc / l (0 for a row that saw nothing), LSE = m ln2 + ln l,
 // rows r0 + ... of the block's sequence. A NaN l (NaN scores) stays NaN in
-// both, as IEEE propagation asks. kO = false: LSE only (O went through
-// fwd_stage_o and a bulk store).
-template <typename E, int kMT, int kDB, bool kO = true>
+// both, as IEEE propagation asks.
+template <typename E, int kMT, int kDB>
 __device__ __forceinline__ void fwd_store(const fa__cuda_params &p, const fwd_block &fb, const float (&o)[kMT][kDB][4],
                                           const float (&row_m)[kMT][2], const float (&row_l)[kMT][2], int64_t r0, int g,
                                           int t) {
@@ -278,46 +270,24 @@ __device__ __forceinline__ void fwd_store(const fa__cuda_params &p, const fwd_bl
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const float l = fwd_row_sum(row_l[mt][r]);
+      float l = row_l[mt][r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
       const float inv = l == 0.f ? 0.f : p.dscale / l;
       const int64_t i = r0 + mt * 16 + g + r * 8;
       if (i < fb.rows) {
-        if (kO) {
 #pragma unroll
-          for (int db = 0; db < kDB; ++db) {
-            const int d = db * 8 + 2 * t;
-            if (d < p.Dv)
-              *reinterpret_cast<uint32_t *>(go + i * p.os.r + d) =
-                  E::pack(o[mt][db][2 * r] * inv, o[mt][db][2 * r + 1] * inv);
-          }
+        for (int db = 0; db < kDB; ++db) {
+          const int d = db * 8 + 2 * t;
+          if (d < p.Dv)
+            *reinterpret_cast<uint32_t *>(go + i * p.os.r + d) =
+                E::pack(o[mt][db][2 * r] * inv, o[mt][db][2 * r + 1] * inv);
         }
         if (p.lse && t == 0)
           p.lse[c.seq.bidx * p.lses.b + fb.h * p.lses.h + (c.seq.q_row0 + i) * p.lses.r] =
               l == 0.f ? -INFINITY : row_m[mt][r] * kLn2 + logf(l);
       }
     }
-}
-
-// fwd_store's O values of one warp's 16 rows (from row i0 of a 64-row box)
-// into shared memory at ost, laid out as the copy engine's boxes of 64
-// columns x 64 rows with the 128-byte swizzle (tma_map_4d's), for one bulk
-// tensor store of the box: 4-byte stores, the 8 rows x 4 threads of a store
-// on 32 different banks.
-template <typename E, int kDB>
-__device__ __forceinline__ void fwd_stage_o(const fa__cuda_params &p, const float (&o)[1][kDB][4],
-                                            const float (&row_l)[1][2], uint32_t ost, int i0, int g, int t) {
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float l = fwd_row_sum(row_l[0][r]);
-    const float inv = l == 0.f ? 0.f : p.dscale / l;
-    const int i = i0 + g + r * 8;
-#pragma unroll
-    for (int db = 0; db < kDB; ++db) {
-      const uint32_t at = ost + (db / 8) * (64 * 128) + i * 128 + (((db % 8) ^ (i % 8)) << 4) + 4 * t;
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(E::pack(o[0][db][2 * r] * inv, o[0][db][2 * r + 1] * inv))
-                   : "memory");
-    }
-  }
 }
 
 }  // namespace fa_cuda

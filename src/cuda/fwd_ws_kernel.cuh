@@ -39,19 +39,13 @@ struct fwd_ws_cfg {
   // 128 x 24 + 384 x 160)
   static constexpr int kProducerRegs = 24, kConsumerRegs = kCWG == 2 ? 240 : 160;
   static constexpr uint32_t kQBytes = kBM * kD * 2, kTileBytes = kBN * kD * 2;
-  // Each consumer warpgroup's O (64 rows) staged for a bulk tensor store
-  // where shared memory allows (D <= 128; at D = 256 the rings take it)
-  static constexpr bool kStageO = kD <= 128;
-  static constexpr uint32_t kOBytes = kStageO ? 64 * kD * 2 : 0;
-  // Q, the K and V rings, the O boxes, the barriers, and 1 KiB to align the
-  // tiles to 1024 bytes (the swizzle pattern's period).
-  static constexpr size_t smem_bytes =
-      kQBytes + 2 * kStages * (size_t)kTileBytes + kCWG * (size_t)kOBytes + 8 * (2 + 4 * kStages) + 1024;
+  // Q, the K and V rings, the barriers, and 1 KiB to align the tiles to
+  // 1024 bytes (the swizzle pattern's period).
+  static constexpr size_t smem_bytes = kQBytes + 2 * kStages * (size_t)kTileBytes + 8 * (2 + 4 * kStages) + 1024;
 };
 
 // Named barriers of the consumers' turn-taking, 1 ... kCWG (0 is
-// __syncthreads'), then the one closing their zeroing of V rows, then one
-// per warpgroup around its O box (kWsTurn0 + kCWG + 1 + warpgroup).
+// __syncthreads'), then the one closing their zeroing of V rows.
 constexpr int kWsTurn0 = 1;
 
 // Rows [from, kRows) of a tile in swz_atoms layout (kAtoms atoms of kRows
@@ -93,8 +87,8 @@ __device__ __forceinline__ bool fwd_ws_block(const fa__cuda_params &p, int64_t w
 template <typename E, int kD, int kBN, int kStages, int kCWG>
 __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
     fwd_ws_kernel(const __grid_constant__ fa__cuda_params p, const __grid_constant__ CUtensorMap tq,
-                  const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
-                  const __grid_constant__ CUtensorMap to, int64_t row_tiles, bool heads_inner, bool o_bulk) {
+                  const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv, int64_t row_tiles,
+                  bool heads_inner) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using cfg = fwd_ws_cfg<kD, kBN, kStages, kCWG>;
   constexpr int kBM = cfg::kBM, kNB = kBN / 8, kDB = kD / 8, kAtoms = kD / 64;
@@ -102,11 +96,10 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
 
   extern __shared__ unsigned char smem_raw[];
   const uint32_t base = smem_addr(smem_raw), pad = (1024 - (base & 1023)) & 1023;
-  const uint32_t sq = base + pad;                      // [kAtoms][kBM][64]
-  const uint32_t sk = sq + cfg::kQBytes;               // [kStages][kAtoms][kBN][64]
-  const uint32_t sv = sk + kStages * cfg::kTileBytes;  // [kStages][kAtoms][kBN][64]
-  const uint32_t so = sv + kStages * cfg::kTileBytes;  // [kCWG][kAtoms][64][64] when kStageO
-  const uint32_t bars = so + kCWG * cfg::kOBytes;      // full_q, empty_q, full_k[], full_v[], empty_k[], empty_v[]
+  const uint32_t sq = base + pad;                        // [kAtoms][kBM][64]
+  const uint32_t sk = sq + cfg::kQBytes;                 // [kStages][kAtoms][kBN][64]
+  const uint32_t sv = sk + kStages * cfg::kTileBytes;    // [kStages][kAtoms][kBN][64]
+  const uint32_t bars = sv + kStages * cfg::kTileBytes;  // full_q, empty_q, full_k[], full_v[], empty_k[], empty_v[]
   const uint32_t full_q = bars, empty_q = bars + 8;
   auto full_k = [&](int s) { return bars + 8 * (2 + s); };
   auto full_v = [&](int s) { return bars + 8 * (2 + kStages + s); };
@@ -275,39 +268,8 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
       // loop (fewer registers under the consumers' 160 with 3 warpgroups).
       fwd_block fb_out;
       fwd_ws_block<kBM, kBN>(p, w, row_tiles, heads_inner, &fb_out);
-      // O through shared memory and one bulk tensor store per warpgroup
-      // where its 64 rows are all the sequence's (the copy engine clips
-      // only at the tensor's end): the consumers hand the store over and
-      // go on to the next tile, where their own stores of 4-byte pairs
-      // (half of each 32-byte sector written per store) kept them for the
-      // stores' whole issue (H100, D = 128, L = 2048: the forward without
-      // its epilogue ran 1.10x, causal 1.21x)
-      const int64_t r_wg = fb_out.m0 + wg * 64;
-      if (cfg::kStageO && o_bulk && r_wg + 64 <= fb_out.rows) {
-        const uint32_t ost = so + wg * cfg::kOBytes;
-        const bool issuer = (tid & 127) == 0;
-        const int obar = kWsTurn0 + kCWG + 1 + wg;
-        if (issuer) bulk_wait_read<0>();  // the box's last store has read it
-        named_sync(obar, 128);
-        fwd_stage_o<E, kDB>(p, o, row_l, ost, (cw & 3) * 16, g, t);
-        fence_proxy_async();
-        named_sync(obar, 128);
-        if (issuer) {
-          const int row = static_cast<int>(fb_out.c.seq.q_row0 + r_wg);
-#pragma unroll
-          for (int a = 0; a < kAtoms; ++a)
-            if (a * 64 < p.Dv)
-              tma_store_4d(&to, ost + a * 64 * 128, a * 64, row, static_cast<int>(fb_out.h),
-                           static_cast<int>(fb_out.c.seq.bidx));
-          bulk_commit();
-        }
-        fwd_store<E, 1, kDB, false>(p, fb_out, o, row_m, row_l, fb_out.m0 + wrow, g, t);
-      } else {
-        fwd_store<E>(p, fb_out, o, row_m, row_l, fb_out.m0 + wrow, g, t);
-      }
+      fwd_store<E>(p, fb_out, o, row_m, row_l, fb_out.m0 + wrow, g, t);
     }
-    // the stores have read their boxes before the block's shared memory goes
-    if (cfg::kStageO && (tid & 127) == 0) bulk_wait<0>();
     // The last warpgroup's last pass (or its opening one) is still pending on
     // warpgroup 0's barrier: take it, so none is left behind.
     if (wg == 0) turn_wait();

@@ -28,15 +28,6 @@ fa_status launch_fwd_wgmma_cfg(const fa__cuda_params &p, cudaStream_t s, fa__err
   return FA_OK;
 }
 
-// O's tensor map for the warp-specialized kernel's bulk stores (boxes of 64
-// rows), or false where the copy engine cannot address O.
-template <typename E>
-bool fwd_ws_o_map(const fa__cuda_params &p, CUtensorMap &map) {
-  const int64_t B = p.cu_q || p.cu_k ? 1 : p.B;  // packed sequences: one stored batch
-  return tma_addressable(p.o, p.os, B, p.Hq, p.Lq_rows, p.Dv) &&
-         tma_map_4d(&map, p.o, p.os, B, p.Hq, p.Lq_rows, p.Dv, 64, std::is_same<E, bf16_t>::value);
-}
-
 template <typename E, int kD, int kBN, int kStages, int kCWG>
 fa_status launch_fwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&maps)[3], cudaStream_t s, fa__err *err) {
   using cfg = fwd_ws_cfg<kD, kBN, kStages, kCWG>;
@@ -46,13 +37,7 @@ fa_status launch_fwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&maps)[
   const fa_status st =
       fa__cuda_ws_grid_of(p, cfg::kBM, kD, "forward (warp-specialized): the device's multiprocessors", &g, err);
   if (st != FA_OK) return st;
-  // O's map (boxes of 64 rows) where the copy engine can address O; else
-  // the kernel stores O from registers (om then unused)
-  CUtensorMap om;
-  memset(&om, 0, sizeof om);
-  const bool o_bulk = fwd_ws_o_map<E>(p, om);
-  kernel<<<g.blocks, cfg::kThreads, cfg::smem_bytes, s>>>(p, maps[0], maps[1], maps[2], om, g.row_tiles, g.heads_inner,
-                                                          o_bulk);
+  kernel<<<g.blocks, cfg::kThreads, cfg::smem_bytes, s>>>(p, maps[0], maps[1], maps[2], g.row_tiles, g.heads_inner);
   FA_CUDA_CHECK_LAUNCH("forward (warp-specialized) kernel launch");
   return FA_OK;
 }

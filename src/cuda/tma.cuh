@@ -71,16 +71,6 @@ __device__ __forceinline__ void tma_reduce_add_4d(const CUtensorMap *map, uint32
       "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
       : "memory");
 }
-// One box of shared memory at src (the tensor map's box layout and swizzle)
-// stored into a 4-d tensor map's box at (c0, c1, c2, c3), asynchronously:
-// elements past the tensor's extent are not written. Bulk groups and the
-// fence, as tma_reduce_add_4d.
-__device__ __forceinline__ void tma_store_4d(const CUtensorMap *map, uint32_t src, int c0, int c1, int c2, int c3) {
-  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-               : "memory");
-}
 __device__ __forceinline__ void bulk_commit() {
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }
