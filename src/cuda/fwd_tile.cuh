@@ -256,10 +256,41 @@ __device__ __forceinline__ void fwd_p_frag(uint32_t (&a)[4], const float (&s)[kN
   a[3] = E::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 }
 
+// Four 32-bit words per thread of a quad (the 4 lanes that share a row of
+// a C fragment), w[j] = the thread's pair of columns 8 j + 2 t, + 1 of four
+// consecutive 8-column blocks, exchanged so that thread t holds the whole
+// 8 columns of block t in order (a 4 x 4 transpose over the quad): one
+// 16-byte store instead of four 4-byte ones. XOR-permuting the words by t
+// first and after lets every round send and receive a fixed register.
+__device__ __forceinline__ void quad_transpose(uint32_t (&w)[4], int t) {
+  auto swap_if = [](bool c, uint32_t &a, uint32_t &b) {
+    const uint32_t x = c ? b : a, y = c ? a : b;
+    a = x;
+    b = y;
+  };
+  // u[i] = w[i ^ t]
+  swap_if(t & 1, w[0], w[1]);
+  swap_if(t & 1, w[2], w[3]);
+  swap_if(t & 2, w[0], w[2]);
+  swap_if(t & 2, w[1], w[3]);
+  // round k: send u[k] (= w[t ^ k], what lane t ^ k needs), receive lane t ^ k's w[t]
+#pragma unroll
+  for (int k = 1; k < 4; ++k) w[k] = __shfl_xor_sync(0xffffffffu, w[k], k);
+  // out[i] = got[i ^ t]
+  swap_if(t & 1, w[0], w[1]);
+  swap_if(t & 1, w[2], w[3]);
+  swap_if(t & 2, w[0], w[2]);
+  swap_if(t & 2, w[1], w[3]);
+}
+
 // Epilogue: O = acc / l (0 for a row that saw nothing), LSE = m ln2 + ln l,
 // rows r0 + ... of the block's sequence. A NaN l (NaN scores) stays NaN in
 // both, as IEEE propagation asks.
-template <typename E, int kMT, int kDB>
+// kVec (kDB a multiple of 4): where p.o's rows allow (16-byte aligned, all
+// kDB * 8 columns stored), each quad's words are exchanged (quad_transpose)
+// and stored 16 bytes a thread: a warp's store writes whole 32-byte sectors,
+// a quarter of the store instructions.
+template <typename E, int kMT, int kDB, bool kVec = false>
 __device__ __forceinline__ void fwd_store(const fa__cuda_params &p, const fwd_block &fb, const float (&o)[kMT][kDB][4],
                                           const float (&row_m)[kMT][2], const float (&row_l)[kMT][2], int64_t r0, int g,
                                           int t) {
@@ -275,7 +306,18 @@ __device__ __forceinline__ void fwd_store(const fa__cuda_params &p, const fwd_bl
       l += __shfl_xor_sync(0xffffffffu, l, 2);
       const float inv = l == 0.f ? 0.f : p.dscale / l;
       const int64_t i = r0 + mt * 16 + g + r * 8;
-      if (i < fb.rows) {
+      if (kVec && kDB % 4 == 0 && p.Dv == kDB * 8 && !(reinterpret_cast<uintptr_t>(go) & 15) && !(p.os.r & 7)) {
+        // (the shuffles need every lane: the row check comes after them)
+#pragma unroll
+        for (int q = 0; q < kDB / 4; ++q) {
+          uint32_t w[4];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) w[j] = E::pack(o[mt][4 * q + j][2 * r] * inv, o[mt][4 * q + j][2 * r + 1] * inv);
+          quad_transpose(w, t);
+          if (i < fb.rows)
+            *reinterpret_cast<uint4 *>(go + i * p.os.r + (4 * q + t) * 8) = make_uint4(w[0], w[1], w[2], w[3]);
+        }
+      } else if (i < fb.rows) {
 #pragma unroll
         for (int db = 0; db < kDB; ++db) {
           const int d = db * 8 + 2 * t;
@@ -283,6 +325,8 @@ __device__ __forceinline__ void fwd_store(const fa__cuda_params &p, const fwd_bl
             *reinterpret_cast<uint32_t *>(go + i * p.os.r + d) =
                 E::pack(o[mt][db][2 * r] * inv, o[mt][db][2 * r + 1] * inv);
         }
+      }
+      if (i < fb.rows) {
         if (p.lse && t == 0)
           p.lse[c.seq.bidx * p.lses.b + fb.h * p.lses.h + (c.seq.q_row0 + i) * p.lses.r] =
               l == 0.f ? -INFINITY : row_m[mt][r] * kLn2 + logf(l);
