@@ -268,7 +268,10 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
       // loop (fewer registers under the consumers' 160 with 3 warpgroups).
       fwd_block fb_out;
       fwd_ws_block<kBM, kBN>(p, w, row_tiles, heads_inner, &fb_out);
-      fwd_store<E, 1, kDB, true>(p, fb_out, o, row_m, row_l, fb_out.m0 + wrow, g, t);
+      // (16-byte stores of O at D = 128: 1.02-1.07x on an H100 at L = 2048 -
+      // 4096, bench/results/2026-12-06-h100-fwd-epilogue.txt; at D = 64
+      // within -2 .. +6%, D = 256 not timed: those keep the 4-byte stores)
+      fwd_store<E, 1, kDB, kD == 128>(p, fb_out, o, row_m, row_l, fb_out.m0 + wrow, g, t);
     }
     // The last warpgroup's last pass (or its opening one) is still pending on
     // warpgroup 0's barrier: take it, so none is left behind.
