@@ -123,8 +123,9 @@ __global__ void __launch_bounds__(384, 1)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   // tile-major (grid_order.cuh): the blocks running at once share a few
   // heads' Q, dO and dQ rows in L2; deterministic, a few heads interleaved
-  // and each head's key tiles highest first (the turns, above); under a
-  // band, p.head_group heads interleaved, each head's key tiles lowest first
+  // and each head's key tiles highest first (the turns, above); with
+  // FLASHATTN_CUDA_BWD_GROUP (an A/B instrument, launch_bwd_wgmma.cuh)
+  // p.head_group heads interleaved, each head's key tiles lowest first
   int64_t bkv, kt;
   if (kDet || p.head_group > 0)
     head_group_block(p.head_group, kDet, &bkv, &kt);
