@@ -378,7 +378,11 @@ __device__ __forceinline__ void bwd_red_dq(const fa__cuda_params &p, const fa__s
 // dK = scale * sum dS^T Q and dV of the thread's keys j0 and j0 + 8 (its
 // accumulators in the C layout, columns d0 on). Keys past the sequence
 // (padded layout) get the zeros their accumulators hold.
-template <typename E, int kDB>
+// kVec (kDB a multiple of 4, d0 = 0): where a tensor's rows allow (16-byte
+// aligned, all kDB * 8 columns stored), each quad's words are exchanged
+// (mma.cuh's quad_transpose) and stored 16 bytes a thread, as fwd_store
+// does for O: whole 32-byte sectors, a quarter of the store instructions.
+template <typename E, int kDB, bool kVec = false>
 __device__ __forceinline__ void bwd_store_dkdv(const fa__cuda_params &p, const bwd_block &k, int64_t j0,
                                                const float (&dk)[kDB][4], const float (&dv)[kDB][4], int t,
                                                int d0 = 0) {
@@ -386,17 +390,43 @@ __device__ __forceinline__ void bwd_store_dkdv(const fa__cuda_params &p, const b
   const fa__seq &seq = k.seq;
   T *gdk = static_cast<T *>(p.dk) + seq.bidx * p.dks.b + k.kvh * p.dks.h + seq.k_row0 * p.dks.r;
   T *gdv = static_cast<T *>(p.dv) + seq.bidx * p.dvs.b + k.kvh * p.dvs.h + seq.k_row0 * p.dvs.r;
+  auto vec_ok = [&](const T *g, int64_t row_stride, int64_t cols) {
+    return kVec && kDB % 4 == 0 && d0 == 0 && cols == kDB * 8 && !(reinterpret_cast<uintptr_t>(g) & 15) &&
+           !(row_stride & 7);
+  };
+  const bool vk = vec_ok(gdk, p.dks.r, p.D), vv = vec_ok(gdv, p.dvs.r, p.Dv);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t j = j0 + r * 8;
-    if (j >= k.rows_k) continue;
+    // (the shuffles need every lane: the row check comes after them)
+    if (vk || vv) {
+#pragma unroll
+      for (int q = 0; q < kDB / 4; ++q) {
+        uint32_t wk[4], wv[4];
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          wk[x] = E::pack(dk[4 * q + x][2 * r] * p.scale, dk[4 * q + x][2 * r + 1] * p.scale);
+          wv[x] = E::pack(dv[4 * q + x][2 * r], dv[4 * q + x][2 * r + 1]);
+        }
+        if (vk) quad_transpose(wk, t);
+        if (vv) quad_transpose(wv, t);
+        if (j < k.rows_k) {
+          if (vk)
+            *reinterpret_cast<uint4 *>(gdk + j * p.dks.r + (4 * q + t) * 8) = make_uint4(wk[0], wk[1], wk[2], wk[3]);
+          if (vv)
+            *reinterpret_cast<uint4 *>(gdv + j * p.dvs.r + (4 * q + t) * 8) = make_uint4(wv[0], wv[1], wv[2], wv[3]);
+        }
+      }
+    }
+    if (j >= k.rows_k || (vk && vv)) continue;
 #pragma unroll
     for (int db = 0; db < kDB; ++db) {
       const int d = d0 + db * 8 + 2 * t;
-      if (d < p.D)
+      if (!vk && d < p.D)
         *reinterpret_cast<uint32_t *>(gdk + j * p.dks.r + d) =
             E::pack(dk[db][2 * r] * p.scale, dk[db][2 * r + 1] * p.scale);
-      if (d < p.Dv) *reinterpret_cast<uint32_t *>(gdv + j * p.dvs.r + d) = E::pack(dv[db][2 * r], dv[db][2 * r + 1]);
+      if (!vv && d < p.Dv)
+        *reinterpret_cast<uint32_t *>(gdv + j * p.dvs.r + d) = E::pack(dv[db][2 * r], dv[db][2 * r + 1]);
     }
   }
 }

@@ -321,7 +321,7 @@ __global__ void __launch_bounds__(384, 1)
       }
     }
     if (!kDet && leader) bulk_wait<0>();
-    bwd_store_dkdv<E>(p, blk, blk.n0 + wkey + g, dk, dv, t);
+    bwd_store_dkdv<E, kDB, true>(p, blk, blk.n0 + wkey + g, dk, dv, t);
   }
 #endif
 }

@@ -256,33 +256,6 @@ __device__ __forceinline__ void fwd_p_frag(uint32_t (&a)[4], const float (&s)[kN
   a[3] = E::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 }
 
-// Four 32-bit words per thread of a quad (the 4 lanes that share a row of
-// a C fragment), w[j] = the thread's pair of columns 8 j + 2 t, + 1 of four
-// consecutive 8-column blocks, exchanged so that thread t holds the whole
-// 8 columns of block t in order (a 4 x 4 transpose over the quad): one
-// 16-byte store instead of four 4-byte ones. XOR-permuting the words by t
-// first and after lets every round send and receive a fixed register.
-__device__ __forceinline__ void quad_transpose(uint32_t (&w)[4], int t) {
-  auto swap_if = [](bool c, uint32_t &a, uint32_t &b) {
-    const uint32_t x = c ? b : a, y = c ? a : b;
-    a = x;
-    b = y;
-  };
-  // u[i] = w[i ^ t]
-  swap_if(t & 1, w[0], w[1]);
-  swap_if(t & 1, w[2], w[3]);
-  swap_if(t & 2, w[0], w[2]);
-  swap_if(t & 2, w[1], w[3]);
-  // round k: send u[k] (= w[t ^ k], what lane t ^ k needs), receive lane t ^ k's w[t]
-#pragma unroll
-  for (int k = 1; k < 4; ++k) w[k] = __shfl_xor_sync(0xffffffffu, w[k], k);
-  // out[i] = got[i ^ t]
-  swap_if(t & 1, w[0], w[1]);
-  swap_if(t & 1, w[2], w[3]);
-  swap_if(t & 2, w[0], w[2]);
-  swap_if(t & 2, w[1], w[3]);
-}
-
 // Epilogue: O = acc / l (0 for a row that saw nothing), LSE = m ln2 + ln l,
 // rows r0 + ... of the block's sequence. A NaN l (NaN scores) stays NaN in
 // both, as IEEE propagation asks.
