@@ -14,7 +14,10 @@
  * stream's counters, FLASHATTN_CUDA_DECODE_FUSED_MERGE=1, while a captured
  * call merges in the combine kernel: the same bits),
  * fa_forward and the deterministic fa_backward (stream-ordered scratch
- * becomes the graph's own memory), fa_merge_states.
+ * becomes the graph's own memory, where the eager calls take it from the
+ * library's scratch pool, src/cuda/scratch_pool.h, or on odd steps, with
+ * FLASHATTN_CUDA_SCRATCH_KEEP=0, from the device's default pool: the same
+ * bits every way), fa_merge_states.
  *
  * What cannot be captured is refused before anything is enqueued, with a
  * message naming the argument, and the capture stays valid: checked
@@ -333,7 +336,9 @@ static void test_forward_backward_replays(void **state) {
     CU(cudaGraphLaunch(exec, st));
     fs = fa_forward(ctx, FA_BACKEND_CUDA, &tq, &tk, &tv, &opt, &to[1], &tl[1]);
     if (fs != FA_OK) fail_msg("eager forward: %s", fa_context_last_error(ctx));
+    if (step % 2) setenv("FLASHATTN_CUDA_SCRATCH_KEEP", "0", 1);
     bs = fa_backward(ctx, FA_BACKEND_CUDA, &tq, &tk, &tv, &to[1], &tdo, &tl[1], &opt, &tdq[1], &tdk[1], &tdv[1], NULL);
+    unsetenv("FLASHATTN_CUDA_SCRATCH_KEEP");
     if (bs != FA_OK) fail_msg("eager backward: %s", fa_context_last_error(ctx));
     CU(cudaStreamSynchronize(st));
     expect_same_bytes(o[0], o[1], qn * es, "forward o", step);

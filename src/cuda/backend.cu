@@ -355,25 +355,29 @@ fa_status cuda_backward(const fa__problem *p, fa__err *err) {
     pp.ws_pitch = pitch;
   }
 #endif
+  const bool fast = fast_bwd_ok(p, dmax);
+  const int det = p->deterministic != 0;
+  scratch dq_acc;
+  // dQ summed in f32 across the key blocks: always when fused; when
+  // deterministic, by the warp-specialized kernel, in turns (p.dq_turn: a
+  // counter per query tile of 64 rows, after the accumulator). The dsum
+  // kernel zeroes the accumulator's rows (bwd_rows.cu); the turns here.
+  if (fast && (!det || pp.ws_stats)) {
+    const size_t bytes = rows * static_cast<size_t>(p->D) * sizeof(float);
+    const size_t turns = det ? static_cast<size_t>(bt * p->Hq * ((p->q.shape[2] + 63) / 64)) * sizeof(int) : 0;
+    st = dq_acc.alloc(bytes + turns, s, "the dQ accumulator", err);
+    if (st != FA_OK) return st;
+    pp.dq_acc = static_cast<float *>(dq_acc.ptr);
+    if (det) {
+      pp.dq_turn = reinterpret_cast<int *>(static_cast<char *>(dq_acc.ptr) + bytes);
+      FA_CUDA_TRY(cudaMemsetAsync(pp.dq_turn, 0, turns, s), "zeroing the dQ turns");
+    }
+  }
   st = fa__cuda_dsum(pp, s, err);
   if (st != FA_OK) return st;
 
-  scratch dq_acc;
-  if (fast_bwd_ok(p, dmax)) {
+  if (fast) {
     const int kd = bucket_of(dmax);
-    const int det = p->deterministic != 0;
-    // dQ summed in f32 across the key blocks: always when fused; when
-    // deterministic, by the warp-specialized kernel, in turns (p.dq_turn:
-    // a counter per query tile of 64 rows, after the accumulator)
-    if (!det || pp.ws_stats) {
-      const size_t bytes = rows * static_cast<size_t>(p->D) * sizeof(float);
-      const size_t turns = det ? static_cast<size_t>(bt * p->Hq * ((p->q.shape[2] + 63) / 64)) * sizeof(int) : 0;
-      st = dq_acc.alloc(bytes + turns, s, "the dQ accumulator", err);
-      if (st != FA_OK) return st;
-      FA_CUDA_TRY(cudaMemsetAsync(dq_acc.ptr, 0, bytes + turns, s), "zeroing the dQ accumulator");
-      pp.dq_acc = static_cast<float *>(dq_acc.ptr);
-      if (det) pp.dq_turn = reinterpret_cast<int *>(static_cast<char *>(dq_acc.ptr) + bytes);
-    }
 #if defined(FA_HAVE_SM90A)
     if (wgmma_bwd_ok(kd))
       st = p->dtype == FA_BF16 ? fa__cuda_wgmma_bwd_bf16(pp, kd, det, s, err)

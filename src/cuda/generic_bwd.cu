@@ -1,5 +1,5 @@
-// Generic backward (SIMT, f32 arithmetic) and the small kernels both paths
-// share: dsum = rowsum(dO * O), dQ accumulator -> dQ, and dBias.
+// Generic backward (SIMT, f32 arithmetic) and dBias, which both paths
+// share (the row kernels dsum and dQ's conversion: bwd_rows.cu).
 //
 // The generic backward recomputes P twice, once per output it owns, so that
 // every gradient element has exactly one writer and a fixed summation order:
@@ -18,42 +18,10 @@ namespace {
 constexpr int kT = 128;
 constexpr int kMaxDPerLane = 8;  // head dims up to 256
 
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
-}
-
 // lse in log2 units, with -inf (a row that saw nothing) turned into +inf so
 // that exp2(x - lse2) is 0 for it instead of NaN.
 __device__ __forceinline__ float lse2_of(float lse) {
   return lse == -INFINITY ? INFINITY : lse * kLog2e;
-}
-
-__global__ void __launch_bounds__(kT) dsum_kernel(const fa__cuda_params p) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t bh = blockIdx.x, b = bh / p.Hq, h = bh % p.Hq;
-  const fa__seq seq = fa__seq_get(b, p.Lq, p.Lk, p.seqlens_q, p.seqlens_k, p.cu_q, p.cu_k);
-  const int64_t rows = p.varlen ? seq.lq : p.Lq;
-  // with ws_stats (dense calls only) the padded copy's rows past Lq get zeros too
-  const int64_t walk = p.ws_stats ? p.ws_pitch : rows;
-  // one warp per row; the grid's y is capped at 65535 (rows_blocks), so blocks stride
-  for (int64_t i = static_cast<int64_t>(blockIdx.y) * 4 + warp; i < walk; i += static_cast<int64_t>(gridDim.y) * 4) {
-    float s = 0.f;
-    if (i < seq.lq) {
-      const int64_t ob = seq.bidx * p.os.b + h * p.os.h + (seq.q_row0 + i) * p.os.r;
-      const int64_t db = seq.bidx * p.dos.b + h * p.dos.h + (seq.q_row0 + i) * p.dos.r;
-      for (int d = lane; d < p.Dv; d += 32) s += load_any(p.o, ob + d, p.dtype) * load_any(p.dout, db + d, p.dtype);
-    }
-    s = warp_sum(s);
-    if (lane != 0) continue;
-    if (i < rows) p.dsum[(seq.bidx * p.Hq + h) * p.Lq_rows + seq.q_row0 + i] = s;
-    if (p.ws_stats) {
-      float *st = p.ws_stats + (seq.bidx * p.Hq + h) * 2 * p.ws_pitch;
-      st[i] = i < seq.lq ? p.lse[seq.bidx * p.lses.b + h * p.lses.h + (seq.q_row0 + i) * p.lses.r] : 0.f;
-      st[p.ws_pitch + i] = s;
-    }
-  }
 }
 
 // Everything of one visible-or-not element the gradients need.
@@ -326,45 +294,10 @@ __global__ void __launch_bounds__(kT) dbias_kernel(const fa__cuda_params p, cons
   store_any(db.ptr, off, db.dtype, total);
 }
 
-// dq = scale * dq_acc for the rows of each sequence (rows past the last
-// packed sequence are left alone; padded rows get the zeros they hold).
-__global__ void __launch_bounds__(kT) dq_convert_kernel(const fa__cuda_params p) {
-  const int64_t bh = blockIdx.x, b = bh / p.Hq, h = bh % p.Hq;
-  const fa__seq seq = fa__seq_get(b, p.Lq, p.Lk, p.seqlens_q, p.seqlens_k, p.cu_q, p.cu_k);
-  const int64_t rows = p.varlen ? seq.lq : p.Lq;
-  constexpr int kWarps = kT / 32;
-  for (int64_t i = static_cast<int64_t>(blockIdx.y) * kWarps + (threadIdx.x >> 5); i < rows;
-       i += static_cast<int64_t>(gridDim.y) * kWarps) {
-    const int64_t row = seq.q_row0 + i;
-    const float *acc = p.dq_acc + ((seq.bidx * p.Hq + h) * p.Lq_rows + row) * p.D;
-    const int64_t dqb = seq.bidx * p.dqs.b + h * p.dqs.h + row * p.dqs.r;
-    for (int d = threadIdx.x & 31; d < p.D; d += 32) store_any(p.dq, dqb + d, p.dtype, acc[d] * p.scale);
-  }
-}
-
-// A row-per-warp kernel's grid: (sequences x heads, row blocks), the row
-// blocks capped at CUDA's 65535 (the kernels stride over the rest).
-dim3 rows_blocks(const fa__cuda_params &p) {
-  const int64_t blocks = (p.Lq + kT / 32 - 1) / (kT / 32);
-  return dim3(static_cast<unsigned>(p.B * p.Hq), static_cast<unsigned>(blocks < 65535 ? blocks : 65535));
-}
-
 }  // namespace
 }  // namespace fa_cuda
 
 using namespace fa_cuda;
-
-fa_status fa__cuda_dsum(const fa__cuda_params &p, cudaStream_t s, fa__err *err) {
-  dsum_kernel<<<rows_blocks(p), kT, 0, s>>>(p);
-  FA_CUDA_CHECK_LAUNCH("dsum kernel launch");
-  return FA_OK;
-}
-
-fa_status fa__cuda_dq_convert(const fa__cuda_params &p, cudaStream_t s, fa__err *err) {
-  dq_convert_kernel<<<rows_blocks(p), kT, 0, s>>>(p);
-  FA_CUDA_CHECK_LAUNCH("dq convert kernel launch");
-  return FA_OK;
-}
 
 fa_status fa__cuda_generic_bwd(const fa__cuda_params &p, cudaStream_t s, fa__err *err) {
   {

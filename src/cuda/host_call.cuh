@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "launch.cuh"
+#include "scratch_pool.h"
 
 namespace fa_cuda {
 
@@ -41,14 +42,17 @@ struct device_guard {
   }
 };
 
-// Stream-ordered scratch; plain cudaMalloc where memory pools are missing.
+// Stream-ordered scratch from the library's pool (scratch_pool.h: freed
+// memory stays for the next call) or the device's default one; plain
+// cudaMalloc where memory pools are missing.
 struct scratch {
   void *ptr = nullptr;
   cudaStream_t stream = nullptr;
   bool async = false;
   fa_status alloc(size_t bytes, cudaStream_t s, const char *what, fa__err *err) {
     stream = s;
-    cudaError_t e = cudaMallocAsync(&ptr, bytes, s);
+    cudaMemPool_t pool = scratch_pool(s);
+    cudaError_t e = pool ? cudaMallocFromPoolAsync(&ptr, bytes, pool, s) : cudaMallocAsync(&ptr, bytes, s);
     if (e == cudaSuccess) {
       async = true;
       return FA_OK;
