@@ -67,7 +67,17 @@ class PoolHigh:
         torch.cuda.synchronize()
         zero = C.c_uint64(0)
         self.cu.cuMemPoolSetAttribute(self.pool, self.USED_MEM_HIGH, C.byref(zero))
-        fn()
+        # the library's own scratch pool (src/cuda/scratch_pool.cu) off for this call: its
+        # scratch then comes from the default pool, whose high-water mark this reads
+        keep = os.environ.get("FLASHATTN_CUDA_SCRATCH_KEEP")
+        os.environ["FLASHATTN_CUDA_SCRATCH_KEEP"] = "0"
+        try:
+            fn()
+        finally:
+            if keep is None:
+                del os.environ["FLASHATTN_CUDA_SCRATCH_KEEP"]
+            else:
+                os.environ["FLASHATTN_CUDA_SCRATCH_KEEP"] = keep
         torch.cuda.synchronize()
         high = C.c_uint64(0)
         if self.cu.cuMemPoolGetAttribute(self.pool, self.USED_MEM_HIGH, C.byref(high)) != 0:
