@@ -273,7 +273,12 @@ FA_API fa_status fa_forward(fa_context *ctx, fa_backend backend, const fa_tensor
 /* Gradients from the forward's q, k, v, o, lse and the incoming dO.
  * dq, dk, dv have the shapes (and dtype) of q, k, v. dbias may be NULL; if
  * given (and opt->bias is), it gets dL/dbias with bias's shape, summed over
- * the dimensions where bias broadcasts. */
+ * the dimensions where bias broadcasts.
+ * cuda: the call takes O(L) scratch in device memory, stream-ordered, from
+ * a pool of the library's own per device that keeps up to
+ * FLASHATTN_CUDA_SCRATCH_KEEP MiB (default 512) of it for later calls
+ * instead of mapping it anew each time; 0 takes the device's default pool
+ * (as does a call captured into a CUDA graph). */
 FA_API fa_status fa_backward(fa_context *ctx, fa_backend backend, const fa_tensor *q, const fa_tensor *k,
                              const fa_tensor *v, const fa_tensor *o, const fa_tensor *dout, const fa_tensor *lse,
                              const fa_options *opt, fa_tensor *dq, fa_tensor *dk, fa_tensor *dv, fa_tensor *dbias);
