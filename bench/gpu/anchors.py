@@ -153,6 +153,24 @@ class FlashAttn:
         )
 
 
+def shapes(d_list, l_list, causal_list):
+    """The anchor problems: (D, H, B, L, causal) with hidden 2048 (H = 2048 / D) and B * L = 16384, from the
+    comma-separated lists of --d, --l and --causal."""
+    for D in [int(x) for x in d_list.split(",")]:
+        for L in [int(x) for x in l_list.split(",")]:
+            for causal in [bool(int(x)) for x in causal_list.split(",")]:
+                yield D, 2048 // D, max(1, 16384 // L), L, causal
+
+
+def problem_tensors(B, H, L, D):
+    """q, k, v, dO (seeded normal, bf16, [B, H, L, D]) and the outputs o, lse, dq, dk, dv (uninitialized)."""
+    torch.manual_seed(0)
+    q, k, v, do = (torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    o = torch.empty_like(q)
+    lse = torch.empty(B, H, L, device="cuda", dtype=torch.float32)
+    return q, k, v, do, o, lse, torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
 def relerr(x, r):
     return ((x.float() - r.float()).abs().max() / r.float().abs().max().clamp_min(1e-30)).item()
 
@@ -234,162 +252,153 @@ def main():
         f"{fa4_x_hdr} | check"
     )
     print(hdr)
-    for D in [int(x) for x in args.d.split(",")]:
-        H = 2048 // D
-        for L in [int(x) for x in args.l.split(",")]:
-            B = max(1, 16384 // L)
-            for causal in [bool(int(x)) for x in args.causal.split(",")]:
-                torch.manual_seed(0)
-                mk = lambda: torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16)  # noqa: E731
-                q, k, v, do = mk(), mk(), mk(), mk()
-                o = torch.empty_like(q)
-                lse = torch.empty(B, H, L, device="cuda", dtype=torch.float32)
-                dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-                fwd_flops = 4.0 * B * H * L * L * D / (2 if causal else 1)
-                res = {}
-                # flashattn
-                opt = fl.options(causal)
-                opt_det = fl.options(causal, deterministic=True)
-                f_fwd = fl.forward(q, k, v, o, lse, opt)
-                f_bwd = fl.backward(q, k, v, o, do, lse, dq, dk, dv, opt)
-                f_bwd_det = fl.backward(q, k, v, o, do, lse, dq, dk, dv, opt_det)
-                if args.once:
-                    use_variant(variants[0])
-                    f_fwd(), f_bwd(), f_bwd_det()
-                    torch.cuda.synchronize()
-                    continue
-                # extra device memory of one call (scratch), against the inputs' size
-                use_variant(variants[0])
-                in_bytes = 3 * q.numel() * q.element_size()
-                for ps, fn in (("fwd", f_fwd), ("bwd", f_bwd), ("bwd-det", f_bwd_det)):
-                    if ps.split("-")[0] not in passes:
-                        continue
-                    hi = pool.peak(fn)
-                    extra = "n/a" if hi is None else f"{hi / 2**20:.1f} MiB = {100.0 * hi / in_bytes:.2f}% of q+k+v"
-                    mem_lines.append(f"{D:>4} {L:>6} {int(causal):>6} {ps:>7} | {extra}")
-                for vi, var in enumerate(variants):
-                    use_variant(var)
-                    name = "fa" if vi == 0 else f"fa-v{var}"
+    for D, H, B, L, causal in shapes(args.d, args.l, args.causal):
+        q, k, v, do, o, lse, dq, dk, dv = problem_tensors(B, H, L, D)
+        fwd_flops = 4.0 * B * H * L * L * D / (2 if causal else 1)
+        res = {}
+        # flashattn
+        opt = fl.options(causal)
+        opt_det = fl.options(causal, deterministic=True)
+        f_fwd = fl.forward(q, k, v, o, lse, opt)
+        f_bwd = fl.backward(q, k, v, o, do, lse, dq, dk, dv, opt)
+        f_bwd_det = fl.backward(q, k, v, o, do, lse, dq, dk, dv, opt_det)
+        if args.once:
+            use_variant(variants[0])
+            f_fwd(), f_bwd(), f_bwd_det()
+            torch.cuda.synchronize()
+            continue
+        # extra device memory of one call (scratch), against the inputs' size
+        use_variant(variants[0])
+        in_bytes = 3 * q.numel() * q.element_size()
+        for ps, fn in (("fwd", f_fwd), ("bwd", f_bwd), ("bwd-det", f_bwd_det)):
+            if ps.split("-")[0] not in passes:
+                continue
+            hi = pool.peak(fn)
+            extra = "n/a" if hi is None else f"{hi / 2**20:.1f} MiB = {100.0 * hi / in_bytes:.2f}% of q+k+v"
+            mem_lines.append(f"{D:>4} {L:>6} {int(causal):>6} {ps:>7} | {extra}")
+        for vi, var in enumerate(variants):
+            use_variant(var)
+            name = "fa" if vi == 0 else f"fa-v{var}"
+            if "fwd" in passes:
+                res[(name, "fwd")] = median_ms(f_fwd, args.reps)
+            if "bwd" in passes:
+                res[(name, "bwd")] = median_ms(f_bwd, args.reps)
+                res[(name + "-det" if vi else "fa-det", "bwd")] = median_ms(f_bwd_det, args.reps)
+        use_variant(variants[0])
+        f_fwd()
+        f_bwd()
+        torch.cuda.synchronize()
+        check = ""
+        ref = None
+        # SDPA backends
+        for name, be in (("FLASH", SDPBackend.FLASH_ATTENTION), ("cuDNN", SDPBackend.CUDNN_ATTENTION)):
+            try:
+                qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
+                with sdpa_kernel(be):
                     if "fwd" in passes:
-                        res[(name, "fwd")] = median_ms(f_fwd, args.reps)
+                        res[(name, "fwd")] = median_ms(
+                            lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), args.reps
+                        )
+                    out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
                     if "bwd" in passes:
-                        res[(name, "bwd")] = median_ms(f_bwd, args.reps)
-                        res[(name + "-det" if vi else "fa-det", "bwd")] = median_ms(f_bwd_det, args.reps)
-                use_variant(variants[0])
-                f_fwd()
-                f_bwd()
-                torch.cuda.synchronize()
-                check = ""
-                ref = None
-                # SDPA backends
-                for name, be in (("FLASH", SDPBackend.FLASH_ATTENTION), ("cuDNN", SDPBackend.CUDNN_ATTENTION)):
-                    try:
-                        qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
-                        with sdpa_kernel(be):
-                            if "fwd" in passes:
-                                res[(name, "fwd")] = median_ms(
-                                    lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), args.reps
-                                )
-                            out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
-                            if "bwd" in passes:
-                                res[(name, "bwd")] = median_ms(
-                                    lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True), args.reps
-                                )
-                            if name == "FLASH":
-                                g = torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
-                                ref = (out.detach(), g)
-                                check = "O %.1e dQ %.1e dK %.1e dV %.1e" % (
-                                    relerr(o, out),
-                                    relerr(dq, g[0]),
-                                    relerr(dk, g[1]),
-                                    relerr(dv, g[2]),
-                                )
-                                if "bwd" in passes:
-                                    f_bwd_det()
-                                    torch.cuda.synchronize()
-                                    check += " | det dQ %.1e dK %.1e dV %.1e" % (
-                                        relerr(dq, g[0]),
-                                        relerr(dk, g[1]),
-                                        relerr(dv, g[2]),
-                                    )
-                        del out
-                    except Exception as e:  # a backend missing on this build / GPU
-                        print(f"  {name} unavailable: {e}".splitlines()[0])
-                # FlashAttention 4: [B, L, H, D] copies made here, outside the timed region
-                if fa4 is not None:
-                    try:
-                        q4, k4, v4, do4 = (x.transpose(1, 2).contiguous() for x in (q, k, v, do))
-                        q4g, k4g, v4g = (x.detach().requires_grad_() for x in (q4, k4, v4))
-                        # first calls JIT-compile: forward without grad, with grad, backward (untimed)
-                        t0 = time.perf_counter()
-                        if "fwd" in passes:
-                            fa4(q4, k4, v4, causal=causal)
-                            torch.cuda.synchronize()
-                        t1 = time.perf_counter()
-                        out4 = fa4(q4g, k4g, v4g, causal=causal)[0]
-                        g4 = torch.autograd.grad(out4, (q4g, k4g, v4g), do4, retain_graph=True)
-                        torch.cuda.synchronize()
-                        t2 = time.perf_counter()
-                        fa4_compile.append(
-                            f"{D:>4} {L:>6} {int(causal):>6} | fwd {t1 - t0:6.1f} s, fwd+bwd with grad {t2 - t1:6.1f} s"
+                        res[(name, "bwd")] = median_ms(
+                            lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True), args.reps
                         )
-                        if "fwd" in passes:
-                            res[("FA4", "fwd")] = median_ms(lambda: fa4(q4, k4, v4, causal=causal), args.reps)
+                    if name == "FLASH":
+                        g = torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
+                        ref = (out.detach(), g)
+                        check = "O %.1e dQ %.1e dK %.1e dV %.1e" % (
+                            relerr(o, out),
+                            relerr(dq, g[0]),
+                            relerr(dk, g[1]),
+                            relerr(dv, g[2]),
+                        )
                         if "bwd" in passes:
-                            res[("FA4", "bwd")] = median_ms(
-                                lambda: torch.autograd.grad(out4, (q4g, k4g, v4g), do4, retain_graph=True), args.reps
+                            f_bwd_det()
+                            torch.cuda.synchronize()
+                            check += " | det dQ %.1e dK %.1e dV %.1e" % (
+                                relerr(dq, g[0]),
+                                relerr(dk, g[1]),
+                                relerr(dv, g[2]),
                             )
-                        if ref is not None:
-                            check += " | FA4 O %.1e dQ %.1e dK %.1e dV %.1e" % (
-                                relerr(out4.transpose(1, 2), ref[0]),
-                                relerr(g4[0].transpose(1, 2), ref[1][0]),
-                                relerr(g4[1].transpose(1, 2), ref[1][1]),
-                                relerr(g4[2].transpose(1, 2), ref[1][2]),
-                            )
-                        del q4, k4, v4, do4, q4g, k4g, v4g, out4, g4
-                    except Exception as e:  # this shape, dtype or GPU not supported by FA4
-                        print(f"  FA4 unavailable: {type(e).__name__}: {e}".splitlines()[0])
-                ref = None
-                for ps in passes:
-                    flops = fwd_flops * (2.5 if ps == "bwd" else 1.0)
-                    tf = {n: flops / (res[(n, ps)] * 1e-3) / 1e12 for (n, p) in res if p == ps}
-                    ratio = lambda a, b: tf[a] / tf[b] if a in tf and b in tf else float("nan")  # noqa: E731
-                    fmt = lambda n: f"{tf[n]:7.1f}" if n in tf else f"{'-':>7}"  # noqa: E731
-                    # ours / the faster of cuDNN and FA4 (whichever of them ran)
-                    best = max((tf[n] for n in ("cuDNN", "FA4") if n in tf), default=None)
-                    xbest = lambda a: tf[a] / best if a in tf and best else float("nan")  # noqa: E731
-                    extra = " ".join(f"{n} {tf[n]:.1f}" for n in sorted(tf) if n.startswith("fa-v"))
-                    fa4_tf = f" {fmt('FA4')}" if fa4 else ""
-                    fa4_x = f" {ratio('fa', 'FA4'):6.2f} {xbest('fa'):6.2f}" if fa4 else ""
-                    print(
-                        f"{D:>4} {H:>3} {B:>3} {L:>6} {int(causal):>6} {ps:>4} | {tf['fa']:9.1f} "
-                        f"{fmt('fa-det')} {fmt('FLASH')} {fmt('cuDNN')}{fa4_tf} | {ratio('fa', 'FLASH'):6.2f} "
-                        f"{ratio('fa', 'cuDNN'):6.2f} {ratio('fa-det', 'FLASH'):6.2f} {ratio('fa-det', 'cuDNN'):6.2f}"
-                        f"{fa4_x} | {check if ps == ('fwd' if 'fwd' in passes else 'bwd') else ''} {extra}"
+                del out
+            except Exception as e:  # a backend missing on this build / GPU
+                print(f"  {name} unavailable: {e}".splitlines()[0])
+        # FlashAttention 4: [B, L, H, D] copies made here, outside the timed region
+        if fa4 is not None:
+            try:
+                q4, k4, v4, do4 = (x.transpose(1, 2).contiguous() for x in (q, k, v, do))
+                q4g, k4g, v4g = (x.detach().requires_grad_() for x in (q4, k4, v4))
+                # first calls JIT-compile: forward without grad, with grad, backward (untimed)
+                t0 = time.perf_counter()
+                if "fwd" in passes:
+                    fa4(q4, k4, v4, causal=causal)
+                    torch.cuda.synchronize()
+                t1 = time.perf_counter()
+                out4 = fa4(q4g, k4g, v4g, causal=causal)[0]
+                g4 = torch.autograd.grad(out4, (q4g, k4g, v4g), do4, retain_graph=True)
+                torch.cuda.synchronize()
+                t2 = time.perf_counter()
+                fa4_compile.append(
+                    f"{D:>4} {L:>6} {int(causal):>6} | fwd {t1 - t0:6.1f} s, fwd+bwd with grad {t2 - t1:6.1f} s"
+                )
+                if "fwd" in passes:
+                    res[("FA4", "fwd")] = median_ms(lambda: fa4(q4, k4, v4, causal=causal), args.reps)
+                if "bwd" in passes:
+                    res[("FA4", "bwd")] = median_ms(
+                        lambda: torch.autograd.grad(out4, (q4g, k4g, v4g), do4, retain_graph=True), args.reps
                     )
-                    for n in tf:
-                        row = dict(
-                            date=date,
-                            device=dev,
-                            dtype="bf16",
-                            D=D,
-                            H=H,
-                            B=B,
-                            L=L,
-                            causal=int(causal),
-                            pass_=ps,
-                            impl=n,
-                            ms_median=round(res[(n, ps)], 4),
-                            tflops=round(tf[n], 1),
-                            x_flash=round(ratio(n, "FLASH"), 3),
-                            x_cudnn=round(ratio(n, "cuDNN"), 3),
-                        )
-                        if fa4:
-                            row.update(x_fa4=round(ratio(n, "FA4"), 3), x_best=round(xbest(n), 3))
-                        rows.append(row)
-                sys.stdout.flush()
-                del q, k, v, do, o, lse, dq, dk, dv
-                torch.cuda.empty_cache()
+                if ref is not None:
+                    check += " | FA4 O %.1e dQ %.1e dK %.1e dV %.1e" % (
+                        relerr(out4.transpose(1, 2), ref[0]),
+                        relerr(g4[0].transpose(1, 2), ref[1][0]),
+                        relerr(g4[1].transpose(1, 2), ref[1][1]),
+                        relerr(g4[2].transpose(1, 2), ref[1][2]),
+                    )
+                del q4, k4, v4, do4, q4g, k4g, v4g, out4, g4
+            except Exception as e:  # this shape, dtype or GPU not supported by FA4
+                print(f"  FA4 unavailable: {type(e).__name__}: {e}".splitlines()[0])
+        ref = None
+        for ps in passes:
+            flops = fwd_flops * (2.5 if ps == "bwd" else 1.0)
+            tf = {n: flops / (res[(n, ps)] * 1e-3) / 1e12 for (n, p) in res if p == ps}
+            ratio = lambda a, b: tf[a] / tf[b] if a in tf and b in tf else float("nan")  # noqa: E731
+            fmt = lambda n: f"{tf[n]:7.1f}" if n in tf else f"{'-':>7}"  # noqa: E731
+            # ours / the faster of cuDNN and FA4 (whichever of them ran)
+            best = max((tf[n] for n in ("cuDNN", "FA4") if n in tf), default=None)
+            xbest = lambda a: tf[a] / best if a in tf and best else float("nan")  # noqa: E731
+            extra = " ".join(f"{n} {tf[n]:.1f}" for n in sorted(tf) if n.startswith("fa-v"))
+            fa4_tf = f" {fmt('FA4')}" if fa4 else ""
+            fa4_x = f" {ratio('fa', 'FA4'):6.2f} {xbest('fa'):6.2f}" if fa4 else ""
+            print(
+                f"{D:>4} {H:>3} {B:>3} {L:>6} {int(causal):>6} {ps:>4} | {tf['fa']:9.1f} "
+                f"{fmt('fa-det')} {fmt('FLASH')} {fmt('cuDNN')}{fa4_tf} | {ratio('fa', 'FLASH'):6.2f} "
+                f"{ratio('fa', 'cuDNN'):6.2f} {ratio('fa-det', 'FLASH'):6.2f} {ratio('fa-det', 'cuDNN'):6.2f}"
+                f"{fa4_x} | {check if ps == ('fwd' if 'fwd' in passes else 'bwd') else ''} {extra}"
+            )
+            for n in tf:
+                row = dict(
+                    date=date,
+                    device=dev,
+                    dtype="bf16",
+                    D=D,
+                    H=H,
+                    B=B,
+                    L=L,
+                    causal=int(causal),
+                    pass_=ps,
+                    impl=n,
+                    ms_median=round(res[(n, ps)], 4),
+                    tflops=round(tf[n], 1),
+                    x_flash=round(ratio(n, "FLASH"), 3),
+                    x_cudnn=round(ratio(n, "cuDNN"), 3),
+                )
+                if fa4:
+                    row.update(x_fa4=round(ratio(n, "FA4"), 3), x_best=round(xbest(n), 3))
+                rows.append(row)
+        sys.stdout.flush()
+        del q, k, v, do, o, lse, dq, dk, dv
+        torch.cuda.empty_cache()
     if mem_lines:
         print("# extra device memory of one flashattn call (default memory pool high-water mark)")
         print(f"{'D':>4} {'L':>6} {'causal':>6} {'pass':>7} | extra")

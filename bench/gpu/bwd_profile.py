@@ -22,7 +22,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from anchors import FlashAttn  # noqa: E402
+from anchors import FlashAttn, problem_tensors, shapes  # noqa: E402
 
 
 def kernel_times(fn, reps):
@@ -68,35 +68,26 @@ def main():
     print(
         f"# {torch.cuda.get_device_name()}, torch {torch.__version__}; kernels of one backward call, mean of {args.reps}"
     )
-    for D in [int(x) for x in args.d.split(",")]:
-        H = 2048 // D
-        for L in [int(x) for x in args.l.split(",")]:
-            B = max(1, 16384 // L)
-            for causal in [bool(int(x)) for x in args.causal.split(",")]:
-                torch.manual_seed(0)
-                mk = lambda: torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16)  # noqa: E731
-                q, k, v, do = mk(), mk(), mk(), mk()
-                o = torch.empty_like(q)
-                lse = torch.empty(B, H, L, device="cuda", dtype=torch.float32)
-                dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-                fl.forward(q, k, v, o, lse, fl.options(causal))()
-                print(f"D={D} H={H} B={B} L={L} causal={int(causal)}")
-                report(
-                    "flashattn",
-                    kernel_times(fl.backward(q, k, v, o, do, lse, dq, dk, dv, fl.options(causal)), args.reps),
-                )
-                for name, be in (
-                    ("SDPA cuDNN", SDPBackend.CUDNN_ATTENTION),
-                    ("SDPA FLASH", SDPBackend.FLASH_ATTENTION),
-                ):
-                    qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
-                    with sdpa_kernel([be]):
-                        out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+    for D, H, B, L, causal in shapes(args.d, args.l, args.causal):
+        q, k, v, do, o, lse, dq, dk, dv = problem_tensors(B, H, L, D)
+        fl.forward(q, k, v, o, lse, fl.options(causal))()
+        print(f"D={D} H={H} B={B} L={L} causal={int(causal)}")
+        report(
+            "flashattn",
+            kernel_times(fl.backward(q, k, v, o, do, lse, dq, dk, dv, fl.options(causal)), args.reps),
+        )
+        for name, be in (
+            ("SDPA cuDNN", SDPBackend.CUDNN_ATTENTION),
+            ("SDPA FLASH", SDPBackend.FLASH_ATTENTION),
+        ):
+            qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+            with sdpa_kernel([be]):
+                out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
 
-                    def bwd(out=out, qg=qg, kg=kg, vg=vg):
-                        torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
+            def bwd(out=out, qg=qg, kg=kg, vg=vg):
+                torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
 
-                    report(name, kernel_times(bwd, args.reps))
+            report(name, kernel_times(bwd, args.reps))
 
 
 if __name__ == "__main__":

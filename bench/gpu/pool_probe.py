@@ -19,7 +19,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from anchors import FlashAttn, median_ms  # noqa: E402
+from anchors import FlashAttn, median_ms, problem_tensors  # noqa: E402
 from bwd_profile import kernel_times  # noqa: E402
 
 RELEASE_THRESHOLD = 4  # CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
@@ -47,10 +47,7 @@ def main():
     assert cu.cuCtxGetDevice(C.byref(dev)) == 0 and cu.cuDeviceGetDefaultMemPool(C.byref(pool), dev) == 0
     for D, L, causal in ((128, 2048, 0), (64, 2048, 0), (128, 16384, 0)):
         H, B = 2048 // D, max(1, 16384 // L)
-        mk = lambda: torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16)  # noqa: E731
-        q, k, v, do = mk(), mk(), mk(), mk()
-        o, lse = torch.empty_like(q), torch.empty(B, H, L, device="cuda", dtype=torch.float32)
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        q, k, v, do, o, lse, dq, dk, dv = problem_tensors(B, H, L, D)
         fwd = fl.forward(q, k, v, o, lse, fl.options(causal))
         fwd()
         # the forward allocates nothing: its host time and what the device runs, for comparison
