@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(256, 1) bwd_wgmma_kernel(const fa__cuda_params
   }
   cp_async_wait<0>();
 
-  bwd_store_dkdv<E>(p, blk, blk.n0 + wkey + g, dk, dv, t);
+  bwd_store_dkdv<E, kDB, true>(p, blk, blk.n0 + wkey + g, dk, dv, t);
 #endif
 }
 
