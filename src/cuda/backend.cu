@@ -244,6 +244,11 @@ void params_init(fa__cuda_params *pp, const fa__problem *p) {
   pp->threshold = p->dropout_threshold;
   pp->dscale = pp->has_dropout ? static_cast<float>(p->dropout_scale) : 1.f;
   pp->has_extras = p->mask.data || p->bias.data || p->alibi_slopes || p->softcap > 0 || pp->has_dropout;
+  const char *arith = getenv("FLASHATTN_CUDA_WS_ARITH");
+  // (their ALiBi distances are 32-bit: query and key offsets within 2^30 of each other)
+  const int64_t shift = p->q_offset - p->k_offset;
+  pp->arith_only = (p->alibi_slopes || p->softcap > 0) && !p->mask.data && !p->bias.data && !pp->has_dropout &&
+                   shift < (int64_t(1) << 30) && shift > -(int64_t(1) << 30) && !(arith && strcmp(arith, "0") == 0);
   const char *v = getenv("FLASHATTN_CUDA_VARIANT");
   pp->variant = v ? atoi(v) : 0;
 }

@@ -9,6 +9,7 @@
 #include "grid_order.cuh"
 #include "mma.cuh"
 #include "rules.cuh"
+#include "score_arith.cuh"
 
 namespace fa_cuda {
 
@@ -129,6 +130,44 @@ __device__ __forceinline__ void bwd_p_ds(const fa__cuda_params &p, const fa__ban
   } else {
     bwd_p_band(bd, st, l_s, p.scale_log2, m0, jw, g, t);
     bwd_ds_band(st, dpt, ds_s, t);
+  }
+}
+
+// bwd_p_ds with the arithmetic options (softcap, ALiBi: score_arith.cuh):
+// st <- P^T, dpt <- dS^T times the softcap's derivative 1 - t^2, the band
+// tested as bwd_p_band tests it (the query interval that sees each of the
+// thread's two keys) and the ALiBi distance |diag(i) - j| a key's 32-bit
+// offset plus the query's.
+template <bool kCap, int kMB>
+__device__ __forceinline__ void bwd_p_ds_arith(const fa__band &bd, const arith_score &a, float (&st)[kMB][4],
+                                               float (&dpt)[kMB][4], const float *l_s, const float *ds_s, int64_t m0,
+                                               int64_t jw, int g, int t) {
+  int lo[2], hi[2], dist0[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t j = jw + g + 8 * r;
+    int64_t i0, i1;
+    fa__band_rows(&bd, j, j + 1, &i0, &i1);
+    band_offsets(i0, i1, m0 + 2 * t, 8 * kMB, &lo[r], &hi[r]);
+    dist0[r] = static_cast<int>(fa__band_diag(&bd, m0 + 2 * t) - j);  // diag(i) - j of the thread's query 0
+  }
+#pragma unroll
+  for (int mb = 0; mb < kMB; ++mb) {
+    const float2 l = *reinterpret_cast<const float2 *>(l_s + mb * 8 + 2 * t);
+    const float2 d = *reinterpret_cast<const float2 *>(ds_s + mb * 8 + 2 * t);
+    const float nl[2] = {-bwd_lse2(l.x), -bwd_lse2(l.y)}, dsum[2] = {d.x, d.y};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int c = e & 1, r = e >> 1, q = mb * 8 + c;
+      float tc = 0.f;
+      const float x = a.at<kCap>(st[mb][e], abs(dist0[r] + q), &tc);
+      float pr = fast_exp2(x + nl[c]);
+      if (q < lo[r] || q >= hi[r]) pr = 0.f;
+      float ds = pr * (dpt[mb][e] - dsum[c]);
+      if (kCap) ds *= fmaf(-tc, tc, 1.f);
+      st[mb][e] = pr;
+      dpt[mb][e] = ds;
+    }
   }
 }
 

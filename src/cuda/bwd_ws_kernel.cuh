@@ -88,7 +88,7 @@ __device__ __forceinline__ uint32_t swz_f32(int row, int col) {
                                (col & 3) * 4);
 }
 
-template <typename E, int kD, int kBM, int kStages, bool kDet>
+template <typename E, int kD, int kBM, int kStages, bool kDet, bool kArith>
 __global__ void __launch_bounds__(384, 1)
     bwd_ws_kernel(const __grid_constant__ fa__cuda_params p, const __grid_constant__ CUtensorMap tq,
                   const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
@@ -247,13 +247,22 @@ __global__ void __launch_bounds__(384, 1)
       bwd_wgmma_kt<E, kD, kBM, kBN>(st, sk, q_st, wg);
       bwd_wgmma_kt<E, kD, kBM, kBN>(dpt, sv, do_st, wg);
       uint32_t ap[kBM / 16][4], as[kBM / 16][4];
-      if constexpr (kEarlyDs) {
-        // P^T and dS^T both before dV: S^T and dP^T die sooner
+      if constexpr (kEarlyDs || kArith) {
+        // P^T and dS^T both before dV: S^T and dP^T die sooner (and the
+        // softcap's tanh is at hand for dS^T)
         wgmma_wait<0>();
         fence_regs(st);
         fence_regs(dpt);
-        bwd_p_band(blk.bd, st, l_s, p.scale_log2, m0, blk.n0 + wkey, g, t);
-        bwd_ds_band(st, dpt, ds_s, t);
+        if constexpr (kArith) {
+          const arith_score a(p, p.alibi ? p.alibi[h] : 0.f);
+          if (p.softcap > 0.f)
+            bwd_p_ds_arith<true>(blk.bd, a, st, dpt, l_s, ds_s, m0, blk.n0 + wkey, g, t);
+          else
+            bwd_p_ds_arith<false>(blk.bd, a, st, dpt, l_s, ds_s, m0, blk.n0 + wkey, g, t);
+        } else {
+          bwd_p_band(blk.bd, st, l_s, p.scale_log2, m0, blk.n0 + wkey, g, t);
+          bwd_ds_band(st, dpt, ds_s, t);
+        }
 #pragma unroll
         for (int kk = 0; kk < kBM / 16; ++kk) {
           c_to_a_frag<E>(ap[kk], st[2 * kk], st[2 * kk + 1]);

@@ -20,7 +20,9 @@
 // Scores, softmax, rescale and epilogue are fwd_tile.cuh's, as in the other
 // forward kernels, the scale folded into the exponent (kFold). Band-only
 // options (causal, window, lengths: seqlens and packed sequences too) and a
-// positive scale; launch_fwd_wgmma.cuh decides.
+// positive scale; with kArith the arithmetic options too (softcap, ALiBi:
+// score_arith.cuh, the scale applied before the softcap, so any scale);
+// launch_fwd_wgmma.cuh decides.
 #ifndef FA_CUDA_FWD_WS_KERNEL_CUH
 #define FA_CUDA_FWD_WS_KERNEL_CUH
 
@@ -84,7 +86,7 @@ __device__ __forceinline__ bool fwd_ws_block(const fa__cuda_params &p, int64_t w
   return fwd_block_at<kBM, kBN>(p, w / row_tiles, (row_tiles - 1 - w % row_tiles) * kBM, fb);
 }
 
-template <typename E, int kD, int kBN, int kStages, int kCWG>
+template <typename E, int kD, int kBN, int kStages, int kCWG, bool kArith>
 __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
     fwd_ws_kernel(const __grid_constant__ fa__cuda_params p, const __grid_constant__ CUtensorMap tq,
                   const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv, int64_t row_tiles,
@@ -209,8 +211,17 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
       auto s_softmax = [&](int it) {
         fence_regs(s[0]);
         const int64_t n0 = static_cast<int64_t>(fb.nb_lo + it) * kBN;
-        fwd_scores<false, true>(p, c, s, m0 + wrow, n0, g, t);
-        fwd_softmax<false, 0, true>(p, c, s, alpha, row_m, row_l, m0 + wrow, n0, g, t, p.scale_log2);
+        if constexpr (kArith) {
+          const arith_score a(p, c.slope);
+          if (p.softcap > 0.f)
+            fwd_scores_arith<true>(c, a, s, m0 + wrow, n0, g, t);
+          else
+            fwd_scores_arith<false>(c, a, s, m0 + wrow, n0, g, t);
+          fwd_softmax<false>(p, c, s, alpha, row_m, row_l, m0 + wrow, n0, g, t);
+        } else {
+          fwd_scores<false, true>(p, c, s, m0 + wrow, n0, g, t);
+          fwd_softmax<false, 0, true>(p, c, s, alpha, row_m, row_l, m0 + wrow, n0, g, t, p.scale_log2);
+        }
       };
       auto p_to_frags = [&]() { wgmma_p_frags<E, kBN>(pa, s[0]); };
 

@@ -31,7 +31,8 @@ fa_status launch_fwd_wgmma_cfg(const fa__cuda_params &p, cudaStream_t s, fa__err
 template <typename E, int kD, int kBN, int kStages, int kCWG>
 fa_status launch_fwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&maps)[3], cudaStream_t s, fa__err *err) {
   using cfg = fwd_ws_cfg<kD, kBN, kStages, kCWG>;
-  auto kernel = fwd_ws_kernel<E, kD, kBN, kStages, kCWG>;
+  auto kernel = p.arith_only ? fwd_ws_kernel<E, kD, kBN, kStages, kCWG, true>
+                              : fwd_ws_kernel<E, kD, kBN, kStages, kCWG, false>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "forward (warp-specialized): shared memory limit");
   fa__cuda_ws_grid g;
   const fa_status st =
@@ -44,14 +45,16 @@ fa_status launch_fwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&maps)[
 
 // Whether the warp-specialized kernel takes the call, and its tensor maps
 // (boxes of kBM query rows, kBN keys): band-only options (seqlens and packed
-// sequences included), a positive scale (its softmax takes the row maxima
-// unscaled: fwd_tile.cuh's kFold), tensors the copy engine can address.
-// FLASHATTN_CUDA_WS=0 keeps the cp.async kernels.
+// sequences included) and a positive scale (its softmax takes the row maxima
+// unscaled: fwd_tile.cuh's kFold), or the arithmetic options (softcap,
+// ALiBi: score_arith.cuh, any scale); tensors the copy engine can address.
+// FLASHATTN_CUDA_WS=0 keeps the cp.async kernels (FLASHATTN_CUDA_WS_ARITH=0
+// keeps them for the arithmetic options: p.arith_only).
 template <typename E>
 bool fwd_ws_maps(const fa__cuda_params &p, int kBM, int kBN, CUtensorMap (&maps)[3]) {
   const char *env = getenv("FLASHATTN_CUDA_WS");
   if ((env && strcmp(env, "0") == 0) || p.variant != 0) return false;
-  if (p.has_extras || !(p.scale_log2 > 0.f)) return false;
+  if (p.has_extras ? !p.arith_only : !(p.scale_log2 > 0.f)) return false;
   const int64_t B = p.cu_q || p.cu_k ? 1 : p.B;  // packed sequences: one stored batch
   if (!tma_addressable(p.q, p.qs, B, p.Hq, p.Lq_rows, p.D) || !tma_addressable(p.k, p.ks, B, p.Hkv, p.Lk_rows, p.D) ||
       !tma_addressable(p.v, p.vs, B, p.Hkv, p.Lk_rows, p.Dv))
@@ -100,16 +103,20 @@ fa_status launch_fwd_wgmma(const fa__cuda_params &p, int kd, cudaStream_t s, fa_
     fa__err_set(err, "cuda: no wgmma forward kernel for head-dim bucket %d", kd);
     return FA_ERR_INTERNAL;
   }
-  if (p.has_extras)
-    return kd == 64 ? launch_fwd_wgmma_cfg<E, 64, 2, 128, 2, false, true>(p, s, err)
-                    : launch_fwd_wgmma_cfg<E, 128, 2, 128, 2, false, true>(p, s, err);
   const bool band = p.wl >= 0 || p.wr >= 0;
   if (kd == 64) {
+    {  // A/B (temporary): the arithmetic options at D = 64 on 2 consumer warpgroups of 240 registers
+      const char *a2 = getenv("FLASHATTN_CUDA_WS_ARITH");
+      if (p.arith_only && a2 && strcmp(a2, "2") == 0 && fwd_ws_maps<E>(p, 128, 128, maps))
+        return launch_fwd_ws_cfg<E, 64, 128, 2, 2>(p, maps, s, err);
+    }
     if (fwd_ws_maps<E>(p, 192, 128, maps)) return launch_fwd_ws_cfg<E, 64, 128, 3, 3>(p, maps, s, err);
+    if (p.has_extras) return launch_fwd_wgmma_cfg<E, 64, 2, 128, 2, false, true>(p, s, err);
     return band ? launch_fwd_wgmma_cfg<E, 64, 3, 128, 3, false, false, true>(p, s, err)
                 : launch_fwd_wgmma_cfg<E, 64, 3, 128, 3, false, false, false>(p, s, err);
   }
   if (fwd_ws_maps<E>(p, 128, 128, maps)) return launch_fwd_ws_cfg<E, 128, 128, 2, 2>(p, maps, s, err);
+  if (p.has_extras) return launch_fwd_wgmma_cfg<E, 128, 2, 128, 2, false, true>(p, s, err);
   if (p.variant == 1) return launch_fwd_wgmma_cfg<E, 128, 2, 128, 2, false, false>(p, s, err);
   return launch_fwd_wgmma_cfg<E, 128, 2, 128, 2, true, false>(p, s, err);
 }

@@ -73,6 +73,8 @@ struct fa__cuda_params {
   float dscale;
 
   int has_extras;  // mask, bias, alibi, softcap or dropout: the per-element path
+  int arith_only;  // the extras are softcap and / or ALiBi only: the warp-specialized kernels take them
+                   // (score_arith.cuh) unless FLASHATTN_CUDA_WS_ARITH=0
   int variant;     // FLASHATTN_CUDA_VARIANT: selects alternative tile configurations, when a
                    // launch file compiles some, for A/B timing in one process (anchors.py --variants)
 };
