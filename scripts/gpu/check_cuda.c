@@ -253,6 +253,14 @@ static const ccase cases[] = {
      .bwd = 1},
     {"bf16_d64_alibi_softcap_causal", 1, 4, 2, 300, 300, 64, 64, FA_BF16, .alibi = 1, .softcap = 3.0, .causal = 1,
      .bwd = 1},
+    /* softcap / ALiBi alone: the warp-specialized kernels' arithmetic options (score_arith.cuh);
+     * with lengths the forward only (the backward's per-element kernel) */
+    {"f16_d128_softcap_window_gqa", 2, 4, 2, 400, 520, 128, 128, FA_F16, .softcap = 5.0, .use_window = 1, .wl = 150,
+     .wr = 40, .bwd = 1},
+    {"bf16_d256_alibi_softcap_causal", 1, 2, 1, 300, 330, 256, 256, FA_BF16, .alibi = 1, .softcap = 4.0, .causal = 1,
+     .br = 1, .bwd = 1},
+    {"bf16_d128_alibi_seqlens", 2, 2, 2, 256, 300, 128, 128, FA_BF16, .seqlens = 1, .lens_q = lq2, .lens_k = lk2,
+     .alibi = 1, .bwd = 1},
     {"bf16_d128_dropout", 2, 2, 2, 300, 300, 128, 128, FA_BF16, .dropout = 0.2, .bwd = 1},
     {"f16_d64_dropout_varlen_gqa", 3, 4, 2, 0, 0, 64, 64, FA_F16, .varlen = 1, .lens_q = lq3, .lens_k = lk3,
      .dropout = 0.3, .bwd = 1},

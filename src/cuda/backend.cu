@@ -245,10 +245,11 @@ void params_init(fa__cuda_params *pp, const fa__problem *p) {
   pp->dscale = pp->has_dropout ? static_cast<float>(p->dropout_scale) : 1.f;
   pp->has_extras = p->mask.data || p->bias.data || p->alibi_slopes || p->softcap > 0 || pp->has_dropout;
   const char *arith = getenv("FLASHATTN_CUDA_WS_ARITH");
-  // (their ALiBi distances are 32-bit: query and key offsets within 2^30 of each other)
+  // (their ALiBi distances are exact floats: every |diag(i) - j| of the call under 2^24)
   const int64_t shift = p->q_offset - p->k_offset;
+  const int64_t span = (shift < 0 ? -shift : shift) + p->q.shape[2] + p->k.shape[2] + p->Lq + p->Lk;
   pp->arith_only = (p->alibi_slopes || p->softcap > 0) && !p->mask.data && !p->bias.data && !pp->has_dropout &&
-                   shift < (int64_t(1) << 30) && shift > -(int64_t(1) << 30) && !(arith && strcmp(arith, "0") == 0);
+                   span < (int64_t(1) << 24) && !(arith && strcmp(arith, "0") == 0);
   const char *v = getenv("FLASHATTN_CUDA_VARIANT");
   pp->variant = v ? atoi(v) : 0;
 }

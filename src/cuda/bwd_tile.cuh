@@ -134,22 +134,26 @@ __device__ __forceinline__ void bwd_p_ds(const fa__cuda_params &p, const fa__ban
 }
 
 // bwd_p_ds with the arithmetic options (softcap, ALiBi: score_arith.cuh):
-// st <- P^T, dpt <- dS^T times the softcap's derivative 1 - t^2, the band
-// tested as bwd_p_band tests it (the query interval that sees each of the
-// thread's two keys) and the ALiBi distance |diag(i) - j| a key's 32-bit
-// offset plus the query's.
-template <bool kCap, int kMB>
-__device__ __forceinline__ void bwd_p_ds_arith(const fa__band &bd, const arith_score &a, float (&st)[kMB][4],
-                                               float (&dpt)[kMB][4], const float *l_s, const float *ds_s, int64_t m0,
-                                               int64_t jw, int g, int t) {
-  int lo[2], hi[2], dist0[2];
+// st <- P^T, dpt <- dS^T times the softcap's derivative 1 - t^2. As
+// bwd_p_band: the band tested per element only where it cuts the warp's 16
+// keys x 8 kMB queries, as the query interval that sees each of the
+// thread's two keys; the ALiBi distance diag(i) - j a key's float plus the
+// query's offset.
+template <bool kCap, bool kMasked, int kMB>
+__device__ __forceinline__ void bwd_p_ds_arith_el(const fa__band &bd, const arith_score &a, float (&st)[kMB][4],
+                                                  float (&dpt)[kMB][4], const float *l_s, const float *ds_s,
+                                                  int64_t m0, int64_t jw, int g, int t) {
+  int lo[2] = {0, 0}, hi[2] = {8 * kMB, 8 * kMB};
+  float diag[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t j = jw + g + 8 * r;
-    int64_t i0, i1;
-    fa__band_rows(&bd, j, j + 1, &i0, &i1);
-    band_offsets(i0, i1, m0 + 2 * t, 8 * kMB, &lo[r], &hi[r]);
-    dist0[r] = static_cast<int>(fa__band_diag(&bd, m0 + 2 * t) - j);  // diag(i) - j of the thread's query 0
+    if (kMasked) {
+      int64_t i0, i1;
+      fa__band_rows(&bd, j, j + 1, &i0, &i1);
+      band_offsets(i0, i1, m0 + 2 * t, 8 * kMB, &lo[r], &hi[r]);
+    }
+    diag[r] = static_cast<float>(fa__band_diag(&bd, m0 + 2 * t) - j);  // at the thread's query 0
   }
 #pragma unroll
   for (int mb = 0; mb < kMB; ++mb) {
@@ -160,15 +164,25 @@ __device__ __forceinline__ void bwd_p_ds_arith(const fa__band &bd, const arith_s
     for (int e = 0; e < 4; ++e) {
       const int c = e & 1, r = e >> 1, q = mb * 8 + c;
       float tc = 0.f;
-      const float x = a.at<kCap>(st[mb][e], abs(dist0[r] + q), &tc);
+      const float x = a.at<kCap>(st[mb][e], diag[r] + static_cast<float>(q), &tc);
       float pr = fast_exp2(x + nl[c]);
-      if (q < lo[r] || q >= hi[r]) pr = 0.f;
+      if (kMasked && (q < lo[r] || q >= hi[r])) pr = 0.f;
       float ds = pr * (dpt[mb][e] - dsum[c]);
       if (kCap) ds *= fmaf(-tc, tc, 1.f);
       st[mb][e] = pr;
       dpt[mb][e] = ds;
     }
   }
+}
+
+template <bool kCap, int kMB>
+__device__ __forceinline__ void bwd_p_ds_arith(const fa__band &bd, const arith_score &a, float (&st)[kMB][4],
+                                               float (&dpt)[kMB][4], const float *l_s, const float *ds_s, int64_t m0,
+                                               int64_t jw, int g, int t) {
+  if (fa__band_tile_full(&bd, m0, m0 + 8 * kMB, jw, jw + 16))
+    bwd_p_ds_arith_el<kCap, false>(bd, a, st, dpt, l_s, ds_s, m0, jw, g, t);
+  else
+    bwd_p_ds_arith_el<kCap, true>(bd, a, st, dpt, l_s, ds_s, m0, jw, g, t);
 }
 
 // LSE (as bwd_lse2) and dsum of query rows i0 and i0 + 8 of head h; rows

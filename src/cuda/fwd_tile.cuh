@@ -143,32 +143,44 @@ __device__ __forceinline__ void fwd_scores(const fa__cuda_params &p, const seq_c
 
 // Raw dot products -> scores in log2 units with the arithmetic options
 // (softcap, ALiBi: score_arith.cuh), -inf outside the band, for the kMT
-// m-tiles of one warp from query row r0, key tile at n0. The band is a
-// row's column interval and the ALiBi distance |diag(i) - j| a row's
-// 32-bit offset minus the column's, as the band-only path tests it.
-template <bool kCap, int kMT, int kNB>
-__device__ __forceinline__ void fwd_scores_arith(const seq_ctx &c, const arith_score &a, float (&s)[kMT][kNB][4],
-                                                 int64_t r0, int64_t n0, int g, int t) {
+// m-tiles of one warp from query row r0, key tile at n0. As the band-only
+// path: the band tested per element only on tiles it cuts, as a row's
+// column interval; the ALiBi distance diag(i) - j a row's float minus the
+// column's offset.
+template <bool kCap, bool kMasked, int kMT, int kNB>
+__device__ __forceinline__ void fwd_scores_arith_el(const seq_ctx &c, const arith_score &a, float (&s)[kMT][kNB][4],
+                                                    int64_t r0, int64_t n0, int g, int t) {
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int64_t i = r0 + mt * 16 + g + r * 8;
-      int64_t j0, j1;
-      int lo, hi;
-      fa__band_cols(&c.bd, i, i + 1, &j0, &j1);
-      band_offsets(j0, j1, n0, 8 * kNB, &lo, &hi);
-      const int diag = static_cast<int>(fa__band_diag(&c.bd, i) - n0) - 2 * t;  // diag(i) - the thread's column 0
+      int lo = 0, hi = 8 * kNB;
+      if (kMasked) {
+        int64_t j0, j1;
+        fa__band_cols(&c.bd, i, i + 1, &j0, &j1);
+        band_offsets(j0, j1, n0, 8 * kNB, &lo, &hi);
+      }
+      const float diag = static_cast<float>(fa__band_diag(&c.bd, i) - n0 - 2 * t);  // at the thread's column 0
 #pragma unroll
       for (int nb = 0; nb < kNB; ++nb)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int j = nb * 8 + 2 * t + e, dist = abs(diag - nb * 8 - e);
+          const int j = nb * 8 + 2 * t + e;
           float tc;
-          const float x = a.at<kCap>(s[mt][nb][2 * r + e], dist, &tc);
-          s[mt][nb][2 * r + e] = j >= lo && j < hi ? x : -INFINITY;
+          const float x = a.at<kCap>(s[mt][nb][2 * r + e], diag - static_cast<float>(nb * 8 + e), &tc);
+          s[mt][nb][2 * r + e] = !kMasked || (j >= lo && j < hi) ? x : -INFINITY;
         }
     }
+}
+
+template <bool kCap, int kMT, int kNB>
+__device__ __forceinline__ void fwd_scores_arith(const seq_ctx &c, const arith_score &a, float (&s)[kMT][kNB][4],
+                                                 int64_t r0, int64_t n0, int g, int t) {
+  if (fa__band_tile_full(&c.bd, r0, r0 + 16 * kMT, n0, n0 + 8 * kNB))
+    fwd_scores_arith_el<kCap, false>(c, a, s, r0, n0, g, t);
+  else
+    fwd_scores_arith_el<kCap, true>(c, a, s, r0, n0, g, t);
 }
 
 // The max of row half r (elements 2r, 2r + 1 of every 8-column block) of

@@ -40,11 +40,14 @@ struct arith_score {
     slope_log2 = slope * kLog2e;
   }
 
-  // The score of a visible element at ALiBi distance dist = |diag(i) - j|;
-  // kCap: softcap on, *t = the tanh (its derivative 1 - t^2 is the
-  // backward's).
+  // The score of a visible element at ALiBi distance |dist|, dist = diag(i)
+  // - j as a float (exact: backend.cu keeps the call's distances under
+  // 2^24; the kernels make it one FADD from a row's value, and the FFMA
+  // takes its absolute value for free, where an int-to-float conversion an
+  // element would run at the MUFU's quarter rate); kCap: softcap on, *t =
+  // the tanh (its derivative 1 - t^2 is the backward's).
   template <bool kCap>
-  __device__ __forceinline__ float at(float dot, int dist, float *t) const {
+  __device__ __forceinline__ float at(float dot, float dist, float *t) const {
     float s;
     if constexpr (kCap) {
       *t = tanh_fast(dot * cap_in);
@@ -52,7 +55,7 @@ struct arith_score {
     } else {
       s = dot * scale_log2;
     }
-    return fmaf(-slope_log2, static_cast<float>(dist), s);
+    return fmaf(-slope_log2, fabsf(dist), s);
   }
 };
 
