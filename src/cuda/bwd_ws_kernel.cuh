@@ -41,8 +41,10 @@
 // interleaves p.head_group heads so that a head's consecutive key tiles
 // start that many blocks apart, while as many heads are in flight as
 // tile-major order has.
-// Band-only calls without per-sequence lengths (seqlens, packed sequences);
-// backend.cu (p.ws_stats, p.dq_turn) and launch_bwd_wgmma.cuh decide.
+// Band-only calls without per-sequence lengths (seqlens, packed sequences),
+// and with kArith those whose per-element options are softcap and ALiBi
+// only (bwd_tile.cuh's bwd_p_ds_arith); backend.cu (p.ws_stats, p.dq_turn)
+// and launch_bwd_wgmma.cuh decide.
 #ifndef FA_CUDA_BWD_WS_KERNEL_CUH
 #define FA_CUDA_BWD_WS_KERNEL_CUH
 

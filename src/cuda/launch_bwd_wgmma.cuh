@@ -2,7 +2,8 @@
 // deterministic mode, the wgmma dQ kernel after it) for one
 // element type; launch_bwd_wgmma_<dtype>.cu instantiate it for sm_90a only.
 // Preconditions as launch_bwd: dsum filled, dq_acc zero when fused.
-// Band-only calls without per-sequence lengths take the warp-specialized
+// Band-only calls without per-sequence lengths (or with softcap and ALiBi
+// as their only per-element options: p.arith_only) take the warp-specialized
 // kernel (bwd_ws_kernel.cuh) where the copy engine can address the tensors;
 // deterministic ones too where backend.cu gave them p.dq_turn (and a zeroed
 // dq_acc), and then this launch also converts dq_acc into dq.

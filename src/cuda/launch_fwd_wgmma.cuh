@@ -93,8 +93,8 @@ fa_status launch_fwd_wgmma(const fa__cuda_params &p, int kd, cudaStream_t s, fa_
     // 2 x 64 rows against 64-key tiles, 2 slots (193 KiB of shared memory):
     // O is 128 registers a thread, S 32, P 16 under the consumers' 240
     // (FlashAttention 3 takes 128 x 80). Everything else at D = 256 (per-
-    // element options, tensors the copy engine cannot address) stays on the
-    // mma.sync kernel.
+    // element options other than softcap and ALiBi, tensors the copy engine
+    // cannot address) stays on the mma.sync kernel.
     if (fwd_ws_maps<E>(p, 128, 64, maps)) return launch_fwd_ws_cfg<E, 256, 64, 2, 2>(p, maps, s, err);
     return std::is_same<E, bf16_t>::value ? fa__cuda_fast_fwd_bf16(p, kd, s, err)
                                           : fa__cuda_fast_fwd_f16(p, kd, s, err);
