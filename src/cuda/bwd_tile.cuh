@@ -141,8 +141,8 @@ __device__ __forceinline__ void bwd_p_ds(const fa__cuda_params &p, const fa__ban
 // query's offset.
 template <bool kCap, bool kMasked, int kMB>
 __device__ __forceinline__ void bwd_p_ds_arith_el(const fa__band &bd, const arith_score &a, float (&st)[kMB][4],
-                                                  float (&dpt)[kMB][4], const float *l_s, const float *ds_s,
-                                                  int64_t m0, int64_t jw, int g, int t) {
+                                                  float (&dpt)[kMB][4], const float *l_s, const float *ds_s, int64_t m0,
+                                                  int64_t jw, int g, int t) {
   int lo[2] = {0, 0}, hi[2] = {8 * kMB, 8 * kMB};
   float diag[2];
 #pragma unroll

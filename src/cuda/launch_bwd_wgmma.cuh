@@ -26,8 +26,8 @@ namespace fa_cuda {
 template <typename E, int kD, int kBM, int kStages, bool kDet>
 fa_status launch_bwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&m)[5], cudaStream_t s, fa__err *err) {
   using cfg = bwd_ws_cfg<kD, kBM, kStages, kDet>;
-  auto kernel = p.has_extras ? bwd_ws_kernel<E, kD, kBM, kStages, kDet, true>
-                             : bwd_ws_kernel<E, kD, kBM, kStages, kDet, false>;
+  auto kernel =
+      p.has_extras ? bwd_ws_kernel<E, kD, kBM, kStages, kDet, true> : bwd_ws_kernel<E, kD, kBM, kStages, kDet, false>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "backward (warp-specialized): shared memory limit");
   FA_CUDA_ROWS_GRID(grid, p.B * p.Hkv, p.Lk, cfg::kBN, "backward dK/dV (warp-specialized)");
   fa__cuda_params q = p;

@@ -31,8 +31,8 @@ fa_status launch_fwd_wgmma_cfg(const fa__cuda_params &p, cudaStream_t s, fa__err
 template <typename E, int kD, int kBN, int kStages, int kCWG>
 fa_status launch_fwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&maps)[3], cudaStream_t s, fa__err *err) {
   using cfg = fwd_ws_cfg<kD, kBN, kStages, kCWG>;
-  auto kernel = p.arith_only ? fwd_ws_kernel<E, kD, kBN, kStages, kCWG, true>
-                              : fwd_ws_kernel<E, kD, kBN, kStages, kCWG, false>;
+  auto kernel =
+      p.arith_only ? fwd_ws_kernel<E, kD, kBN, kStages, kCWG, true> : fwd_ws_kernel<E, kD, kBN, kStages, kCWG, false>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "forward (warp-specialized): shared memory limit");
   fa__cuda_ws_grid g;
   const fa_status st =
