@@ -47,20 +47,14 @@ fi
 if [ "${BWD_SKIP_CHECK:-0}" = 1 ]; then
   BWD_SAN=""
 else
-  CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
-  cc -O2 scripts/gpu/check_cuda.c -I include -I "$CUDA_HOME/include" -L "$B" -lflashattn -L "$CUDA_HOME/lib64" \
-    -lcudart -lm -Wl,-rpath,"$B" -o "$B/check_cuda" || { say "check_cuda build failed"; exit 1; }
+  build_check_cuda "$B" || exit 1
   say "== B: check_cuda ($(date -u +%T))"
   timeout 120 "$B/check_cuda" >"$OUT/check.log" 2>&1
   say "check_cuda exit $?: $(tail -1 "$OUT/check.log")"
   grep -E "FAIL|DIFFERS" "$OUT/check.log" | head -20 | tee -a "$SUMMARY"
 fi
-for c in ${BWD_SAN-f16_d64_gqa_causal_blhd bf16_d128_window_100_20}; do
-  for tool in memcheck racecheck synccheck; do
-    timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$B/check_cuda" "$c" >>"$OUT/sanitizer.log" 2>&1
-    say "$tool $c: exit $?"
-  done
-done
+# shellcheck disable=SC2086
+sanitize "$B/check_cuda" "memcheck racecheck synccheck" ${BWD_SAN-f16_d64_gqa_causal_blhd bf16_d128_window_100_20}
 
 export PYTHONUNBUFFERED=1
 for r in $(seq 1 "${ROUNDS:-1}"); do

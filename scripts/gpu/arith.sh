@@ -21,19 +21,14 @@ export LD_LIBRARY_PATH=$ROOT/.gpu-deps/cmocka/lib:${LD_LIBRARY_PATH:-}
 B=$ROOT/build-gpu
 
 if [ "${ARITH_SKIP_CHECKS:-0}" != 1 ]; then
-  CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
-  cc -O2 scripts/gpu/check_cuda.c -I include -I "$CUDA_HOME/include" -L "$B" -lflashattn \
-    -L "$CUDA_HOME/lib64" -lcudart -lm -Wl,-rpath,"$B" -o "$B/check_cuda" || { say "check_cuda build failed"; exit 1; }
+  build_check_cuda "$B" || exit 1
   say "== checks ($(date -u +%T))"
   timeout 200 "$B/check_cuda" >"$OUT/check.log" 2>&1
   say "check_cuda exit $?: $(tail -1 "$OUT/check.log")"
   grep -E "FAIL" "$OUT/check.log" | head -20 | tee -a "$SUMMARY"
-  for c in ${ARITH_SAN:-f16_d128_softcap_window_gqa bf16_d64_alibi_softcap_causal bf16_d256_alibi_softcap_causal}; do
-    for tool in memcheck synccheck; do
-      timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 "$B/check_cuda" "$c" >>"$OUT/sanitizer.log" 2>&1
-      say "$tool $c: exit $?"
-    done
-  done
+  # shellcheck disable=SC2086
+  sanitize "$B/check_cuda" "memcheck synccheck" \
+    ${ARITH_SAN:-f16_d128_softcap_window_gqa bf16_d64_alibi_softcap_causal bf16_d256_alibi_softcap_causal}
   timeout 300 "$B/tests/test_backend_cuda" >"$OUT/suite_cuda.log" 2>&1
   say "test_backend_cuda exit $?: $(counts "$OUT/suite_cuda.log")"
   FLASHATTN_CUDA_WS_ARITH=0 timeout 300 "$B/tests/test_backend_cuda" >"$OUT/suite_cuda_elem.log" 2>&1

@@ -23,20 +23,14 @@ extract "$ROOT/.gpu-build-old.tar.xz" build-a || exit 1
 extract "$ROOT/.gpu-build.tar.xz" build-gpu || exit 1 # B where its test programs expect their library
 export LD_LIBRARY_PATH=$ROOT/.gpu-deps/cmocka/lib:${LD_LIBRARY_PATH:-}
 B=$ROOT/build-gpu
-CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
-cc -O2 scripts/gpu/check_cuda.c -I include -I "$CUDA_HOME/include" -L "$B" -lflashattn \
-  -L "$CUDA_HOME/lib64" -lcudart -lm -Wl,-rpath,"$B" -o "$B/check_cuda" || { say "check_cuda build failed"; exit 1; }
+build_check_cuda "$B" || exit 1
 
 say "== B's checks ($(date -u +%T))"
 timeout 200 "$B/check_cuda" >"$OUT/check.log" 2>&1
 say "check_cuda exit $?: $(tail -1 "$OUT/check.log")"
 grep -E "FAIL" "$OUT/check.log" | head -20 | tee -a "$SUMMARY"
-for c in ${OPT_SAN:-bf16_d64_mask_bias_dbias f32_d64_everything bf16_d256_everything}; do
-  for tool in memcheck racecheck; do
-    timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 "$B/check_cuda" "$c" >>"$OUT/sanitizer.log" 2>&1
-    say "$tool $c: exit $?"
-  done
-done
+# shellcheck disable=SC2086
+sanitize "$B/check_cuda" "memcheck racecheck" ${OPT_SAN:-bf16_d64_mask_bias_dbias f32_d64_everything bf16_d256_everything}
 if [ "${OPT_SUITE:-1}" = 1 ]; then
   timeout 300 "$B/tests/test_backend_cuda" >"$OUT/suite_cuda.log" 2>&1
   say "test_backend_cuda exit $?: $(counts "$OUT/suite_cuda.log")"

@@ -2,8 +2,8 @@
 # root): strict mode, $OUT (default /tmp/fa-out) made, ROOT the repository
 # root, $SUMMARY ($OUT/summary.txt) emptied, say, which prints a line and
 # appends it to $SUMMARY, extract, which unpacks a build carried from the
-# dev machine (scripts/gpu/prebuild.sh), and counts, CMocka's verdicts in a
-# test program's log.
+# dev machine (scripts/gpu/prebuild.sh), counts, CMocka's verdicts in a
+# test program's log, build_check_cuda and sanitize.
 # shellcheck shell=bash
 set -u -o pipefail
 OUT=${OUT:-/tmp/fa-out}
@@ -27,4 +27,24 @@ extract() {
   rm -rf "${ROOT:?}/$2" && mv "$ROOT/.gpu-build" "$ROOT/$2"
   if [ "$old" != "$ROOT" ] && [ ! -e "$old" ]; then mkdir -p "$(dirname "$old")" && ln -s "$ROOT" "$old"; fi
   say "$2: $1 (commit $(git -C "$ROOT" log -1 --format=%h 2>/dev/null || echo '?') tree; configured at $old)"
+}
+
+# build_check_cuda DIR: scripts/gpu/check_cuda.c linked with DIR's library, as DIR/check_cuda
+build_check_cuda() {
+  local cuda=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
+  cc -O2 "$ROOT/scripts/gpu/check_cuda.c" -I "$ROOT/include" -I "$cuda/include" -L "$1" -lflashattn \
+    -L "$cuda/lib64" -lcudart -lm -Wl,-rpath,"$1" -o "$1/check_cuda" || { say "check_cuda build failed"; return 1; }
+}
+
+# sanitize CHECK_CUDA "TOOLS" CASES...: compute-sanitizer's tools on check_cuda's cases, one line each
+# in the summary, the tools' output in $OUT/sanitizer.log
+sanitize() {
+  local bin=$1 tools=$2 c tool
+  shift 2
+  for c in "$@"; do
+    for tool in $tools; do
+      timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" "$c" >>"$OUT/sanitizer.log" 2>&1
+      say "$tool $c: exit $?"
+    done
+  done
 }
