@@ -80,7 +80,9 @@ bool fwd_ws_maps(const fa__cuda_params &p, int kBM, int kBN, CUtensorMap (&maps)
 // (bench/results/2026-12-01-h200-ws-fwd-d256.txt): at D = 64 its 3 x 128
 // against 2 x 128 (0..-22%) and 2 x 192 (-2..-16%, 64 bytes of spills), at
 // D = 128 2 slots against 3 (equal); at D = 256, 2 x 64 keys: 2.3-3.1x the
-// mma.sync kernel, 1.7-2.2x FLASH.
+// mma.sync kernel, 1.7-2.2x FLASH. With softcap and ALiBi (kArith) D = 64
+// keeps 3 x 128 (172 bytes of spills): 2 x 128 without spills ran ALiBi at
+// 0.84-0.97x, softcap at 0.99-1.08x (bench/results/2026-12-06-h100-arith-options.txt).
 // FLASHATTN_CUDA_VARIANT=1 (A/B timing in one process): 128 one tile at a time;
 // 2: 128 pipelined on cp.async (the warp-specialized kernel's predecessor).
 // The losing warp-specialized shapes (176-key tiles without a band, FA3's,
@@ -105,11 +107,6 @@ fa_status launch_fwd_wgmma(const fa__cuda_params &p, int kd, cudaStream_t s, fa_
   }
   const bool band = p.wl >= 0 || p.wr >= 0;
   if (kd == 64) {
-    {  // A/B (temporary): the arithmetic options at D = 64 on 2 consumer warpgroups of 240 registers
-      const char *a2 = getenv("FLASHATTN_CUDA_WS_ARITH");
-      if (p.arith_only && a2 && strcmp(a2, "2") == 0 && fwd_ws_maps<E>(p, 128, 128, maps))
-        return launch_fwd_ws_cfg<E, 64, 128, 2, 2>(p, maps, s, err);
-    }
     if (fwd_ws_maps<E>(p, 192, 128, maps)) return launch_fwd_ws_cfg<E, 64, 128, 3, 3>(p, maps, s, err);
     if (p.has_extras) return launch_fwd_wgmma_cfg<E, 64, 2, 128, 2, false, true>(p, s, err);
     return band ? launch_fwd_wgmma_cfg<E, 64, 3, 128, 3, false, false, true>(p, s, err)
