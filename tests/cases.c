@@ -107,17 +107,18 @@ const tcase tc_cases[] = {
     /* ---- softcap and ALiBi alone over several tiles (cuda on Hopper: the warp-specialized
      * kernels' arithmetic options, score_arith.cuh; FLASHATTN_CUDA_WS=0 the per-element kernels):
      * both alignments, GQA, a window with offsets, a negative scale, bucket 256 (forward),
-     * deterministic ---- */
+     * deterministic; half-precision only: f32 takes cuda's generic path, which other cases cover,
+     * and the suite's time under TSan is CI's budget ---- */
     {"arith_softcap_alibi_causal_br_gqa_D64", .B = 1, .Hq = 4, .Hkv = 2, .Lq = 300, .Lk = 270, .D = 64, .Dv = 64,
-     .causal = 1, .align = FA_ALIGN_BOTTOM_RIGHT, .softcap = 3.0, .mag = 2.0, .alibi = 1, .dtypes = F32_BF16},
+     .causal = 1, .align = FA_ALIGN_BOTTOM_RIGHT, .softcap = 3.0, .mag = 2.0, .alibi = 1, .dtypes = TD_BF16},
     {"arith_alibi_window_offsets_D128", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 200, .Lk = 330, .D = 128, .Dv = 128,
-     .use_window = 1, .wl = 90, .wr = 20, .alibi = 1, .q_offset = 40, .k_offset = 7, .dtypes = TD_F32 | TD_F16},
+     .use_window = 1, .wl = 90, .wr = 20, .alibi = 1, .q_offset = 40, .k_offset = 7, .dtypes = TD_F16},
     {"arith_softcap_causal_tl_D128_scale_negative", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 150, .Lk = 260, .D = 128,
      .Dv = 128, .causal = 1, .softcap = 2.5, .mag = 2.0, .scale = -0.2, .dtypes = TD_BF16},
     {"arith_softcap_alibi_D256_causal_br", .B = 1, .Hq = 2, .Hkv = 1, .Lq = 140, .Lk = 200, .D = 256, .Dv = 256,
      .causal = 1, .align = FA_ALIGN_BOTTOM_RIGHT, .softcap = 4.0, .mag = 1.5, .alibi = 1, .dtypes = TD_F16},
     {"deterministic_arith_softcap_alibi_D128", .B = 1, .Hq = 4, .Hkv = 2, .Lq = 200, .Lk = 300, .D = 128, .Dv = 128,
-     .softcap = 3.0, .mag = 2.0, .alibi = 1, .deterministic = 1, .dtypes = F32_BF16},
+     .softcap = 3.0, .mag = 2.0, .alibi = 1, .deterministic = 1, .dtypes = TD_BF16},
     {"deterministic_arith_alibi_causal_D64", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 290, .Lk = 290, .D = 64, .Dv = 64,
      .causal = 1, .alibi = 1, .deterministic = 1, .dtypes = TD_F16},
 
