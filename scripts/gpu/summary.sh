@@ -26,7 +26,8 @@ extract() {
   old=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$ROOT/.gpu-build/CMakeCache.txt")
   rm -rf "${ROOT:?}/$2" && mv "$ROOT/.gpu-build" "$ROOT/$2"
   if [ "$old" != "$ROOT" ] && [ ! -e "$old" ]; then mkdir -p "$(dirname "$old")" && ln -s "$ROOT" "$old"; fi
-  say "$2: $1 (commit $(git -C "$ROOT" log -1 --format=%h 2>/dev/null || echo '?') tree; configured at $old)"
+  # (the pack's own record of its commit: the work tree here is a copy whose git history may be older)
+  say "$2: $1 (built from $(head -1 "$ROOT/$2/commit" 2>/dev/null || echo '?'); configured at $old)"
 }
 
 # build_check_cuda DIR: scripts/gpu/check_cuda.c linked with DIR's library, as DIR/check_cuda
