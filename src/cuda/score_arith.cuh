@@ -2,9 +2,10 @@
 // to read, no random bits -- on the warp-specialized kernels' fragments.
 // rules.cuh's score_full takes every option element by element in 64-bit
 // arithmetic with a test per option (the per-element kernels' path, 10x the
-// band-only kernels' time); here the band is one column interval a row, the
-// ALiBi distance a 32-bit integer a row plus the column's offset, the
-// softcap's tanh two MUFU operations, and the rule is src/rules/score.h's:
+// band-only kernels' time); here the band is tested only on tiles it cuts,
+// as one column interval a row, the ALiBi distance is a row's float plus
+// the column's offset, the softcap's tanh two MUFU operations, and the rule
+// is src/rules/score.h's:
 //   s = scale * dot;  s = softcap * tanh(s / softcap);  s -= slope * |diag(i) - j|
 // in log2 units (times log2 e), for the softmax's exp2.
 #ifndef FA_CUDA_SCORE_ARITH_CUH
@@ -44,8 +45,9 @@ struct arith_score {
   // - j as a float (exact: backend.cu keeps the call's distances under
   // 2^24; the kernels make it one FADD from a row's value, and the FFMA
   // takes its absolute value for free, where an int-to-float conversion an
-  // element would run at the MUFU's quarter rate); kCap: softcap on, *t =
-  // the tanh (its derivative 1 - t^2 is the backward's).
+  // element would run at 16 a clock per multiprocessor, the MUFU's rate, an
+  // eighth of the FFMA's); kCap: softcap on, *t = the tanh (its derivative
+  // 1 - t^2 is the backward's).
   template <bool kCap>
   __device__ __forceinline__ float at(float dot, float dist, float *t) const {
     float s;
