@@ -256,7 +256,7 @@ __global__ void __launch_bounds__(384, 1)
         fence_regs(st);
         fence_regs(dpt);
         if constexpr (kArith) {
-          const arith_score a(p, p.alibi ? p.alibi[h] : 0.f);
+          const arith_score a(p, alibi_slope(p, h));
           if (p.softcap > 0.f)
             bwd_p_ds_arith<true>(blk.bd, a, st, dpt, l_s, ds_s, m0, blk.n0 + wkey, g, t);
           else

@@ -27,7 +27,7 @@ template <typename E, int kD, int kBM, int kStages, bool kDet>
 fa_status launch_bwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&m)[5], cudaStream_t s, fa__err *err) {
   using cfg = bwd_ws_cfg<kD, kBM, kStages, kDet>;
   auto kernel =
-      p.has_extras ? bwd_ws_kernel<E, kD, kBM, kStages, kDet, true> : bwd_ws_kernel<E, kD, kBM, kStages, kDet, false>;
+      p.arith_only ? bwd_ws_kernel<E, kD, kBM, kStages, kDet, true> : bwd_ws_kernel<E, kD, kBM, kStages, kDet, false>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "backward (warp-specialized): shared memory limit");
   FA_CUDA_ROWS_GRID(grid, p.B * p.Hkv, p.Lk, cfg::kBN, "backward dK/dV (warp-specialized)");
   fa__cuda_params q = p;
@@ -73,7 +73,8 @@ bool bwd_ws_maps(const fa__cuda_params &p, int kBM, CUtensorMap (&m)[5]) {
 
 template <typename E, int kD, int kBM, bool kFull>
 fa_status launch_bwd_wgmma_cfg(const fa__cuda_params &p, int deterministic, cudaStream_t s, fa__err *err) {
-  if constexpr (!kFull) {
+  // (per-element options: only the arithmetic ones, p.arith_only, where backend.cu gave the call p.ws_stats)
+  if (!kFull || p.arith_only) {
     CUtensorMap maps[5];
     if ((!deterministic || p.dq_turn) && bwd_ws_maps<E>(p, kBM, maps)) {
       // (3 slots measured no better than 2: bench/results/2026-12-01-h200-ws-bwd.txt; that A/B
@@ -82,8 +83,6 @@ fa_status launch_bwd_wgmma_cfg(const fa__cuda_params &p, int deterministic, cuda
       const fa_status st = launch_bwd_ws_cfg<E, kD, kBM, 2, true>(p, maps, s, err);
       return st == FA_OK ? fa__cuda_dq_convert(p, s, err) : st;
     }
-    // the arithmetic options where the warp-specialized kernel did not take them
-    if (p.has_extras) return launch_bwd_wgmma_cfg<E, kD, kBM, true>(p, deterministic, s, err);
   }
   using cfg = bwd_wgmma_cfg<kD, kBM>;
   auto kernel = bwd_wgmma_kernel<E, kD, kBM, kFull>;
@@ -132,13 +131,10 @@ fa_status launch_bwd_wgmma_full(const fa__cuda_params &p, int kd, int det, cudaS
   }
 }
 
-// Per-element options run the kFull kernels, except the arithmetic ones
-// (p.arith_only) where backend.cu gave the call the warp-specialized
-// kernel's statistics (p.ws_stats).
 template <typename E>
 fa_status launch_bwd_wgmma(const fa__cuda_params &p, int kd, int det, cudaStream_t s, fa__err *err) {
-  return p.has_extras && !(p.arith_only && p.ws_stats) ? launch_bwd_wgmma_full<E, true>(p, kd, det, s, err)
-                                                       : launch_bwd_wgmma_full<E, false>(p, kd, det, s, err);
+  return p.has_extras ? launch_bwd_wgmma_full<E, true>(p, kd, det, s, err)
+                      : launch_bwd_wgmma_full<E, false>(p, kd, det, s, err);
 }
 
 }  // namespace fa_cuda

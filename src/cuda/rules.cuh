@@ -68,6 +68,11 @@ __device__ __forceinline__ void store_any(void *p, int64_t idx, int dtype, float
   }
 }
 
+// ALiBi slope of query head h (0 without ALiBi).
+__device__ __forceinline__ float alibi_slope(const fa__cuda_params &p, int64_t h) {
+  return p.alibi ? p.alibi[h] : 0.f;
+}
+
 // One (sequence, query head): where it lives and its band.
 struct seq_ctx {
   fa__seq seq;
@@ -83,7 +88,7 @@ __device__ __forceinline__ seq_ctx make_seq_ctx(const fa__cuda_params &p, int64_
   c.b = b;
   c.h = h;
   c.bh = b * p.Hq + h;
-  c.slope = p.alibi ? p.alibi[h] : 0.f;
+  c.slope = alibi_slope(p, h);
   return c;
 }
 
