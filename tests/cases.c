@@ -18,6 +18,9 @@ static const int32_t sq_dec[] = {3, 1}, sk_dec[] = {0, 259};
 /* packed: seq 1 has no queries, seq 2 no keys (its rows see nothing) */
 static const int32_t cu_q4[] = {0, 5, 5, 22, 23}, cu_k4[] = {0, 7, 19, 19, 31};
 static const int32_t cu_q3[] = {0, 33, 40, 41}, cu_k3[] = {0, 17, 82, 95};
+/* the tile cases': several tiles, the longest key length 256 (rows of a bias or mask 16-byte aligned) */
+static const int32_t cu_qt[] = {0, 150, 170, 300}, cu_kt[] = {0, 64, 320, 400};
+static const int32_t sq_tile[] = {200, 57}, sk_tile[] = {272, 100};
 static const int32_t cu_q2[] = {0, 65, 66}, cu_k2[] = {0, 1, 66};
 
 #define SMALL .B = 2, .Hq = 2, .Hkv = 2
@@ -121,6 +124,29 @@ const tcase tc_cases[] = {
      .softcap = 3.0, .mag = 2.0, .alibi = 1, .deterministic = 1, .dtypes = TD_BF16},
     {"deterministic_arith_alibi_causal_D64", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 290, .Lk = 290, .D = 64, .Dv = 64,
      .causal = 1, .alibi = 1, .deterministic = 1, .dtypes = TD_F16},
+
+    /* ---- one bias or mask over several tiles (cuda on Hopper: the warp-specialized forward copies
+     * it tile by tile, score_tile.cuh, where its rows are 16-byte aligned: Lk a multiple of 8 for a
+     * 16-bit bias, of 16 for a mask; FLASHATTN_CUDA_WS=0 the per-element kernels): full, broadcast
+     * over batch or heads (size 1 and stride 0), one row per sequence, -inf and fully masked rows,
+     * with the band, GQA, lengths, packed sequences, softcap and ALiBi, bucket 256 ---- */
+    {"tile_bias_gqa_D64", .B = 2, .Hq = 4, .Hkv = 2, .Lq = 300, .Lk = 272, .D = 64, .Dv = 64, .bias = 1,
+     .dtypes = TD_BF16},
+    {"tile_bias_bcast_b_causal_br_D128", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 200, .Lk = 336, .D = 128, .Dv = 128,
+     .bias = 1, .bias_bcast = BC_B, .causal = 1, .align = FA_ALIGN_BOTTOM_RIGHT, .dtypes = TD_F16},
+    {"tile_bias_keys_softcap_alibi_window_D128", .B = 2, .Hq = 2, .Hkv = 2, .Lq = 150, .Lk = 320, .D = 128, .Dv = 128,
+     .bias = 1, .bias_bcast = BC_H | BC_Q, .softcap = 3.0, .mag = 2.0, .alibi = 1, .use_window = 1, .wl = 100, .wr = 40,
+     .dtypes = TD_BF16},
+    {"tile_bias_neginf_stride0_D256", .B = 1, .Hq = 4, .Hkv = 2, .Lq = 140, .Lk = 208, .D = 256, .Dv = 256, .bias = 1,
+     .bias_bcast = BC_H, .bias_stride0 = 1, .bias_neginf = 1, .dtypes = TD_F16},
+    {"tile_bias_varlen_D64", .B = 3, .Hq = 2, .Hkv = 1, .D = 64, .Dv = 64, .cu_q = cu_qt, .cu_k = cu_kt, .bias = 1,
+     .dtypes = TD_F16},
+    {"tile_mask_dead_rows_D64", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 260, .Lk = 288, .D = 64, .Dv = 64, .mask = 1,
+     .mask_dead_rows = 1, .dtypes = TD_BF16},
+    {"tile_mask_keys_window_gqa_D128", .B = 2, .Hq = 4, .Hkv = 1, .Lq = 180, .Lk = 256, .D = 128, .Dv = 128, .mask = 1,
+     .mask_bcast = BC_H | BC_Q, .use_window = 1, .wl = 60, .wr = 10, .dtypes = TD_F16},
+    {"tile_mask_stride0_seqlens_D128", .B = 2, .Hq = 2, .Hkv = 2, .Lq = 200, .Lk = 272, .D = 128, .Dv = 128, .mask = 1,
+     .mask_bcast = BC_B | BC_H, .mask_stride0 = 1, .seqlens_q = sq_tile, .seqlens_k = sk_tile, .dtypes = TD_BF16},
 
     /* ---- sliding windows ---- */
     {"window_left", SMALL, .Lq = 33, .Lk = 33, .D = 16, .Dv = 16, .use_window = 1, .wl = 5, .wr = -1},

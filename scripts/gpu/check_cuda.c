@@ -217,6 +217,7 @@ typedef struct ccase {
   const int32_t *lens_q, *lens_k;
   int seqlens; /* padded layout with these lengths */
   int mask, bias, bias_bcast_bh, alibi, dbias;
+  int bias16; /* the bias in the case's dtype (else f32): the warp-specialized forward's tiles take it */
   double softcap, dropout;
   int bwd;
   int unaligned; /* offset q by one element: forces the generic path */
@@ -224,6 +225,7 @@ typedef struct ccase {
 
 static const int32_t lq3[] = {300, 0, 129}, lk3[] = {257, 64, 1};
 static const int32_t lq2[] = {200, 77}, lk2[] = {130, 256};
+static const int32_t lq4[] = {300, 64, 129}, lk4[] = {256, 64, 200}; /* longest key length 256: rows 16-byte aligned */
 
 static const ccase cases[] = {
     /* plain, every bucket, both dtypes */
@@ -266,6 +268,14 @@ static const ccase cases[] = {
      .dropout = 0.3, .bwd = 1},
     {"bf16_d256_everything", 1, 2, 1, 130, 140, 256, 256, FA_BF16, .mask = 1, .bias = 1, .alibi = 1, .softcap = 4.0,
      .dropout = 0.1, .causal = 1, .br = 1, .dbias = 1, .bwd = 1},
+    /* one bias (in the inputs' dtype) or mask: the warp-specialized forward's tiles (score_tile.cuh) */
+    {"bf16_d128_bias16_causal_br_gqa", 2, 4, 2, 400, 512, 128, 128, FA_BF16, .bias = 1, .bias16 = 1, .causal = 1,
+     .br = 1, .bwd = 1},
+    {"f16_d64_mask_window", 1, 4, 4, 300, 400, 64, 64, FA_F16, .mask = 1, .use_window = 1, .wl = 120, .wr = 30},
+    {"bf16_d256_bias16_bcast_softcap", 1, 2, 1, 300, 336, 256, 256, FA_BF16, .bias = 1, .bias16 = 1, .bias_bcast_bh = 1,
+     .softcap = 4.0},
+    {"bf16_d128_mask_varlen_alibi", 3, 2, 2, 0, 0, 128, 128, FA_BF16, .varlen = 1, .lens_q = lq4, .lens_k = lk4,
+     .mask = 1, .alibi = 1},
     /* generic path */
     {"f32_d128_causal", 1, 2, 2, 300, 300, 128, 128, FA_F32, .causal = 1, .bwd = 1},
     {"f32_d64_everything", 2, 2, 1, 100, 130, 64, 48, FA_F32, .mask = 1, .bias = 1, .alibi = 1, .softcap = 4.0,
@@ -400,7 +410,8 @@ static void run_case(const ccase *c) {
     oh.mask = host_mask(&mask, &mask_h);
   }
   if (c->bias) {
-    bias = c->bias_bcast_bh ? mk(FA_F32, 1, 1, mq, mk_, 0) : mk(FA_F32, B, c->Hq, mq, mk_, 0);
+    const fa_dtype bdt = c->bias16 ? dt : FA_F32;
+    bias = c->bias_bcast_bh ? mk(bdt, 1, 1, mq, mk_, 0) : mk(bdt, B, c->Hq, mq, mk_, 0);
     randn(&bias, 1.f);
     od.bias = devt(&bias);
     oh.bias = host_t(&bias);

@@ -248,8 +248,19 @@ void params_init(fa__cuda_params *pp, const fa__problem *p) {
   // (their ALiBi distances are exact floats: every |diag(i) - j| of the call under 2^24)
   const int64_t shift = p->q_offset - p->k_offset;
   const int64_t span = (shift < 0 ? -shift : shift) + p->q.shape[2] + p->k.shape[2] + p->Lq + p->Lk;
+  const bool exact_span = span < (int64_t(1) << 24);
   pp->arith_only = (p->alibi_slopes || p->softcap > 0) && !p->mask.data && !p->bias.data && !pp->has_dropout &&
-                   span < (int64_t(1) << 24) && !(arith && strcmp(arith, "0") == 0);
+                   exact_span && !(arith && strcmp(arith, "0") == 0);
+  // One bias of the inputs' dtype or one mask (with or without softcap and
+  // ALiBi, no dropout): the warp-specialized forward may copy it tile by
+  // tile (launch_fwd_wgmma.cuh decides whether the copy engine can address it).
+  const char *tile = getenv("FLASHATTN_CUDA_WS_TILE");
+  const bool one_bias = p->bias.data && !p->mask.data && p->bias.dtype == p->dtype;
+  const bool one_mask = p->mask.data && !p->bias.data;
+  pp->fwd_tile =
+      (one_bias || one_mask) && is_half(p->dtype) && !pp->has_dropout && exact_span && !(tile && strcmp(tile, "0") == 0)
+          ? (one_bias ? FA_CUDA_TILE_BIAS : FA_CUDA_TILE_MASK)
+          : 0;
   const char *v = getenv("FLASHATTN_CUDA_VARIANT");
   pp->variant = v ? atoi(v) : 0;
 }

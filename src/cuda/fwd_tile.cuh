@@ -10,6 +10,7 @@
 #include "mma.cuh"
 #include "rules.cuh"
 #include "score_arith.cuh"
+#include "score_tile.cuh"
 
 namespace fa_cuda {
 
@@ -142,14 +143,16 @@ __device__ __forceinline__ void fwd_scores(const fa__cuda_params &p, const seq_c
 }
 
 // Raw dot products -> scores in log2 units with the arithmetic options
-// (softcap, ALiBi: score_arith.cuh), -inf outside the band, for the kMT
-// m-tiles of one warp from query row r0, key tile at n0. As the band-only
-// path: the band tested per element only on tiles it cuts, as a row's
-// column interval; the ALiBi distance diag(i) - j a row's float minus the
-// column's offset.
-template <bool kCap, bool kMasked, int kMT, int kNB>
+// (softcap, ALiBi: score_arith.cuh) and a tensor read from a shared tile
+// (x: score_tile.cuh's bias or mask, no_score_tile without; xrow, the
+// tile's local row of row r0), -inf outside the band, for the kMT m-tiles
+// of one warp from query row r0, key tile at n0. As the band-only path: the
+// band tested per element only on tiles it cuts, as a row's column
+// interval; the ALiBi distance diag(i) - j a row's float minus the column's
+// offset.
+template <bool kCap, bool kMasked, int kMT, int kNB, typename X>
 __device__ __forceinline__ void fwd_scores_arith_el(const seq_ctx &c, const arith_score &a, float (&s)[kMT][kNB][4],
-                                                    int64_t r0, int64_t n0, int g, int t) {
+                                                    int64_t r0, int64_t n0, int g, int t, const X &x, int xrow) {
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -162,25 +165,29 @@ __device__ __forceinline__ void fwd_scores_arith_el(const seq_ctx &c, const arit
         band_offsets(j0, j1, n0, 8 * kNB, &lo, &hi);
       }
       const float diag = static_cast<float>(fa__band_diag(&c.bd, i) - n0 - 2 * t);  // at the thread's column 0
+      const score_tile_row xr = x.row(xrow + mt * 16 + g + r * 8, t);
 #pragma unroll
-      for (int nb = 0; nb < kNB; ++nb)
+      for (int nb = 0; nb < kNB; ++nb) {
+        float tc, v[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) v[e] = a.at<kCap>(s[mt][nb][2 * r + e], diag - static_cast<float>(nb * 8 + e), &tc);
+        x.apply(xr, nb, v[0], v[1]);
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int j = nb * 8 + 2 * t + e;
-          float tc;
-          const float x = a.at<kCap>(s[mt][nb][2 * r + e], diag - static_cast<float>(nb * 8 + e), &tc);
-          s[mt][nb][2 * r + e] = !kMasked || (j >= lo && j < hi) ? x : -INFINITY;
+          s[mt][nb][2 * r + e] = !kMasked || (j >= lo && j < hi) ? v[e] : -INFINITY;
         }
+      }
     }
 }
 
-template <bool kCap, int kMT, int kNB>
+template <bool kCap, int kMT, int kNB, typename X = no_score_tile>
 __device__ __forceinline__ void fwd_scores_arith(const seq_ctx &c, const arith_score &a, float (&s)[kMT][kNB][4],
-                                                 int64_t r0, int64_t n0, int g, int t) {
+                                                 int64_t r0, int64_t n0, int g, int t, const X &x = X{}, int xrow = 0) {
   if (fa__band_tile_full(&c.bd, r0, r0 + 16 * kMT, n0, n0 + 8 * kNB))
-    fwd_scores_arith_el<kCap, false>(c, a, s, r0, n0, g, t);
+    fwd_scores_arith_el<kCap, false>(c, a, s, r0, n0, g, t, x, xrow);
   else
-    fwd_scores_arith_el<kCap, true>(c, a, s, r0, n0, g, t);
+    fwd_scores_arith_el<kCap, true>(c, a, s, r0, n0, g, t, x, xrow);
 }
 
 // The max of row half r (elements 2r, 2r + 1 of every 8-column block) of

@@ -20,8 +20,12 @@
 // Scores, softmax, rescale and epilogue are fwd_tile.cuh's, as in the other
 // forward kernels, the scale folded into the exponent (kFold). Band-only
 // options (causal, window, lengths: seqlens and packed sequences too) and a
-// positive scale; with kArith the arithmetic options too (softcap, ALiBi:
-// score_arith.cuh, the scale applied before the softcap, so any scale);
+// positive scale (kScoreBand); with kScoreArith the arithmetic options too
+// (softcap, ALiBi: score_arith.cuh, the scale applied before the softcap, so
+// any scale); with kScoreTile also one bias or mask, which the producer
+// copies tile by tile (kBM rows x kBN keys, or one row where the tensor is
+// the same for every row) into a ring of two slots of its own, read by the
+// consumers' scoring (score_tile.cuh), so that S need not wait for it;
 // launch_fwd_wgmma.cuh decides.
 #ifndef FA_CUDA_FWD_WS_KERNEL_CUH
 #define FA_CUDA_FWD_WS_KERNEL_CUH
@@ -33,7 +37,10 @@
 
 namespace fa_cuda {
 
-template <int kD, int kBN, int kStages, int kCWG>
+// How the consumers score (fa__cuda_params: arith_only, fwd_tile).
+enum { kScoreBand = 0, kScoreArith = 1, kScoreTile = 2 };
+
+template <int kD, int kBN, int kStages, int kCWG, int kScore = kScoreBand>
 struct fwd_ws_cfg {
   static constexpr int kBM = 64 * kCWG, kThreads = 128 * (kCWG + 1), kConsumers = 128 * kCWG;
   // setmaxnreg shares: the producer's 24 and the consumers' within the
@@ -41,9 +48,15 @@ struct fwd_ws_cfg {
   // 128 x 24 + 384 x 160)
   static constexpr int kProducerRegs = 24, kConsumerRegs = kCWG == 2 ? 240 : 160;
   static constexpr uint32_t kQBytes = kBM * kD * 2, kTileBytes = kBN * kD * 2;
-  // Q, the K and V rings, the barriers, and 1 KiB to align the tiles to
-  // 1024 bytes (the swizzle pattern's period).
-  static constexpr size_t smem_bytes = kQBytes + 2 * kStages * (size_t)kTileBytes + 8 * (2 + 4 * kStages) + 1024;
+  // kScoreTile: a slot of the bias / mask ring holds kBM rows of kBN 16-bit
+  // elements (a mask's bytes take half), in atoms of 64 columns. Two slots
+  // whatever kStages (three would not fit beside D = 64's three K/V slots).
+  static constexpr int kXSlots = kScore == kScoreTile ? 2 : 0;
+  static constexpr uint32_t kXAtomBytes = kBM * 128, kXBytes = kBN / 64 * kXAtomBytes;
+  // Q, the K and V rings, the bias / mask ring, the barriers, and 1 KiB to
+  // align the tiles to 1024 bytes (the swizzle pattern's period).
+  static constexpr size_t smem_bytes = kQBytes + 2 * kStages * (size_t)kTileBytes + kXSlots * (size_t)kXBytes +
+                                       8 * (2 + 4 * kStages + 2 * kXSlots) + 1024;
 };
 
 // Named barriers of the consumers' turn-taking, 1 ... kCWG (0 is
@@ -86,27 +99,34 @@ __device__ __forceinline__ bool fwd_ws_block(const fa__cuda_params &p, int64_t w
   return fwd_block_at<kBM, kBN>(p, w / row_tiles, (row_tiles - 1 - w % row_tiles) * kBM, fb);
 }
 
-template <typename E, int kD, int kBN, int kStages, int kCWG, bool kArith>
+template <typename E, int kD, int kBN, int kStages, int kCWG, int kScore>
 __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
     fwd_ws_kernel(const __grid_constant__ fa__cuda_params p, const __grid_constant__ CUtensorMap tq,
-                  const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv, int64_t row_tiles,
-                  bool heads_inner) {
+                  const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
+                  const __grid_constant__ CUtensorMap tx, int64_t row_tiles, bool heads_inner) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using cfg = fwd_ws_cfg<kD, kBN, kStages, kCWG>;
+  using cfg = fwd_ws_cfg<kD, kBN, kStages, kCWG, kScore>;
+  constexpr bool kTile = kScore == kScoreTile;
   constexpr int kBM = cfg::kBM, kNB = kBN / 8, kDB = kD / 8, kAtoms = kD / 64;
   static_assert(kD % 64 == 0 && kBN % 16 == 0 && kBN <= 256, "wgmma tiles");
 
   extern __shared__ unsigned char smem_raw[];
   const uint32_t base = smem_addr(smem_raw), pad = (1024 - (base & 1023)) & 1023;
-  const uint32_t sq = base + pad;                        // [kAtoms][kBM][64]
-  const uint32_t sk = sq + cfg::kQBytes;                 // [kStages][kAtoms][kBN][64]
-  const uint32_t sv = sk + kStages * cfg::kTileBytes;    // [kStages][kAtoms][kBN][64]
-  const uint32_t bars = sv + kStages * cfg::kTileBytes;  // full_q, empty_q, full_k[], full_v[], empty_k[], empty_v[]
+  const uint32_t sq = base + pad;                      // [kAtoms][kBM][64]
+  const uint32_t sk = sq + cfg::kQBytes;               // [kStages][kAtoms][kBN][64]
+  const uint32_t sv = sk + kStages * cfg::kTileBytes;  // [kStages][kAtoms][kBN][64]
+  const uint32_t sx = sv + kStages * cfg::kTileBytes;  // [kXSlots][kBN / 64][kBM][128 bytes]
+  // full_q, empty_q, full_k[], full_v[], empty_k[], empty_v[], full_x[], empty_x[]
+  const uint32_t bars = sx + cfg::kXSlots * cfg::kXBytes;
   const uint32_t full_q = bars, empty_q = bars + 8;
   auto full_k = [&](int s) { return bars + 8 * (2 + s); };
   auto full_v = [&](int s) { return bars + 8 * (2 + kStages + s); };
   auto empty_k = [&](int s) { return bars + 8 * (2 + 2 * kStages + s); };
   auto empty_v = [&](int s) { return bars + 8 * (2 + 3 * kStages + s); };
+  auto full_x = [&](int s) { return bars + 8 * (2 + 4 * kStages + s); };
+  auto empty_x = [&](int s) { return bars + 8 * (2 + 4 * kStages + cfg::kXSlots + s); };
+  // the bias / mask tile (kTile): the same for every row (a box of one row)?
+  const bool x_rows_bcast = (p.fwd_tile == FA_CUDA_TILE_MASK ? p.mask_s[2] : p.bias_s[2]) == 0;
   constexpr uint32_t kConsumerWarps = cfg::kConsumers / 32;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -121,6 +141,10 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
       mbar_init(empty_k(s), kConsumerWarps);
       mbar_init(empty_v(s), kConsumerWarps);
     }
+    for (int s = 0; s < cfg::kXSlots; ++s) {
+      mbar_init(full_x(s), 1);
+      mbar_init(empty_x(s), kConsumerWarps);
+    }
     mbar_init_fence();
   }
   __syncthreads();
@@ -132,6 +156,7 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
       tma_prefetch_map(&tq);
       tma_prefetch_map(&tk);
       tma_prefetch_map(&tv);
+      if constexpr (kTile) tma_prefetch_map(&tx);
       int q_round = 0;  // work tiles with keys so far (uses of the Q buffer)
       int kv = 0;       // K / V tiles so far (uses of the ring)
       for (int64_t w = blockIdx.x; w < works; w += gridDim.x) {
@@ -157,6 +182,23 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
 #pragma unroll
           for (int a = 0; a < kAtoms; ++a)
             tma_load_4d(sv + s * cfg::kTileBytes + a * kBN * 128, &tv, a * 64, n0, kvh, b, full_v(s));
+          if constexpr (kTile) {
+            // the bias / mask at the tile's rows and keys of the sequence
+            // (logical coordinates; broadcast dims have extent 1)
+            const int xs_slot = kv % cfg::kXSlots, xuse = kv / cfg::kXSlots;
+            if (xuse > 0) mbar_wait(empty_x(xs_slot), (xuse - 1) & 1);
+            // (what follows read from the parameters each time: the producer
+            // thread's 24 registers hold little beside its loop)
+            const bool x_mask = p.fwd_tile == FA_CUDA_TILE_MASK;
+            const int x_cols = x_mask ? 128 : 64;  // a box's columns: one 128-byte row
+            const int xc = (fb.nb_lo + it) * kBN, xr = x_rows_bcast ? 0 : static_cast<int>(fb.m0);
+            const int xh = (x_mask ? p.mask_s[1] : p.bias_s[1]) ? h : 0;
+            const int xb = (x_mask ? p.mask_s[0] : p.bias_s[0]) ? static_cast<int>(fb.c.b) : 0;
+            mbar_expect_tx(full_x(xs_slot), kBN / x_cols * (x_rows_bcast ? 1 : kBM) * 128);
+            for (int a = 0; a < kBN / x_cols; ++a)
+              tma_load_4d(sx + xs_slot * cfg::kXBytes + a * cfg::kXAtomBytes, &tx, xc + a * x_cols, xr, xh, xb,
+                          full_x(xs_slot));
+          }
         }
       }
       // (No copy can still be landing when the block exits: the consumers
@@ -211,12 +253,26 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
       auto s_softmax = [&](int it) {
         fence_regs(s[0]);
         const int64_t n0 = static_cast<int64_t>(fb.nb_lo + it) * kBN;
-        if constexpr (kArith) {
+        if constexpr (kScore != kScoreBand) {
           const arith_score a(p, c.slope);
-          if (p.softcap > 0.f)
-            fwd_scores_arith<true>(c, a, s, m0 + wrow, n0, g, t);
-          else
-            fwd_scores_arith<false>(c, a, s, m0 + wrow, n0, g, t);
+          auto scores = [&](const auto &x) {
+            if (p.softcap > 0.f)
+              fwd_scores_arith<true>(c, a, s, m0 + wrow, n0, g, t, x, wrow);
+            else
+              fwd_scores_arith<false>(c, a, s, m0 + wrow, n0, g, t, x, wrow);
+          };
+          if constexpr (kTile) {
+            const int xslot = (kv + it) % cfg::kXSlots;
+            mbar_wait(full_x(xslot), ((kv + it) / cfg::kXSlots) & 1);
+            const uint32_t xb = sx + xslot * cfg::kXBytes;
+            if (p.fwd_tile == FA_CUDA_TILE_MASK)
+              scores(mask_score_tile{xb, x_rows_bcast});
+            else
+              scores(bias_score_tile<E>{xb, cfg::kXAtomBytes, x_rows_bcast});
+            release(empty_x(xslot));
+          } else {
+            scores(no_score_tile{});
+          }
           fwd_softmax<false>(p, c, s, alpha, row_m, row_l, m0 + wrow, n0, g, t);
         } else {
           fwd_scores<false, true>(p, c, s, m0 + wrow, n0, g, t);

@@ -28,41 +28,62 @@ fa_status launch_fwd_wgmma_cfg(const fa__cuda_params &p, cudaStream_t s, fa__err
   return FA_OK;
 }
 
-template <typename E, int kD, int kBN, int kStages, int kCWG>
-fa_status launch_fwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&maps)[3], cudaStream_t s, fa__err *err) {
-  using cfg = fwd_ws_cfg<kD, kBN, kStages, kCWG>;
-  auto kernel =
-      p.arith_only ? fwd_ws_kernel<E, kD, kBN, kStages, kCWG, true> : fwd_ws_kernel<E, kD, kBN, kStages, kCWG, false>;
+template <typename E, int kD, int kBN, int kStages, int kCWG, int kScore>
+fa_status launch_fwd_ws_score(const fa__cuda_params &p, const CUtensorMap (&maps)[4], cudaStream_t s, fa__err *err) {
+  using cfg = fwd_ws_cfg<kD, kBN, kStages, kCWG, kScore>;
+  auto kernel = fwd_ws_kernel<E, kD, kBN, kStages, kCWG, kScore>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "forward (warp-specialized): shared memory limit");
   fa__cuda_ws_grid g;
   const fa_status st =
       fa__cuda_ws_grid_of(p, cfg::kBM, kD, "forward (warp-specialized): the device's multiprocessors", &g, err);
   if (st != FA_OK) return st;
-  kernel<<<g.blocks, cfg::kThreads, cfg::smem_bytes, s>>>(p, maps[0], maps[1], maps[2], g.row_tiles, g.heads_inner);
+  kernel<<<g.blocks, cfg::kThreads, cfg::smem_bytes, s>>>(p, maps[0], maps[1], maps[2], maps[3], g.row_tiles,
+                                                          g.heads_inner);
   FA_CUDA_CHECK_LAUNCH("forward (warp-specialized) kernel launch");
   return FA_OK;
+}
+
+// kTile: the configuration takes a bias or mask too (p.fwd_tile)
+template <typename E, int kD, int kBN, int kStages, int kCWG, bool kTile>
+fa_status launch_fwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&maps)[4], cudaStream_t s, fa__err *err) {
+  if constexpr (kTile)
+    if (p.fwd_tile) return launch_fwd_ws_score<E, kD, kBN, kStages, kCWG, kScoreTile>(p, maps, s, err);
+  if (p.arith_only) return launch_fwd_ws_score<E, kD, kBN, kStages, kCWG, kScoreArith>(p, maps, s, err);
+  return launch_fwd_ws_score<E, kD, kBN, kStages, kCWG, kScoreBand>(p, maps, s, err);
 }
 
 // Whether the warp-specialized kernel takes the call, and its tensor maps
 // (boxes of kBM query rows, kBN keys): band-only options (seqlens and packed
 // sequences included) and a positive scale (its softmax takes the row maxima
 // unscaled: fwd_tile.cuh's kFold), or the arithmetic options (softcap,
-// ALiBi: score_arith.cuh, any scale); tensors the copy engine can address.
-// FLASHATTN_CUDA_WS=0 keeps the cp.async kernels (FLASHATTN_CUDA_WS_ARITH=0
-// keeps them for the arithmetic options: p.arith_only).
+// ALiBi: score_arith.cuh, any scale), or those and one bias or mask
+// (p.fwd_tile; a mask needs tiles of 128 keys, one 128-byte row); tensors
+// the copy engine can address. FLASHATTN_CUDA_WS=0 keeps the cp.async
+// kernels (FLASHATTN_CUDA_WS_ARITH=0 keeps them for the arithmetic options:
+// p.arith_only; FLASHATTN_CUDA_WS_TILE=0 for a bias or mask: p.fwd_tile).
 template <typename E>
-bool fwd_ws_maps(const fa__cuda_params &p, int kBM, int kBN, CUtensorMap (&maps)[3]) {
+bool fwd_ws_maps(const fa__cuda_params &p, int kBM, int kBN, CUtensorMap (&maps)[4]) {
   const char *env = getenv("FLASHATTN_CUDA_WS");
   if ((env && strcmp(env, "0") == 0) || p.variant != 0) return false;
-  if (p.has_extras ? !p.arith_only : !(p.scale_log2 > 0.f)) return false;
+  if (p.has_extras ? !(p.arith_only || p.fwd_tile) : !(p.scale_log2 > 0.f)) return false;
   const int64_t B = p.cu_q || p.cu_k ? 1 : p.B;  // packed sequences: one stored batch
   if (!tma_addressable(p.q, p.qs, B, p.Hq, p.Lq_rows, p.D) || !tma_addressable(p.k, p.ks, B, p.Hkv, p.Lk_rows, p.D) ||
       !tma_addressable(p.v, p.vs, B, p.Hkv, p.Lk_rows, p.Dv))
     return false;
   constexpr bool bf = std::is_same<E, bf16_t>::value;
-  return tma_map_4d(&maps[0], p.q, p.qs, B, p.Hq, p.Lq_rows, p.D, kBM, bf) &&
-         tma_map_4d(&maps[1], p.k, p.ks, B, p.Hkv, p.Lk_rows, p.D, kBN, bf) &&
-         tma_map_4d(&maps[2], p.v, p.vs, B, p.Hkv, p.Lk_rows, p.Dv, kBN, bf);
+  if (!tma_map_4d(&maps[0], p.q, p.qs, B, p.Hq, p.Lq_rows, p.D, kBM, bf) ||
+      !tma_map_4d(&maps[1], p.k, p.ks, B, p.Hkv, p.Lk_rows, p.D, kBN, bf) ||
+      !tma_map_4d(&maps[2], p.v, p.vs, B, p.Hkv, p.Lk_rows, p.Dv, kBN, bf))
+    return false;
+  maps[3] = maps[2];  // (not read without p.fwd_tile)
+  if (!p.fwd_tile) return true;
+  const int64_t ext[4] = {p.B, p.Hq, p.Lq, p.Lk};
+  if (p.fwd_tile == FA_CUDA_TILE_MASK)
+    return kBN % 128 == 0 && tma_map_score_tile(&maps[3], p.mask, p.mask_s, ext, 1, CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                                                p.mask_s[2] == 0 ? 1 : kBM);
+  return tma_map_score_tile(&maps[3], p.bias, p.bias_s, ext, 2,
+                            bf ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                            p.bias_s[2] == 0 ? 1 : kBM);
 }
 
 // Tile shapes (warpgroups of 64 query rows x keys per tile, K/V slots),
@@ -90,14 +111,14 @@ bool fwd_ws_maps(const fa__cuda_params &p, int kBM, int kBN, CUtensorMap (&maps)
 // 4 and 5 until their compile time went to the D = 256 kernel.
 template <typename E>
 fa_status launch_fwd_wgmma(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err) {
-  CUtensorMap maps[3];
+  CUtensorMap maps[4];
   if (kd == 256) {
     // 2 x 64 rows against 64-key tiles, 2 slots (193 KiB of shared memory):
     // O is 128 registers a thread, S 32, P 16 under the consumers' 240
     // (FlashAttention 3 takes 128 x 80). Everything else at D = 256 (per-
     // element options other than softcap and ALiBi, tensors the copy engine
     // cannot address) stays on the mma.sync kernel.
-    if (fwd_ws_maps<E>(p, 128, 64, maps)) return launch_fwd_ws_cfg<E, 256, 64, 2, 2>(p, maps, s, err);
+    if (fwd_ws_maps<E>(p, 128, 64, maps)) return launch_fwd_ws_cfg<E, 256, 64, 2, 2, true>(p, maps, s, err);
     return std::is_same<E, bf16_t>::value ? fa__cuda_fast_fwd_bf16(p, kd, s, err)
                                           : fa__cuda_fast_fwd_f16(p, kd, s, err);
   }
@@ -107,12 +128,16 @@ fa_status launch_fwd_wgmma(const fa__cuda_params &p, int kd, cudaStream_t s, fa_
   }
   const bool band = p.wl >= 0 || p.wr >= 0;
   if (kd == 64) {
-    if (fwd_ws_maps<E>(p, 192, 128, maps)) return launch_fwd_ws_cfg<E, 64, 128, 3, 3>(p, maps, s, err);
+    // a bias or mask: 2 x 128 (the tile's reads on 3 x 128's 160 registers spilled 1.1 KiB)
+    if (p.fwd_tile && fwd_ws_maps<E>(p, 128, 128, maps))
+      return launch_fwd_ws_score<E, 64, 128, 3, 2, kScoreTile>(p, maps, s, err);
+    if (!p.fwd_tile && fwd_ws_maps<E>(p, 192, 128, maps))
+      return launch_fwd_ws_cfg<E, 64, 128, 3, 3, false>(p, maps, s, err);
     if (p.has_extras) return launch_fwd_wgmma_cfg<E, 64, 2, 128, 2, false, true>(p, s, err);
     return band ? launch_fwd_wgmma_cfg<E, 64, 3, 128, 3, false, false, true>(p, s, err)
                 : launch_fwd_wgmma_cfg<E, 64, 3, 128, 3, false, false, false>(p, s, err);
   }
-  if (fwd_ws_maps<E>(p, 128, 128, maps)) return launch_fwd_ws_cfg<E, 128, 128, 2, 2>(p, maps, s, err);
+  if (fwd_ws_maps<E>(p, 128, 128, maps)) return launch_fwd_ws_cfg<E, 128, 128, 2, 2, true>(p, maps, s, err);
   if (p.has_extras) return launch_fwd_wgmma_cfg<E, 128, 2, 128, 2, false, true>(p, s, err);
   if (p.variant == 1) return launch_fwd_wgmma_cfg<E, 128, 2, 128, 2, false, false>(p, s, err);
   return launch_fwd_wgmma_cfg<E, 128, 2, 128, 2, true, false>(p, s, err);

@@ -8,6 +8,9 @@
 
 #include "../core/problem.h"
 
+// fa__cuda_params.fwd_tile
+enum { FA_CUDA_TILE_BIAS = 1, FA_CUDA_TILE_MASK = 2 };
+
 // Element strides of dims 0..2 of a [B, H, L, D] tensor (dim 3 is contiguous).
 struct fa__cuda_strides {
   int64_t b, h, r;
@@ -75,6 +78,8 @@ struct fa__cuda_params {
   int has_extras;  // mask, bias, alibi, softcap or dropout: the per-element path
   int arith_only;  // the extras are softcap and / or ALiBi only: the warp-specialized kernels take them
                    // (score_arith.cuh) unless FLASHATTN_CUDA_WS_ARITH=0
+  int fwd_tile;    // the forward's one per-element tensor, when the warp-specialized forward may copy it
+                   // tile by tile (fwd_ws_kernel.cuh's kScoreTile): FA_CUDA_TILE_BIAS or _MASK, else 0
   int variant;     // FLASHATTN_CUDA_VARIANT: selects alternative tile configurations, when a
                    // launch file compiles some, for A/B timing in one process (anchors.py --variants)
 };

@@ -63,6 +63,35 @@ inline bool tma_map_4d(CUtensorMap *map, const void *base, const fa__cuda_stride
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// The map of a [B, Hq, Lq, Lk] additive bias (16-bit, `esize` 2) or boolean
+// mask (bytes, `esize` 1) with element strides st, for the forward's score
+// tiles (fwd_ws_kernel.cuh, kScoreTile): boxes of one 128-byte swizzle row
+// of columns (64 bias or 128 mask elements) x `rows` rows. A dim broadcast
+// with stride 0 gets extent 1 (the kernel's coordinate there is 0; rows
+// broadcast take boxes of one row). False where the copy engine cannot
+// address it (columns not contiguous, base or a stride not a multiple of 16
+// bytes, extents past 2^31) or the driver refuses it.
+inline bool tma_map_score_tile(CUtensorMap *map, const void *base, const int64_t (&st)[4], const int64_t (&ext)[4],
+                               int esize, CUtensorMapDataType type, int rows) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tma_encode_fn();
+  if (!encode || !base || (reinterpret_cast<uintptr_t>(base) & 15) || (st[3] != 1 && ext[3] > 1)) return false;
+  cuuint64_t dims[4], strides[3];
+  int64_t prev = 16 * ((ext[3] * esize + 15) / 16);  // a valid stride for an extent-1 dim above the columns
+  dims[0] = static_cast<cuuint64_t>(ext[3]);
+  for (int d = 2, k = 1; d >= 0; --d, ++k) {
+    const int64_t e = st[d] == 0 ? 1 : ext[d], bytes = e > 1 ? st[d] * esize : prev;
+    if (e >= (int64_t(1) << 31) || bytes <= 0 || (bytes & 15) || bytes >= (int64_t(1) << 40)) return false;
+    dims[k] = static_cast<cuuint64_t>(e);
+    strides[k - 1] = static_cast<cuuint64_t>(bytes);
+    prev = bytes * e;
+  }
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(128 / esize), static_cast<cuuint32_t>(rows), 1, 1};
+  const cuuint32_t elem[4] = {1, 1, 1, 1};
+  return encode(map, type, 4, const_cast<void *>(base), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 // The map of an f32 [B, H, L, D] array with contiguous rows of D (the
 // backward's dQ accumulator), boxes of 32 columns (128 bytes, one swizzle
 // row) x `rows` rows in the 128-byte swizzle, for reductions into it.

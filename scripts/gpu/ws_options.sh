@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (the device tool's `run`, in the repository root):
+# the checks and the timing of the per-element options that the
+# warp-specialized kernels take, on a build made on the dev machine by
+# scripts/gpu/prebuild.sh, for one of
+#   arith  softcap and ALiBi (src/cuda/score_arith.cuh; bench/gpu/arith.py;
+#          FLASHATTN_CUDA_WS_ARITH=0 the per-element kernels)
+#   tile   one bias or mask on the forward (src/cuda/score_tile.cuh;
+#          bench/gpu/score_tile.py; FLASHATTN_CUDA_WS_TILE=0 the per-element kernels)
+# Checks: check_cuda (every built-in case against the float64 reference),
+# compute-sanitizer (memcheck, synccheck; racecheck on one tile case) on
+# that option's check_cuda cases, the shared suite
+# (test_backend_cuda) as built and with the option's switch at 0; then the
+# bench with WS_ARGS (WS_BENCH_S seconds at most; WS_SKIP_CHECKS=1 leaves the
+# checks out).
+#   carry:   [".gpu-deps", ".gpu-build.tar.xz"]
+#   command: WS_ARGS="--d 64,128 --l 2048,8192" bash scripts/gpu/ws_options.sh arith
+# Results: $OUT/summary.txt and the logs next to it.
+# shellcheck source=scripts/gpu/summary.sh
+. "$(dirname "${BASH_SOURCE[0]}")/summary.sh"
+
+case ${1:-} in
+  arith)
+    SWITCH=FLASHATTN_CUDA_WS_ARITH BENCH=bench/gpu/arith.py
+    SAN_CASES="f16_d128_softcap_window_gqa bf16_d64_alibi_softcap_causal bf16_d256_alibi_softcap_causal"
+    RACE_CASES=""
+    ;;
+  tile)
+    SWITCH=FLASHATTN_CUDA_WS_TILE BENCH=bench/gpu/score_tile.py
+    SAN_CASES="bf16_d128_bias16_causal_br_gqa f16_d64_mask_window bf16_d256_bias16_bcast_softcap"
+    RACE_CASES="f16_d64_mask_window" # the new shared ring: one case (racecheck is the slow one)
+    ;;
+  *)
+    echo "usage: bash scripts/gpu/ws_options.sh arith|tile" >&2
+    exit 2
+    ;;
+esac
+
+[ -f "$ROOT/.gpu-build.tar.xz" ] || { say "missing .gpu-build.tar.xz: carry it"; exit 1; }
+nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader | tee -a "$SUMMARY"
+extract "$ROOT/.gpu-build.tar.xz" build-gpu || exit 1
+export LD_LIBRARY_PATH=$ROOT/.gpu-deps/cmocka/lib:${LD_LIBRARY_PATH:-}
+B=$ROOT/build-gpu
+
+if [ "${WS_SKIP_CHECKS:-0}" != 1 ]; then
+  build_check_cuda "$B" || exit 1
+  say "== checks ($(date -u +%T))"
+  timeout 200 "$B/check_cuda" >"$OUT/check.log" 2>&1
+  say "check_cuda exit $?: $(tail -1 "$OUT/check.log")"
+  grep -E "FAIL" "$OUT/check.log" | head -20 | tee -a "$SUMMARY"
+  # shellcheck disable=SC2086
+  sanitize "$B/check_cuda" "memcheck synccheck" ${WS_SAN:-$SAN_CASES}
+  # shellcheck disable=SC2086
+  [ -n "$RACE_CASES" ] && sanitize "$B/check_cuda" racecheck $RACE_CASES
+  timeout 300 "$B/tests/test_backend_cuda" >"$OUT/suite_cuda.log" 2>&1
+  say "test_backend_cuda exit $?: $(counts "$OUT/suite_cuda.log")"
+  env "$SWITCH=0" timeout 300 "$B/tests/test_backend_cuda" >"$OUT/suite_cuda_elem.log" 2>&1
+  say "test_backend_cuda ($SWITCH=0) exit $?: $(counts "$OUT/suite_cuda_elem.log")"
+  grep -h '^\[  FAILED  \] [^0-9]' "$OUT"/suite_cuda*.log | head -20 | tee -a "$SUMMARY"
+fi
+
+say "== $BENCH ${WS_ARGS:-} ($(date -u +%T))"
+export PYTHONUNBUFFERED=1
+# shellcheck disable=SC2086
+timeout "${WS_BENCH_S:-300}" python3 "$BENCH" --lib "$B/libflashattn.so" ${WS_ARGS:-} >"$OUT/bench.txt" 2>&1
+say "exit $?"
+tee -a "$SUMMARY" <"$OUT/bench.txt"
+say "== done ($(date -u +%T))"
