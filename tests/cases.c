@@ -127,9 +127,10 @@ const tcase tc_cases[] = {
 
     /* ---- one bias or mask over several tiles (cuda on Hopper: the warp-specialized forward copies
      * it tile by tile, score_tile.cuh, where its rows are 16-byte aligned: Lk a multiple of 8 for a
-     * 16-bit bias, of 16 for a mask; FLASHATTN_CUDA_WS=0 the per-element kernels): full, broadcast
-     * over batch or heads (size 1 and stride 0), one row per sequence, -inf and fully masked rows,
-     * with the band, GQA, lengths, packed sequences, softcap and ALiBi, bucket 256 ---- */
+     * 16-bit bias, of 16 for a mask; FLASHATTN_CUDA_WS=0 the per-element kernels), and the backward
+     * too without lengths (a bias there: D = 128 only): full, broadcast over batch or heads (size 1
+     * and stride 0), one row per sequence, -inf and fully masked rows, with the band, GQA, lengths,
+     * packed sequences, softcap and ALiBi, bucket 256, deterministic ---- */
     {"tile_bias_gqa_D64", .B = 2, .Hq = 4, .Hkv = 2, .Lq = 300, .Lk = 272, .D = 64, .Dv = 64, .bias = 1,
      .dtypes = TD_BF16},
     {"tile_bias_bcast_b_causal_br_D128", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 200, .Lk = 336, .D = 128, .Dv = 128,
@@ -147,6 +148,10 @@ const tcase tc_cases[] = {
      .mask_bcast = BC_H | BC_Q, .use_window = 1, .wl = 60, .wr = 10, .dtypes = TD_F16},
     {"tile_mask_stride0_seqlens_D128", .B = 2, .Hq = 2, .Hkv = 2, .Lq = 200, .Lk = 272, .D = 128, .Dv = 128, .mask = 1,
      .mask_bcast = BC_B | BC_H, .mask_stride0 = 1, .seqlens_q = sq_tile, .seqlens_k = sk_tile, .dtypes = TD_BF16},
+    {"deterministic_tile_bias_causal_D128", .B = 1, .Hq = 4, .Hkv = 2, .Lq = 200, .Lk = 264, .D = 128, .Dv = 128,
+     .bias = 1, .causal = 1, .align = FA_ALIGN_BOTTOM_RIGHT, .deterministic = 1, .dtypes = TD_BF16},
+    {"deterministic_tile_mask_D64", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 290, .Lk = 256, .D = 64, .Dv = 64, .mask = 1,
+     .mask_dead_rows = 1, .deterministic = 1, .dtypes = TD_F16},
 
     /* ---- sliding windows ---- */
     {"window_left", SMALL, .Lq = 33, .Lk = 33, .D = 16, .Dv = 16, .use_window = 1, .wl = 5, .wr = -1},

@@ -261,6 +261,8 @@ void params_init(fa__cuda_params *pp, const fa__problem *p) {
       (one_bias || one_mask) && is_half(p->dtype) && !pp->has_dropout && exact_span && !(tile && strcmp(tile, "0") == 0)
           ? (one_bias ? FA_CUDA_TILE_BIAS : FA_CUDA_TILE_MASK)
           : 0;
+  // (dBias is dS summed over the bias's broadcast dims: the per-element kernels write it)
+  pp->bwd_tile = p->dbias.data ? 0 : pp->fwd_tile;
   const char *v = getenv("FLASHATTN_CUDA_VARIANT");
   pp->variant = v ? atoi(v) : 0;
 }

@@ -10,6 +10,7 @@
 #include "mma.cuh"
 #include "rules.cuh"
 #include "score_arith.cuh"
+#include "score_tile.cuh"
 
 namespace fa_cuda {
 
@@ -138,13 +139,18 @@ __device__ __forceinline__ void bwd_p_ds(const fa__cuda_params &p, const fa__ban
 // bwd_p_band: the band tested per element only where it cuts the warp's 16
 // keys x 8 kMB queries, as the query interval that sees each of the
 // thread's two keys; the ALiBi distance diag(i) - j a key's float plus the
-// query's offset.
-template <bool kCap, bool kMasked, int kMB>
+// query's offset; a bias or mask (x) read from the query tile's shared tile.
+template <bool kCap, bool kMasked, int kMB, typename X>
 __device__ __forceinline__ void bwd_p_ds_arith_el(const fa__band &bd, const arith_score &a, float (&st)[kMB][4],
                                                   float (&dpt)[kMB][4], const float *l_s, const float *ds_s, int64_t m0,
-                                                  int64_t jw, int g, int t) {
+                                                  int64_t jw, int g, int t, const X &x, int xcol) {
   int lo[2] = {0, 0}, hi[2] = {8 * kMB, 8 * kMB};
   float diag[2];
+  score_tile_col xc[2][2];  // [key r][query c]: the tile's column xcol + g + 8 r at rows 2 t + c + 8 mb
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) xc[r][c] = x.col(2 * t + c, xcol + g + 8 * r);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t j = jw + g + 8 * r;
@@ -164,8 +170,8 @@ __device__ __forceinline__ void bwd_p_ds_arith_el(const fa__band &bd, const arit
     for (int e = 0; e < 4; ++e) {
       const int c = e & 1, r = e >> 1, q = mb * 8 + c;
       float tc = 0.f;
-      const float x = a.at<kCap>(st[mb][e], diag[r] + static_cast<float>(q), &tc);
-      float pr = fast_exp2(x + nl[c]);
+      const float sx = a.at<kCap>(st[mb][e], diag[r] + static_cast<float>(q), &tc) + x.term(xc[r][c], mb);
+      float pr = fast_exp2(sx + nl[c]);
       if (kMasked && (q < lo[r] || q >= hi[r])) pr = 0.f;
       float ds = pr * (dpt[mb][e] - dsum[c]);
       if (kCap) ds *= fmaf(-tc, tc, 1.f);
@@ -175,14 +181,16 @@ __device__ __forceinline__ void bwd_p_ds_arith_el(const fa__band &bd, const arit
   }
 }
 
-template <bool kCap, int kMB>
+// x: score_tile.cuh's bias or mask tile of the query tile (xcol: the tile's
+// column of key jw), no_score_tile without.
+template <bool kCap, int kMB, typename X = no_score_tile>
 __device__ __forceinline__ void bwd_p_ds_arith(const fa__band &bd, const arith_score &a, float (&st)[kMB][4],
                                                float (&dpt)[kMB][4], const float *l_s, const float *ds_s, int64_t m0,
-                                               int64_t jw, int g, int t) {
+                                               int64_t jw, int g, int t, const X &x = X{}, int xcol = 0) {
   if (fa__band_tile_full(&bd, m0, m0 + 8 * kMB, jw, jw + 16))
-    bwd_p_ds_arith_el<kCap, false>(bd, a, st, dpt, l_s, ds_s, m0, jw, g, t);
+    bwd_p_ds_arith_el<kCap, false>(bd, a, st, dpt, l_s, ds_s, m0, jw, g, t, x, xcol);
   else
-    bwd_p_ds_arith_el<kCap, true>(bd, a, st, dpt, l_s, ds_s, m0, jw, g, t);
+    bwd_p_ds_arith_el<kCap, true>(bd, a, st, dpt, l_s, ds_s, m0, jw, g, t, x, xcol);
 }
 
 // LSE (as bwd_lse2) and dsum of query rows i0 and i0 + 8 of head h; rows

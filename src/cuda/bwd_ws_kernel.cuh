@@ -41,9 +41,13 @@
 // interleaves p.head_group heads so that a head's consecutive key tiles
 // start that many blocks apart, while as many heads are in flight as
 // tile-major order has.
-// Band-only calls without per-sequence lengths (seqlens, packed sequences),
-// and with kArith those whose per-element options are softcap and ALiBi
-// only (bwd_tile.cuh's bwd_p_ds_arith); backend.cu (p.ws_stats, p.dq_turn)
+// Band-only calls without per-sequence lengths (seqlens, packed sequences)
+// (kScoreBand), with kScoreArith those whose per-element options are
+// softcap and ALiBi only (bwd_tile.cuh's bwd_p_ds_arith), with kScoreTile
+// those and one bias without dBias, or one mask (p.bwd_tile): the producer
+// copies the query tile's rows of it with Q and dO into the same slot
+// (score_tile.cuh reads it; D = 64 takes masks only: a bias tile of 128
+// rows does not fit beside the rest); backend.cu (p.ws_stats, p.dq_turn)
 // and launch_bwd_wgmma.cuh decide.
 #ifndef FA_CUDA_BWD_WS_KERNEL_CUH
 #define FA_CUDA_BWD_WS_KERNEL_CUH
@@ -55,7 +59,7 @@
 
 namespace fa_cuda {
 
-template <int kD, int kBM, int kStages, bool kDet>
+template <int kD, int kBM, int kStages, bool kDet, int kScore = kScoreBand>
 struct bwd_ws_cfg {
   static constexpr size_t kSmemLimit = 227 * 1024;  // an sm_90 block's opt-in maximum
   static constexpr int kBN = 128, kThreads = 384, kConsumers = 256;
@@ -67,11 +71,17 @@ struct bwd_ws_cfg {
   static constexpr uint32_t kDsBytes = kBN * kBM * 2;
   static constexpr uint32_t kDqBytes = kBM * kD * 4;
   static constexpr uint32_t kStatBytes = 2 * kBM * 4;  // LSE and dsum of one slot
-  // K, V, the Q and dO rings, dS^T, the dQ tiles, the row statistics, the
-  // barriers; 1 KiB to align the tiles to 1024 bytes (the swizzle's period)
+  // kScoreTile: a slot's bias (16-bit, 2 atoms of 64 keys) or mask (bytes,
+  // 1 atom of 128 keys) rows, kBM of them; at D = 64 (kBM = 128) a mask's only
+  static constexpr bool kXBias = kD != 64;
+  static constexpr uint32_t kXAtomBytes = kBM * 128;
+  static constexpr uint32_t kXBytes = kScore == kScoreTile ? (kXBias ? 2 : 1) * kXAtomBytes : 0;
+  // K, V, the Q and dO rings, dS^T, the dQ tiles, the bias / mask tiles, the
+  // row statistics, the barriers; 1 KiB to align the tiles to 1024 bytes
+  // (the swizzle's period)
   static constexpr size_t bytes_with(int dq_bufs) {
     return 2 * (size_t)kKVBytes + 2 * kStages * (size_t)kQBytes + kDsBytes + dq_bufs * (size_t)kDqBytes +
-           kStages * (size_t)kStatBytes + 8 * (1 + 2 * kStages + 2 * dq_bufs) + 1024;
+           kStages * (size_t)kXBytes + kStages * (size_t)kStatBytes + 8 * (1 + 2 * kStages + 2 * dq_bufs) + 1024;
   }
   // deterministic: a second dQ tile lets the consumers run a tile ahead of
   // the writer
@@ -90,13 +100,15 @@ __device__ __forceinline__ uint32_t swz_f32(int row, int col) {
                                (col & 3) * 4);
 }
 
-template <typename E, int kD, int kBM, int kStages, bool kDet, bool kArith>
+template <typename E, int kD, int kBM, int kStages, bool kDet, int kScore>
 __global__ void __launch_bounds__(384, 1)
     bwd_ws_kernel(const __grid_constant__ fa__cuda_params p, const __grid_constant__ CUtensorMap tq,
                   const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
-                  const __grid_constant__ CUtensorMap tdo, const __grid_constant__ CUtensorMap tdq) {
+                  const __grid_constant__ CUtensorMap tdo, const __grid_constant__ CUtensorMap tdq,
+                  const __grid_constant__ CUtensorMap tx) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using cfg = bwd_ws_cfg<kD, kBM, kStages, kDet>;
+  using cfg = bwd_ws_cfg<kD, kBM, kStages, kDet, kScore>;
+  constexpr bool kTile = kScore == kScoreTile;
   constexpr int kBN = cfg::kBN, kMB = kBM / 8, kDB = kD / 8, kAtoms = kD / 64;
   static_assert((kBM == 128 && kD == 64) || (kBM == 64 && kD == 128), "tile shapes with a 64 x 64 dQ block each");
   // D = 64 (128 query rows): S^T and dP^T are 64 registers each, so P^T and
@@ -107,13 +119,14 @@ __global__ void __launch_bounds__(384, 1)
   extern __shared__ unsigned char smem_raw[];
   const uint32_t pad = (1024 - (smem_addr(smem_raw) & 1023)) & 1023;
   unsigned char *smem = smem_raw + pad;
-  const uint32_t sk = smem_addr(smem);                                 // [kAtoms][kBN][64]
-  const uint32_t sv = sk + cfg::kKVBytes;                              // [kAtoms][kBN][64]
-  const uint32_t sq = sv + cfg::kKVBytes;                              // [kStages][kAtoms][kBM][64]
-  const uint32_t sdo = sq + kStages * cfg::kQBytes;                    // [kStages][kAtoms][kBM][64]
-  const uint32_t sds = sdo + kStages * cfg::kQBytes;                   // [kBM / 64][kBN][64]: dS^T [key][query]
-  const uint32_t sdq = sds + cfg::kDsBytes;                            // [kDqBufs][kD / 32][kBM][32] f32, swz_f32
-  const uint32_t stats_off = sdq + cfg::kDqBufs * cfg::kDqBytes - sk;  // [kStages][LSE kBM, dsum kBM] f32
+  const uint32_t sk = smem_addr(smem);                          // [kAtoms][kBN][64]
+  const uint32_t sv = sk + cfg::kKVBytes;                       // [kAtoms][kBN][64]
+  const uint32_t sq = sv + cfg::kKVBytes;                       // [kStages][kAtoms][kBM][64]
+  const uint32_t sdo = sq + kStages * cfg::kQBytes;             // [kStages][kAtoms][kBM][64]
+  const uint32_t sds = sdo + kStages * cfg::kQBytes;            // [kBM / 64][kBN][64]: dS^T [key][query]
+  const uint32_t sdq = sds + cfg::kDsBytes;                     // [kDqBufs][kD / 32][kBM][32] f32, swz_f32
+  const uint32_t sx = sdq + cfg::kDqBufs * cfg::kDqBytes;       // [kStages][atoms][kBM][128 bytes]
+  const uint32_t stats_off = sx + kStages * cfg::kXBytes - sk;  // [kStages][LSE kBM, dsum kBM] f32
   float *stats = reinterpret_cast<float *>(smem + stats_off);
   const uint32_t bars = sk + stats_off + kStages * cfg::kStatBytes;
   const uint32_t full_kv = bars;
@@ -170,6 +183,7 @@ __global__ void __launch_bounds__(384, 1)
     if (warp == 0 && lane == 0) {
       tma_prefetch_map(&tq);
       tma_prefetch_map(&tdo);
+      if constexpr (kTile) tma_prefetch_map(&tx);
       if (total > 0) {
         const int n0 = static_cast<int>(seq.k_row0 + blk.n0), kvh = static_cast<int>(blk.kvh);
         mbar_expect_tx(full_kv, 2 * cfg::kKVBytes);
@@ -184,8 +198,21 @@ __global__ void __launch_bounds__(384, 1)
         int64_t h, m0;
         bwd_block_tile<kBM, kDet>(p, blk, it, &h, &m0);
         if (use > 0) mbar_wait(empty(s), (use - 1) & 1);
-        mbar_expect_tx(full(s), 2 * cfg::kQBytes + cfg::kStatBytes);
         const int row = static_cast<int>(seq.q_row0 + m0);
+        if constexpr (kTile) {
+          // the bias / mask rows of the query tile at the block's keys
+          // (logical coordinates; broadcast dims have extent 1, a tile the
+          // same for every row is one row)
+          const bool x_mask = p.bwd_tile == FA_CUDA_TILE_MASK;
+          const int64_t *xs = x_mask ? p.mask_s : p.bias_s;
+          const int x_cols = x_mask ? 128 : 64, x_rows = xs[2] ? kBM : 1;
+          mbar_expect_tx(full(s), 2 * cfg::kQBytes + cfg::kStatBytes + kBN / x_cols * x_rows * 128);
+          for (int a = 0; a < kBN / x_cols; ++a)
+            tma_load_4d(sx + s * cfg::kXBytes + a * cfg::kXAtomBytes, &tx, static_cast<int>(blk.n0) + a * x_cols,
+                        xs[2] ? static_cast<int>(m0) : 0, xs[1] ? static_cast<int>(h) : 0, xs[0] ? b : 0, full(s));
+        } else {
+          mbar_expect_tx(full(s), 2 * cfg::kQBytes + cfg::kStatBytes);
+        }
         const float *st = p.ws_stats + (seq.bidx * p.Hq + h) * 2 * p.ws_pitch + row;
         const uint32_t ss = sk + stats_off + s * cfg::kStatBytes;
         bulk_load(ss, st, kBM * 4, full(s));
@@ -249,18 +276,30 @@ __global__ void __launch_bounds__(384, 1)
       bwd_wgmma_kt<E, kD, kBM, kBN>(st, sk, q_st, wg);
       bwd_wgmma_kt<E, kD, kBM, kBN>(dpt, sv, do_st, wg);
       uint32_t ap[kBM / 16][4], as[kBM / 16][4];
-      if constexpr (kEarlyDs || kArith) {
+      if constexpr (kEarlyDs || kScore != kScoreBand) {
         // P^T and dS^T both before dV: S^T and dP^T die sooner (and the
         // softcap's tanh is at hand for dS^T)
         wgmma_wait<0>();
         fence_regs(st);
         fence_regs(dpt);
-        if constexpr (kArith) {
+        if constexpr (kScore != kScoreBand) {
           const arith_score a(p, alibi_slope(p, h));
-          if (p.softcap > 0.f)
-            bwd_p_ds_arith<true>(blk.bd, a, st, dpt, l_s, ds_s, m0, blk.n0 + wkey, g, t);
-          else
-            bwd_p_ds_arith<false>(blk.bd, a, st, dpt, l_s, ds_s, m0, blk.n0 + wkey, g, t);
+          auto p_ds = [&](const auto &x) {
+            if (p.softcap > 0.f)
+              bwd_p_ds_arith<true>(blk.bd, a, st, dpt, l_s, ds_s, m0, blk.n0 + wkey, g, t, x, wkey);
+            else
+              bwd_p_ds_arith<false>(blk.bd, a, st, dpt, l_s, ds_s, m0, blk.n0 + wkey, g, t, x, wkey);
+          };
+          if constexpr (kTile) {
+            const uint32_t xb = sx + s * cfg::kXBytes;
+            const bool rows_bcast = (p.bwd_tile == FA_CUDA_TILE_MASK ? p.mask_s[2] : p.bias_s[2]) == 0;
+            if (!cfg::kXBias || p.bwd_tile == FA_CUDA_TILE_MASK)
+              p_ds(mask_score_tile{xb, rows_bcast});
+            else
+              p_ds(bias_score_tile<E>{xb, cfg::kXAtomBytes, rows_bcast});
+          } else {
+            p_ds(no_score_tile{});
+          }
         } else {
           bwd_p_band(blk.bd, st, l_s, p.scale_log2, m0, blk.n0 + wkey, g, t);
           bwd_ds_band(st, dpt, ds_s, t);

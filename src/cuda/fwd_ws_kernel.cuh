@@ -37,9 +37,6 @@
 
 namespace fa_cuda {
 
-// How the consumers score (fa__cuda_params: arith_only, fwd_tile).
-enum { kScoreBand = 0, kScoreArith = 1, kScoreTile = 2 };
-
 template <int kD, int kBN, int kStages, int kCWG, int kScore = kScoreBand>
 struct fwd_ws_cfg {
   static constexpr int kBM = 64 * kCWG, kThreads = 128 * (kCWG + 1), kConsumers = 128 * kCWG;

@@ -3,8 +3,9 @@
 // element type; launch_bwd_wgmma_<dtype>.cu instantiate it for sm_90a only.
 // Preconditions as launch_bwd: dsum filled, dq_acc zero when fused.
 // Band-only calls without per-sequence lengths (or with softcap and ALiBi
-// as their only per-element options: p.arith_only) take the warp-specialized
-// kernel (bwd_ws_kernel.cuh) where the copy engine can address the tensors;
+// as their only per-element options: p.arith_only; or those and one bias
+// without dBias or one mask: p.bwd_tile) take the warp-specialized kernel
+// (bwd_ws_kernel.cuh) where the copy engine can address the tensors;
 // deterministic ones too where backend.cu gave them p.dq_turn (and a zeroed
 // dq_acc), and then this launch also converts dq_acc into dq.
 // FLASHATTN_CUDA_WS=0 or FLASHATTN_CUDA_WS_BWD=0 keep bwd_wgmma_kernel for
@@ -23,11 +24,10 @@
 
 namespace fa_cuda {
 
-template <typename E, int kD, int kBM, int kStages, bool kDet>
-fa_status launch_bwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&m)[5], cudaStream_t s, fa__err *err) {
-  using cfg = bwd_ws_cfg<kD, kBM, kStages, kDet>;
-  auto kernel =
-      p.arith_only ? bwd_ws_kernel<E, kD, kBM, kStages, kDet, true> : bwd_ws_kernel<E, kD, kBM, kStages, kDet, false>;
+template <typename E, int kD, int kBM, int kStages, bool kDet, int kScore>
+fa_status launch_bwd_ws_score(const fa__cuda_params &p, const CUtensorMap (&m)[6], cudaStream_t s, fa__err *err) {
+  using cfg = bwd_ws_cfg<kD, kBM, kStages, kDet, kScore>;
+  auto kernel = bwd_ws_kernel<E, kD, kBM, kStages, kDet, kScore>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "backward (warp-specialized): shared memory limit");
   FA_CUDA_ROWS_GRID(grid, p.B * p.Hkv, p.Lk, cfg::kBN, "backward dK/dV (warp-specialized)");
   fa__cuda_params q = p;
@@ -47,16 +47,24 @@ fa_status launch_bwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&m)[5],
     const int64_t g = env ? atoll(env) : 0;
     q.head_group = g < 1 ? 0 : g < heads ? g : heads;
   }
-  kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(q, m[0], m[1], m[2], m[3], m[4]);
+  kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(q, m[0], m[1], m[2], m[3], m[4], m[5]);
   FA_CUDA_CHECK_LAUNCH("backward (warp-specialized) kernel launch");
   return FA_OK;
 }
 
+template <typename E, int kD, int kBM, int kStages, bool kDet>
+fa_status launch_bwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&m)[6], cudaStream_t s, fa__err *err) {
+  if (p.bwd_tile) return launch_bwd_ws_score<E, kD, kBM, kStages, kDet, kScoreTile>(p, m, s, err);
+  if (p.arith_only) return launch_bwd_ws_score<E, kD, kBM, kStages, kDet, kScoreArith>(p, m, s, err);
+  return launch_bwd_ws_score<E, kD, kBM, kStages, kDet, kScoreBand>(p, m, s, err);
+}
+
 // Whether the warp-specialized backward takes the call, and its tensor maps
-// (Q, K, V, dO in boxes of kBM or 128 rows; the f32 dQ accumulator):
+// (Q, K, V, dO in boxes of kBM or 128 rows; the f32 dQ accumulator; the
+// bias or mask, p.bwd_tile: a bias not at D = 64, bwd_ws_cfg's kXBias):
 // backend.cu set p.ws_stats where fa__cuda_ws_bwd_shape allowed it.
 template <typename E>
-bool bwd_ws_maps(const fa__cuda_params &p, int kBM, CUtensorMap (&m)[5]) {
+bool bwd_ws_maps(const fa__cuda_params &p, int kD, int kBM, CUtensorMap (&m)[6]) {
   if (!p.ws_stats || !p.dq_acc) return false;
   if (!tma_addressable(p.q, p.qs, p.B, p.Hq, p.Lq_rows, p.D) ||
       !tma_addressable(p.k, p.ks, p.B, p.Hkv, p.Lk_rows, p.D) ||
@@ -64,19 +72,30 @@ bool bwd_ws_maps(const fa__cuda_params &p, int kBM, CUtensorMap (&m)[5]) {
       !tma_addressable(p.dout, p.dos, p.B, p.Hq, p.Lq_rows, p.Dv))
     return false;
   constexpr bool bf = std::is_same<E, bf16_t>::value;
-  return tma_map_4d(&m[0], p.q, p.qs, p.B, p.Hq, p.Lq_rows, p.D, kBM, bf) &&
-         tma_map_4d(&m[1], p.k, p.ks, p.B, p.Hkv, p.Lk_rows, p.D, 128, bf) &&
-         tma_map_4d(&m[2], p.v, p.vs, p.B, p.Hkv, p.Lk_rows, p.Dv, 128, bf) &&
-         tma_map_4d(&m[3], p.dout, p.dos, p.B, p.Hq, p.Lq_rows, p.Dv, kBM, bf) &&
-         tma_map_f32_rows(&m[4], p.dq_acc, p.B, p.Hq, p.Lq_rows, p.D, kBM);
+  if (!tma_map_4d(&m[0], p.q, p.qs, p.B, p.Hq, p.Lq_rows, p.D, kBM, bf) ||
+      !tma_map_4d(&m[1], p.k, p.ks, p.B, p.Hkv, p.Lk_rows, p.D, 128, bf) ||
+      !tma_map_4d(&m[2], p.v, p.vs, p.B, p.Hkv, p.Lk_rows, p.Dv, 128, bf) ||
+      !tma_map_4d(&m[3], p.dout, p.dos, p.B, p.Hq, p.Lq_rows, p.Dv, kBM, bf) ||
+      !tma_map_f32_rows(&m[4], p.dq_acc, p.B, p.Hq, p.Lq_rows, p.D, kBM))
+    return false;
+  m[5] = m[0];  // (not read without p.bwd_tile)
+  if (!p.bwd_tile) return true;
+  const int64_t ext[4] = {p.B, p.Hq, p.Lq, p.Lk};
+  if (p.bwd_tile == FA_CUDA_TILE_MASK)
+    return tma_map_score_tile(&m[5], p.mask, p.mask_s, ext, 1, CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                              p.mask_s[2] == 0 ? 1 : kBM);
+  return kD != 64 && tma_map_score_tile(&m[5], p.bias, p.bias_s, ext, 2,
+                                        bf ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                                        p.bias_s[2] == 0 ? 1 : kBM);
 }
 
 template <typename E, int kD, int kBM, bool kFull>
 fa_status launch_bwd_wgmma_cfg(const fa__cuda_params &p, int deterministic, cudaStream_t s, fa__err *err) {
-  // (per-element options: only the arithmetic ones, p.arith_only, where backend.cu gave the call p.ws_stats)
-  if (!kFull || p.arith_only) {
-    CUtensorMap maps[5];
-    if ((!deterministic || p.dq_turn) && bwd_ws_maps<E>(p, kBM, maps)) {
+  // (per-element options: the arithmetic ones, p.arith_only, or those and a bias or mask, p.bwd_tile, where
+  // backend.cu gave the call p.ws_stats)
+  if (!kFull || p.arith_only || p.bwd_tile) {
+    CUtensorMap maps[6];
+    if ((!deterministic || p.dq_turn) && bwd_ws_maps<E>(p, kD, kBM, maps)) {
       // (3 slots measured no better than 2: bench/results/2026-12-01-h200-ws-bwd.txt; that A/B
       // variant's instantiations went for the build time)
       if (!deterministic) return launch_bwd_ws_cfg<E, kD, kBM, 2, false>(p, maps, s, err);

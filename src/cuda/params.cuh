@@ -80,6 +80,7 @@ struct fa__cuda_params {
                    // (score_arith.cuh) unless FLASHATTN_CUDA_WS_ARITH=0
   int fwd_tile;    // the forward's one per-element tensor, when the warp-specialized forward may copy it
                    // tile by tile (fwd_ws_kernel.cuh's kScoreTile): FA_CUDA_TILE_BIAS or _MASK, else 0
+  int bwd_tile;    // the same for the warp-specialized backward: fwd_tile where no dBias is asked for
   int variant;     // FLASHATTN_CUDA_VARIANT: selects alternative tile configurations, when a
                    // launch file compiles some, for A/B timing in one process (anchors.py --variants)
 };

@@ -22,16 +22,31 @@
 
 namespace fa_cuda {
 
+// How the warp-specialized kernels' consumers score (a template argument):
+// the band only, the arithmetic options (score_arith.cuh; p.arith_only), or
+// those and a bias or mask tile (p.fwd_tile, p.bwd_tile).
+enum { kScoreBand = 0, kScoreArith = 1, kScoreTile = 2 };
+
 // A reader's per-row part: the row's address at the thread's first column
 // and its swizzle key ((row % 8) << 4), computed once per row.
 struct score_tile_row {
   uint32_t addr, key;
 };
 
+// The backward's walk (bwd_tile.cuh's bwd_p_ds_arith, which holds S^T): a
+// thread's elements of one key column at query rows row0 + 8 mb. Those rows
+// share row0's swizzle key, so element mb is at addr + mb * step (step: 8
+// rows, 1 KiB; 0 where the tile is one row for all).
+struct score_tile_col {
+  uint32_t addr, step;
+};
+
 // No tensor: the arithmetic score as it is.
 struct no_score_tile {
   __device__ __forceinline__ score_tile_row row(int, int) const { return {0u, 0u}; }
   __device__ __forceinline__ void apply(const score_tile_row &, int, float &, float &) const {}
+  __device__ __forceinline__ score_tile_col col(int, int) const { return {0u, 0u}; }
+  __device__ __forceinline__ float term(const score_tile_col &, int) const { return 0.f; }
 };
 
 // The two 16-bit elements of a word as f32.
@@ -70,6 +85,19 @@ struct bias_score_tile {
     x0 = fmaf(b0, kLog2e, x0);
     x1 = fmaf(b1, kLog2e, x1);
   }
+  __device__ __forceinline__ score_tile_col col(int row0, int c) const {
+    const int r = rows_bcast ? 0 : row0;
+    return {base + (c >> 6) * atom_bytes + r * 128 + ((((c & 63) >> 3) ^ (r & 7)) << 4) + (c & 7) * 2,
+            rows_bcast ? 0u : 1024u};
+  }
+  // the bias at the column's row row0 + 8 mb, in log2 units
+  __device__ __forceinline__ float term(const score_tile_col &e, int mb) const {
+    uint16_t w;
+    asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(w) : "r"(e.addr + mb * e.step));
+    float b, unused;
+    pair_to_f32<E>(w, &b, &unused);
+    return b * kLog2e;
+  }
 };
 
 // A mask tile of bytes: 128 columns a row (one atom; tiles of 128 keys).
@@ -87,6 +115,16 @@ struct mask_score_tile {
     asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(w) : "r"(a));
     if (!(w & 0xff)) x0 = -INFINITY;
     if (!(w >> 8)) x1 = -INFINITY;
+  }
+  __device__ __forceinline__ score_tile_col col(int row0, int c) const {
+    const int r = rows_bcast ? 0 : row0;
+    return {base + r * 128 + (((c >> 4) ^ (r & 7)) << 4) + (c & 15), rows_bcast ? 0u : 1024u};
+  }
+  // 0 where the mask keeps the column's row row0 + 8 mb, else -inf
+  __device__ __forceinline__ float term(const score_tile_col &e, int mb) const {
+    uint16_t w;
+    asm volatile("ld.shared.u8 %0, [%1];\n" : "=h"(w) : "r"(e.addr + mb * e.step));
+    return w ? 0.f : -INFINITY;
   }
 };
 
