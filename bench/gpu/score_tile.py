@@ -1,8 +1,10 @@
-"""An additive bias or a boolean mask on the cuda backend's forward, in one
-process with what a PyTorch user would run instead: TFLOP/s of
+"""An additive bias or a boolean mask on the cuda backend, forward and
+backward, in one process with what a PyTorch user would run instead: TFLOP/s
+of
 
-  ws      ours, the warp-specialized forward copying the bias / mask tile by
-          tile (src/cuda/score_tile.cuh; the default for these calls)
+  ws      ours, the warp-specialized kernels copying the bias / mask tile by
+          tile (src/cuda/score_tile.cuh; the default for these calls; the
+          backward's at D = 64 and 128, a bias's at 128)
   elem    ours, the per-element kernels (FLASHATTN_CUDA_WS_TILE=0: every
           element's bias or mask read from global memory, as before)
   plain   ours without the bias / mask (what the tensor costs)
@@ -10,8 +12,8 @@ process with what a PyTorch user would run instead: TFLOP/s of
           memory-efficient one where cuDNN refuses: the "by" column says
           which ran)
 
-and the largest difference of elem's and SDPA's O from ws's, relative to
-the largest magnitude. Shapes as bench/gpu/anchors.py: bf16, hidden 2048
+and the largest difference of elem's and SDPA's O (and dQ, dK, dV) from
+ws's, relative to the largest magnitude. Shapes as bench/gpu/anchors.py: bf16, hidden 2048
 (H = 2048 / D), B * L = 16384. The tensors (bf16 bias N(0, 1); a mask keeps
 90%):
   bias        [B, H, L, L]   a bias per sequence and head
@@ -22,8 +24,9 @@ the largest magnitude. Shapes as bench/gpu/anchors.py: bf16, hidden 2048
   mask-keys   [B, 1, 1, L]   key padding
 Causal calls give ours the band and SDPA the band inside its tensor (-inf
 or False above the diagonal, materialized at [B or 1, H or 1, L, L]). FLOPs
-as anchors.py counts them (4 B H L^2 D, halved under causal). The backward
-of these calls is the per-element kernels' either way and is not timed.
+as anchors.py counts them (4 B H L^2 D, halved under causal; backward 2.5x).
+The bias asks for no gradient (no dBias: that backward is the per-element
+kernels' either way).
 
 usage: python3 bench/gpu/score_tile.py --lib build-gpu/libflashattn.so
        [--d 64,128,256] [--l 2048,8192] [--causal 0,1] [--options bias,mask,...] [--reps 10]
@@ -85,18 +88,24 @@ def main():
 
     ours = FlashAttn(a.lib)
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, lib {a.lib}")
-    print(f"# bf16, hidden 2048, B * L = 16384, forward TFLOP/s, median of {a.reps} after 3 warm-ups")
+    print(f"# bf16, hidden 2048, B * L = 16384, TFLOP/s, median of {a.reps} after 3 warm-ups")
     cols = ["ws", "elem", "plain", "sdpa"]
     print(
-        f"{'option':>10} {'D':>4} {'L':>6} {'c':>1} | "
+        f"{'option':>10} {'D':>4} {'L':>6} {'c':>1} {'pass'} | "
         + " ".join(f"{c:>6}" for c in cols)
         + " | ws/elem ws/plain ws/sdpa | by    | max diff from ws"
     )
     for D, H, B, L, causal in shapes(a.d, a.l, a.causal):
-        q, k, v, _, o, lse, *_ = problem_tensors(B, H, L, D)
+        q, k, v, do, o, lse, dq, dk, dv = problem_tensors(B, H, L, D)
         gen = torch.Generator(device="cuda").manual_seed(L * 1000 + D)
         flops = 4.0 * B * H * L * L * D * (0.5 if causal else 1.0)
-        plain_ms = median_ms(ours.forward(q, k, v, o, lse, ours.options(causal)), a.reps)
+        plain = ours.options(causal)
+        fwd = ours.forward(q, k, v, o, lse, plain)
+        fwd()
+        plain_ms = {
+            "fwd": median_ms(fwd, a.reps),
+            "bwd": median_ms(ours.backward(q, k, v, o, do, lse, dq, dk, dv, plain), a.reps),
+        }
         for opt_name in a.options.split(","):
             if opt_name not in SHAPES:
                 sys.exit(f"unknown option {opt_name}; known: {','.join(SHAPES)}")
@@ -107,47 +116,61 @@ def main():
                 opt.mask = fa.tensor_of(t.view(torch.uint8), fa.FA_BOOL)
             else:
                 opt.bias = fa.tensor_of(t, fa.FA_BF16)
-            res, outs, diffs = {"plain": plain_ms}, {}, []
+            res = {("plain", p): plain_ms[p] for p in ("fwd", "bwd")}
+            outs, diffs = {}, []
             for var in ("ws", "elem"):
                 env = os.environ.get("FLASHATTN_CUDA_WS_TILE")
                 if var == "elem":
                     os.environ["FLASHATTN_CUDA_WS_TILE"] = "0"
                 try:
                     fwd = ours.forward(q, k, v, o, lse, opt)
+                    bwd = ours.backward(q, k, v, o, do, lse, dq, dk, dv, opt)
                     fwd()
-                    res[var] = median_ms(fwd, a.reps)
+                    res[(var, "fwd")] = median_ms(fwd, a.reps)
                     fwd()
+                    res[(var, "bwd")] = median_ms(bwd, a.reps)
+                    bwd()
                     torch.cuda.synchronize()
-                    outs[var] = o.clone()
+                    outs[var] = (o.clone(), dq.clone(), dk.clone(), dv.clone())
                 finally:
                     if env is None:
                         os.environ.pop("FLASHATTN_CUDA_WS_TILE", None)
                     else:
                         os.environ["FLASHATTN_CUDA_WS_TILE"] = env
-            diffs.append(f"elem {relerr(outs['elem'], outs['ws']):.0e}")
+            ref = outs["ws"]
+            diffs.append("elem " + "/".join(f"{relerr(x, r):.0e}" for x, r in zip(outs["elem"], ref)))
             m = sdpa_mask(t, L, causal)
             by = "-"
             for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("eff", SDPBackend.EFFICIENT_ATTENTION)):
                 try:
                     with sdpa_kernel([backend]):
-                        f = lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=m)  # noqa: E731
-                        out = f()
-                        res["sdpa"] = median_ms(f, a.reps)
-                    diffs.append(f"sdpa {relerr(out, outs['ws']):.0e}")
+                        qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
+                        out = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=m)
+                        grads = torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
+                        with torch.no_grad():
+                            f = lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=m)  # noqa: E731
+                            res[("sdpa", "fwd")] = median_ms(f, a.reps)
+                        res[("sdpa", "bwd")] = median_ms(
+                            lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True), a.reps
+                        )
+                    diffs.append("sdpa " + "/".join(f"{relerr(x, r):.0e}" for x, r in zip((out, *grads), ref)))
                     by = name
+                    del out, grads
                     break
                 except RuntimeError as e:  # this backend refuses the mask
                     diffs.append(f"{name}: {str(e).splitlines()[0][:60]}")
-            tf = {c: flops / (res[c] * 1e-3) / 1e12 for c in cols if c in res}
-            line = " ".join(f"{tf[c]:6.1f}" if c in tf else f"{'-':>6}" for c in cols)
-            vs = f"{tf['ws'] / tf['sdpa']:7.2f}" if "sdpa" in tf else f"{'-':>7}"
-            print(
-                f"{opt_name:>10} {D:4d} {L:6d} {int(causal):1d} | {line} | {tf['ws'] / tf['elem']:7.2f} "
-                f"{tf['ws'] / tf['plain']:8.2f} {vs} | {by:5s} | " + "; ".join(diffs),
-                flush=True,
-            )
+            for p in ("fwd", "bwd"):
+                f = flops * (2.5 if p == "bwd" else 1.0)
+                tf = {c: f / (res[(c, p)] * 1e-3) / 1e12 for c in cols if (c, p) in res}
+                line = " ".join(f"{tf[c]:6.1f}" if c in tf else f"{'-':>6}" for c in cols)
+                vs = f"{tf['ws'] / tf['sdpa']:7.2f}" if "sdpa" in tf else f"{'-':>7}"
+                print(
+                    f"{opt_name:>10} {D:4d} {L:6d} {int(causal):1d} {p} | {line} | {tf['ws'] / tf['elem']:7.2f} "
+                    f"{tf['ws'] / tf['plain']:8.2f} {vs} | {by:5s} | " + ("; ".join(diffs) if p == "fwd" else ""),
+                    flush=True,
+                )
             del t, m
-        del q, k, v, o, lse
+        del q, k, v, do, o, lse, dq, dk, dv
         torch.cuda.empty_cache()
 
 
