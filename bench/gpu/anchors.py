@@ -171,6 +171,30 @@ def problem_tensors(B, H, L, D):
     return q, k, v, do, o, lse, torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
+def time_ours(ours, tensors, opt, reps, env=None):
+    """Our forward and backward on problem_tensors' tensors with options opt, the library's switches set
+    as env says ({name: value}; it reads them at each call) and restored after: (forward ms, backward ms,
+    copies of o, dq, dk, dv)."""
+    q, k, v, do, o, lse, dq, dk, dv = tensors
+    saved = {n: os.environ.get(n) for n in env or {}}
+    os.environ.update(env or {})
+    try:
+        fwd = ours.forward(q, k, v, o, lse, opt)
+        bwd = ours.backward(q, k, v, o, do, lse, dq, dk, dv, opt)
+        fwd()
+        t_fwd, t_bwd = median_ms(fwd, reps), median_ms(bwd, reps)
+        fwd()
+        bwd()
+        torch.cuda.synchronize()
+        return t_fwd, t_bwd, (o.clone(), dq.clone(), dk.clone(), dv.clone())
+    finally:
+        for n, x in saved.items():
+            if x is None:
+                os.environ.pop(n, None)
+            else:
+                os.environ[n] = x
+
+
 def relerr(x, r):
     return ((x.float() - r.float()).abs().max() / r.float().abs().max().clamp_min(1e-30)).item()
 

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from anchors import FlashAttn, median_ms, problem_tensors, relerr, shapes  # noqa: E402
+from anchors import FlashAttn, median_ms, problem_tensors, relerr, shapes, time_ours  # noqa: E402
 
 CAP = 50.0
 
@@ -105,23 +105,11 @@ def main():
             res, diffs = {}, []
 
             def run_ours(var, options):
-                env = os.environ.get("FLASHATTN_CUDA_WS_ARITH")
-                if var == "elem":
-                    os.environ["FLASHATTN_CUDA_WS_ARITH"] = "0"
-                try:
-                    fwd = ours.forward(q, k, v, o, lse, options)
-                    bwd = ours.backward(q, k, v, o, do, lse, dq, dk, dv, options)
-                    fwd()
-                    res[(var, "fwd")] = median_ms(fwd, a.reps)
-                    res[(var, "bwd")] = median_ms(bwd, a.reps)
-                    bwd()
-                    torch.cuda.synchronize()
-                    return o.clone(), dq.clone(), dk.clone(), dv.clone()
-                finally:
-                    if env is None:
-                        os.environ.pop("FLASHATTN_CUDA_WS_ARITH", None)
-                    else:
-                        os.environ["FLASHATTN_CUDA_WS_ARITH"] = env
+                env = {"FLASHATTN_CUDA_WS_ARITH": "0"} if var == "elem" else None
+                res[(var, "fwd")], res[(var, "bwd")], outs = time_ours(
+                    ours, (q, k, v, do, o, lse, dq, dk, dv), options, a.reps, env
+                )
+                return outs
 
             ref = run_ours("ws", opt)
             other = run_ours("elem", opt)

@@ -3,9 +3,9 @@ backward, in one process with what a PyTorch user would run instead: TFLOP/s
 of
 
   ws      ours, the warp-specialized kernels copying the bias / mask tile by
-          tile (src/cuda/score_tile.cuh; the default for these calls; the
-          backward's at D = 64 and 128, a bias's at 128)
-  elem    ours, the per-element kernels (FLASHATTN_CUDA_WS_TILE=0: every
+          tile (src/cuda/score_tile.cuh; FLASHATTN_CUDA_WS_TILE=1, opt-in
+          for now; the backward's at D = 64 and 128, a bias's at 128)
+  elem    ours, the per-element kernels (FLASHATTN_CUDA_WS_TILE=0, the default: every
           element's bias or mask read from global memory, as before)
   plain   ours without the bias / mask (what the tensor costs)
   sdpa    PyTorch SDPA with the same tensor as attn_mask (cuDNN backend; the
@@ -42,7 +42,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fa_ctypes as fa  # noqa: E402
-from anchors import FlashAttn, median_ms, problem_tensors, relerr, shapes  # noqa: E402
+from anchors import FlashAttn, median_ms, problem_tensors, relerr, shapes, time_ours  # noqa: E402
 
 SHAPES = {  # option: (dims kept of [B, H, L(q), L(k)], is a mask)
     "bias": ((1, 1, 1, 1), False),
@@ -119,24 +119,10 @@ def main():
             res = {("plain", p): plain_ms[p] for p in ("fwd", "bwd")}
             outs, diffs = {}, []
             for var in ("ws", "elem"):
-                env = os.environ.get("FLASHATTN_CUDA_WS_TILE")
-                if var == "elem":
-                    os.environ["FLASHATTN_CUDA_WS_TILE"] = "0"
-                try:
-                    fwd = ours.forward(q, k, v, o, lse, opt)
-                    bwd = ours.backward(q, k, v, o, do, lse, dq, dk, dv, opt)
-                    fwd()
-                    res[(var, "fwd")] = median_ms(fwd, a.reps)
-                    fwd()
-                    res[(var, "bwd")] = median_ms(bwd, a.reps)
-                    bwd()
-                    torch.cuda.synchronize()
-                    outs[var] = (o.clone(), dq.clone(), dk.clone(), dv.clone())
-                finally:
-                    if env is None:
-                        os.environ.pop("FLASHATTN_CUDA_WS_TILE", None)
-                    else:
-                        os.environ["FLASHATTN_CUDA_WS_TILE"] = env
+                env = {"FLASHATTN_CUDA_WS_TILE": "1" if var == "ws" else "0"}
+                res[(var, "fwd")], res[(var, "bwd")], outs[var] = time_ours(
+                    ours, (q, k, v, do, o, lse, dq, dk, dv), opt, a.reps, env
+                )
             ref = outs["ws"]
             diffs.append("elem " + "/".join(f"{relerr(x, r):.0e}" for x, r in zip(outs["elem"], ref)))
             m = sdpa_mask(t, L, causal)
