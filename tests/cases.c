@@ -125,8 +125,8 @@ const tcase tc_cases[] = {
     {"deterministic_arith_alibi_causal_D64", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 290, .Lk = 290, .D = 64, .Dv = 64,
      .causal = 1, .alibi = 1, .deterministic = 1, .dtypes = TD_F16},
 
-    /* ---- one bias or mask over several tiles (cuda on Hopper with FLASHATTN_CUDA_WS_TILE=1, ctest
-     * backend_cuda_ws_tile: the warp-specialized forward copies it tile by tile, score_tile.cuh, where its rows are
+    /* ---- one bias or mask over several tiles (cuda on Hopper: the warp-specialized forward copies it
+     * tile by tile, score_tile.cuh, where its rows are
      * 16-byte aligned: Lk a multiple of 8 for a 16-bit bias, of 16 for a mask; FLASHATTN_CUDA_WS=0 the per-element
      * kernels), and the backward too without lengths (a bias there: D = 128 only): full, broadcast over batch or heads
      * (size 1 and stride 0), one row per sequence, -inf and fully masked rows, with the band, GQA, lengths, packed

@@ -3,9 +3,9 @@ backward, in one process with what a PyTorch user would run instead: TFLOP/s
 of
 
   ws      ours, the warp-specialized kernels copying the bias / mask tile by
-          tile (src/cuda/score_tile.cuh; FLASHATTN_CUDA_WS_TILE=1, opt-in
-          for now; the backward's at D = 64 and 128, a bias's at 128)
-  elem    ours, the per-element kernels (FLASHATTN_CUDA_WS_TILE=0, the default: every
+          tile (src/cuda/score_tile.cuh; the default for these calls; the
+          backward's at D = 64 and 128, a bias's at 128)
+  elem    ours, the per-element kernels (FLASHATTN_CUDA_WS_TILE=0: every
           element's bias or mask read from global memory, as before)
   plain   ours without the bias / mask (what the tensor costs)
   sdpa    PyTorch SDPA with the same tensor as attn_mask (cuDNN backend; the

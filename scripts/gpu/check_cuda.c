@@ -268,8 +268,7 @@ static const ccase cases[] = {
      .dropout = 0.3, .bwd = 1},
     {"bf16_d256_everything", 1, 2, 1, 130, 140, 256, 256, FA_BF16, .mask = 1, .bias = 1, .alibi = 1, .softcap = 4.0,
      .dropout = 0.1, .causal = 1, .br = 1, .dbias = 1, .bwd = 1},
-    /* one bias (in the inputs' dtype) or mask: the warp-specialized kernels' tiles (score_tile.cuh) with
-     * FLASHATTN_CUDA_WS_TILE=1, the per-element kernels without */
+    /* one bias (in the inputs' dtype) or mask: the warp-specialized kernels' tiles (score_tile.cuh) */
     {"bf16_d128_bias16_causal_br_gqa", 2, 4, 2, 400, 512, 128, 128, FA_BF16, .bias = 1, .bias16 = 1, .causal = 1,
      .br = 1, .bwd = 1},
     {"f16_d64_mask_window", 1, 4, 4, 300, 400, 64, 64, FA_F16, .mask = 1, .use_window = 1, .wl = 120, .wr = 30,

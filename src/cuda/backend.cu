@@ -254,14 +254,12 @@ void params_init(fa__cuda_params *pp, const fa__problem *p) {
   // One bias of the inputs' dtype or one mask (with or without softcap and
   // ALiBi, no dropout): the warp-specialized forward may copy it tile by
   // tile (launch_fwd_wgmma.cuh decides whether the copy engine can address
-  // it). Opt-in, FLASHATTN_CUDA_WS_TILE=1, until a GPU has run the suite and
-  // the sanitizers on these kernels (no device came the day they were
-  // written, 2026-12-06); the per-element kernels otherwise.
+  // it); FLASHATTN_CUDA_WS_TILE=0 keeps the per-element kernels.
   const char *tile = getenv("FLASHATTN_CUDA_WS_TILE");
   const bool one_bias = p->bias.data && !p->mask.data && p->bias.dtype == p->dtype;
   const bool one_mask = p->mask.data && !p->bias.data;
   pp->fwd_tile =
-      (one_bias || one_mask) && is_half(p->dtype) && !pp->has_dropout && exact_span && (tile && strcmp(tile, "1") == 0)
+      (one_bias || one_mask) && is_half(p->dtype) && !pp->has_dropout && exact_span && !(tile && strcmp(tile, "0") == 0)
           ? (one_bias ? FA_CUDA_TILE_BIAS : FA_CUDA_TILE_MASK)
           : 0;
   // (dBias is dS summed over the bias's broadcast dims: the per-element kernels write it)

@@ -60,7 +60,7 @@ fa_status launch_fwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&maps)[
 // (p.fwd_tile; a mask needs tiles of 128 keys, one 128-byte row); tensors
 // the copy engine can address. FLASHATTN_CUDA_WS=0 keeps the cp.async
 // kernels (FLASHATTN_CUDA_WS_ARITH=0 keeps them for the arithmetic options:
-// p.arith_only; a bias or mask, p.fwd_tile, only with FLASHATTN_CUDA_WS_TILE=1).
+// p.arith_only; FLASHATTN_CUDA_WS_TILE=0 for a bias or mask: p.fwd_tile).
 template <typename E>
 bool fwd_ws_maps(const fa__cuda_params &p, int kBM, int kBN, CUtensorMap (&maps)[4]) {
   const char *env = getenv("FLASHATTN_CUDA_WS");
