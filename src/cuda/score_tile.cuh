@@ -1,12 +1,14 @@
 // The per-element tensors of the score -- an additive bias or a boolean
 // mask -- read from a tile that the copy engine put in shared memory
-// (fwd_ws_kernel.cuh, kScoreTile), for fwd_tile.cuh's fwd_scores_arith.
+// (fwd_ws_kernel.cuh and bwd_ws_kernel.cuh with kScoreTile), for
+// fwd_tile.cuh's fwd_scores_arith (row, apply: a thread's column pairs) and
+// bwd_tile.cuh's bwd_p_ds_arith (col, term: the backward's transposed walk).
 // rules.cuh's score_full reads them from global memory element by element
 // with 64-bit index arithmetic (the per-element kernels); here a thread
-// reads the pair of adjacent columns it holds in one shared load, from the
-// tile's 128-byte swizzle (16-byte chunk c of row r stored at c ^ (r % 8),
-// the layout TMA writes: the eight rows a warp reads at once fall in
-// different banks). The rule is src/rules/score.h's: s += bias[b, h, i, j];
+// reads the pair of adjacent columns it holds in one shared load (the
+// backward one element a load), from the tile's 128-byte swizzle (16-byte
+// chunk c of row r stored at c ^ (r % 8), the layout TMA writes: the eight
+// rows a warp reads at once fall in different banks). The rule is src/rules/score.h's: s += bias[b, h, i, j];
 // s = -inf where mask[b, h, i, j] is false.
 #ifndef FA_CUDA_SCORE_TILE_CUH
 #define FA_CUDA_SCORE_TILE_CUH
