@@ -20,7 +20,7 @@ static const int32_t cu_q4[] = {0, 5, 5, 22, 23}, cu_k4[] = {0, 7, 19, 19, 31};
 static const int32_t cu_q3[] = {0, 33, 40, 41}, cu_k3[] = {0, 17, 82, 95};
 /* the tile cases': several tiles, the longest key length 256 (rows of a bias or mask 16-byte aligned) */
 static const int32_t cu_qt[] = {0, 150, 170, 300}, cu_kt[] = {0, 64, 320, 400};
-static const int32_t sq_tile[] = {200, 57}, sk_tile[] = {272, 100};
+static const int32_t sq_tile[] = {160, 57}, sk_tile[] = {272, 100};
 static const int32_t cu_q2[] = {0, 65, 66}, cu_k2[] = {0, 1, 66};
 
 #define SMALL .B = 2, .Hq = 2, .Hkv = 2
@@ -131,24 +131,24 @@ const tcase tc_cases[] = {
      * kernels), and the backward too without lengths (a bias there: D = 128 only): full, broadcast over batch or heads
      * (size 1 and stride 0), one row per sequence, -inf and fully masked rows, with the band, GQA, lengths, packed
      * sequences, softcap and ALiBi, bucket 256, deterministic ---- */
-    {"tile_bias_gqa_D64", .B = 2, .Hq = 4, .Hkv = 2, .Lq = 300, .Lk = 272, .D = 64, .Dv = 64, .bias = 1,
+    {"tile_bias_gqa_D64", .B = 1, .Hq = 2, .Hkv = 1, .Lq = 200, .Lk = 272, .D = 64, .Dv = 64, .bias = 1,
      .dtypes = TD_BF16},
-    {"tile_bias_bcast_b_causal_br_D128", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 200, .Lk = 336, .D = 128, .Dv = 128,
+    {"tile_bias_bcast_b_causal_br_D128", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 140, .Lk = 272, .D = 128, .Dv = 128,
      .bias = 1, .bias_bcast = BC_B, .causal = 1, .align = FA_ALIGN_BOTTOM_RIGHT, .dtypes = TD_F16},
-    {"tile_bias_keys_softcap_alibi_window_D128", .B = 2, .Hq = 2, .Hkv = 2, .Lq = 150, .Lk = 320, .D = 128, .Dv = 128,
+    {"tile_bias_keys_softcap_alibi_window_D128", .B = 2, .Hq = 1, .Hkv = 1, .Lq = 150, .Lk = 272, .D = 128, .Dv = 128,
      .bias = 1, .bias_bcast = BC_H | BC_Q, .softcap = 3.0, .mag = 2.0, .alibi = 1, .use_window = 1, .wl = 100, .wr = 40,
      .dtypes = TD_BF16},
-    {"tile_bias_neginf_stride0_D256", .B = 1, .Hq = 4, .Hkv = 2, .Lq = 140, .Lk = 208, .D = 256, .Dv = 256, .bias = 1,
+    {"tile_bias_neginf_stride0_D256", .B = 1, .Hq = 2, .Hkv = 1, .Lq = 140, .Lk = 208, .D = 256, .Dv = 256, .bias = 1,
      .bias_bcast = BC_H, .bias_stride0 = 1, .bias_neginf = 1, .dtypes = TD_F16},
     {"tile_bias_varlen_D64", .B = 3, .Hq = 2, .Hkv = 1, .D = 64, .Dv = 64, .cu_q = cu_qt, .cu_k = cu_kt, .bias = 1,
      .dtypes = TD_F16},
     {"tile_mask_dead_rows_D64", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 260, .Lk = 288, .D = 64, .Dv = 64, .mask = 1,
      .mask_dead_rows = 1, .dtypes = TD_BF16},
-    {"tile_mask_keys_window_gqa_D128", .B = 2, .Hq = 4, .Hkv = 1, .Lq = 180, .Lk = 256, .D = 128, .Dv = 128, .mask = 1,
+    {"tile_mask_keys_window_gqa_D128", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 150, .Lk = 256, .D = 128, .Dv = 128, .mask = 1,
      .mask_bcast = BC_H | BC_Q, .use_window = 1, .wl = 60, .wr = 10, .dtypes = TD_F16},
-    {"tile_mask_stride0_seqlens_D128", .B = 2, .Hq = 2, .Hkv = 2, .Lq = 200, .Lk = 272, .D = 128, .Dv = 128, .mask = 1,
+    {"tile_mask_stride0_seqlens_D128", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 160, .Lk = 272, .D = 128, .Dv = 128, .mask = 1,
      .mask_bcast = BC_B | BC_H, .mask_stride0 = 1, .seqlens_q = sq_tile, .seqlens_k = sk_tile, .dtypes = TD_BF16},
-    {"deterministic_tile_bias_causal_D128", .B = 1, .Hq = 4, .Hkv = 2, .Lq = 200, .Lk = 264, .D = 128, .Dv = 128,
+    {"deterministic_tile_bias_causal_D128", .B = 1, .Hq = 2, .Hkv = 1, .Lq = 150, .Lk = 264, .D = 128, .Dv = 128,
      .bias = 1, .causal = 1, .align = FA_ALIGN_BOTTOM_RIGHT, .deterministic = 1, .dtypes = TD_BF16},
     {"deterministic_tile_mask_D64", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 290, .Lk = 256, .D = 64, .Dv = 64, .mask = 1,
      .mask_dead_rows = 1, .deterministic = 1, .dtypes = TD_F16},
