@@ -124,6 +124,10 @@ const tcase tc_cases[] = {
      .softcap = 3.0, .mag = 2.0, .alibi = 1, .deterministic = 1, .dtypes = TD_BF16},
     {"deterministic_arith_alibi_causal_D64", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 290, .Lk = 290, .D = 64, .Dv = 64,
      .causal = 1, .alibi = 1, .deterministic = 1, .dtypes = TD_F16},
+    /* packed sequences over several tiles, deterministic (cuda on Hopper: the warp-specialized backward's dQ turns
+     * per sequence, its tiles past a sequence zeroed) */
+    {"deterministic_varlen_causal_br_gqa_D64", .B = 3, .Hq = 2, .Hkv = 1, .D = 64, .Dv = 64, .cu_q = cu_qt,
+     .cu_k = cu_kt, .causal = 1, .align = FA_ALIGN_BOTTOM_RIGHT, .deterministic = 1, .dtypes = TD_BF16},
 
     /* ---- one bias or mask over several tiles (cuda on Hopper: the warp-specialized forward copies it
      * tile by tile, score_tile.cuh, where its rows are

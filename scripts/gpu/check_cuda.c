@@ -135,6 +135,19 @@ static void randn(buf *t, float mag) {
   upload(t);
 }
 
+/* NaN (Inf in f16) in the rows that no sequence covers: batch b's rows from
+ * first[b] on (padded layout: its length; packed: one stored batch, the
+ * rows past the last sequence). Nothing may read them: a NaN there that
+ * reaches an output fails the case. */
+static void nan_rows(buf *t, const int32_t *first, int64_t nb) {
+  for (int64_t b = 0; b < nb; ++b)
+    for (int64_t h = 0; h < t->shape[1]; ++h)
+      for (int64_t r = first[b]; r < t->shape[2]; ++r)
+        for (int64_t d = 0; d < t->shape[3]; ++d)
+          t->h[b * t->stride[0] + h * t->stride[1] + r * t->stride[2] + d] = NAN;
+  upload(t);
+}
+
 /* poison the device copy so unwritten outputs show as NaN */
 static void poison(buf *t) {
   CK(cudaMemset(DPTR(t), 0xff, (size_t)t->n * dsize(t->dt)));
@@ -226,6 +239,7 @@ typedef struct ccase {
 static const int32_t lq3[] = {300, 0, 129}, lk3[] = {257, 64, 1};
 static const int32_t lq2[] = {200, 77}, lk2[] = {130, 256};
 static const int32_t lq4[] = {300, 64, 129}, lk4[] = {256, 64, 200}; /* longest key length 256: rows 16-byte aligned */
+static const int32_t lq5[] = {190, 65, 1, 260}, lk5[] = {310, 64, 129, 200};
 
 static const ccase cases[] = {
     /* plain, every bucket, both dtypes */
@@ -276,7 +290,15 @@ static const ccase cases[] = {
     {"bf16_d256_bias16_bcast_softcap", 1, 2, 1, 300, 336, 256, 256, FA_BF16, .bias = 1, .bias16 = 1, .bias_bcast_bh = 1,
      .softcap = 4.0},
     {"bf16_d128_mask_varlen_alibi", 3, 2, 2, 0, 0, 128, 128, FA_BF16, .varlen = 1, .lens_q = lq4, .lens_k = lk4,
-     .mask = 1, .alibi = 1},
+     .mask = 1, .alibi = 1, .bwd = 1},
+    /* lengths on the warp-specialized backward (its tiles past a sequence zeroed; packed LSE / dsum rows and dQ
+     * turns per sequence) */
+    {"f16_d128_varlen_gqa_causal_br", 4, 4, 2, 0, 0, 128, 128, FA_F16, .varlen = 1, .lens_q = lq5, .lens_k = lk5,
+     .causal = 1, .br = 1, .bwd = 1},
+    {"bf16_d64_varlen_window_softcap", 4, 2, 1, 0, 0, 64, 64, FA_BF16, .varlen = 1, .lens_q = lq5, .lens_k = lk5,
+     .use_window = 1, .wl = 90, .wr = 20, .softcap = 5.0, .bwd = 1},
+    {"f16_d64_seqlens_mask_gqa", 2, 4, 2, 256, 320, 64, 64, FA_F16, .seqlens = 1, .lens_q = lq2, .lens_k = lk2,
+     .mask = 1, .bwd = 1},
     /* generic path */
     {"f32_d128_causal", 1, 2, 2, 300, 300, 128, 128, FA_F32, .causal = 1, .bwd = 1},
     {"f32_d64_everything", 2, 2, 1, 100, 130, 64, 48, FA_F32, .mask = 1, .bias = 1, .alibi = 1, .softcap = 4.0,
@@ -367,6 +389,16 @@ static void run_case(const ccase *c) {
   randn(&q, 1.f);
   randn(&k, 1.f);
   randn(&v, 1.f);
+  /* rows past the lengths hold NaN: the kernels must neither read them nor let their copies of them count
+   * (the warp-specialized kernels' tiles bring them in and zero them) */
+  const int32_t *pad_q = c->varlen ? &cuq[B] : c->seqlens ? c->lens_q : NULL;
+  const int32_t *pad_k = c->varlen ? &cuk[B] : c->seqlens ? c->lens_k : NULL;
+  const int64_t pad_b = c->varlen ? 1 : B;
+  if (pad_q) {
+    nan_rows(&q, pad_q, pad_b);
+    nan_rows(&k, pad_k, pad_b);
+    nan_rows(&v, pad_k, pad_b);
+  }
 
   fa_options od, oh; /* device-side and host-side pointers */
   fa_options_init(&od);
@@ -474,6 +506,7 @@ static void run_case(const ccase *c) {
   if (c->bwd) {
     buf dout = mk(dt, Bt, c->Hq, Lq, c->Dv, c->blhd);
     randn(&dout, 1.f);
+    if (pad_q) nan_rows(&dout, pad_q, pad_b);
     buf dq = mk(dt, Bt, c->Hq, Lq, c->D, c->blhd), dk = mk(dt, Bt, c->Hkv, Lk, c->D, c->blhd),
         dv = mk(dt, Bt, c->Hkv, Lk, c->Dv, c->blhd);
     buf dq_ref = mk(FA_F32, Bt, c->Hq, Lq, c->D, 0), dk_ref = mk(FA_F32, Bt, c->Hkv, Lk, c->D, 0),

@@ -7,6 +7,9 @@
 #          FLASHATTN_CUDA_WS_ARITH=0 the per-element kernels)
 #   tile   one bias or mask (src/cuda/score_tile.cuh; bench/gpu/score_tile.py;
 #          FLASHATTN_CUDA_WS_TILE=0 the per-element kernels)
+#   lengths  per-sequence lengths (seqlens, packed) on the warp-specialized
+#          backward (bench/gpu/varlen.py; FLASHATTN_CUDA_WS_BWD=0 the cp.async
+#          backward)
 # Checks: check_cuda (every built-in case against the float64 reference),
 # compute-sanitizer (memcheck, synccheck; racecheck on one tile case) on
 # that option's check_cuda cases, the shared suite
@@ -32,8 +35,16 @@ case ${1:-} in
     # copies is the known one, bench/results/2026-12-01-h200-ws-bwd.txt)
     RACE_CASES="f16_d64_mask_window"
     ;;
+  lengths)
+    SWITCH=FLASHATTN_CUDA_WS_BWD BENCH=bench/gpu/varlen.py
+    SAN_CASES="f16_d128_varlen_gqa_causal_br bf16_d64_varlen_window_softcap f16_d64_seqlens_mask_gqa"
+    # the zeroed rows (generic stores, then wgmma) and the packed dQ reductions
+    RACE_CASES="f16_d128_varlen_gqa_causal_br"
+    # (opt-in until a GPU has run them)
+    export FLASHATTN_CUDA_WS_LENGTHS=1
+    ;;
   *)
-    echo "usage: bash scripts/gpu/ws_options.sh arith|tile" >&2
+    echo "usage: bash scripts/gpu/ws_options.sh arith|tile|lengths" >&2
     exit 2
     ;;
 esac

@@ -367,7 +367,10 @@ fa_status cuda_backward(const fa__problem *p, fa__err *err) {
   // the warp-specialized backward's padded copy of LSE and dsum, where it may
   // take the call (launch.cuh; launch_bwd_wgmma.cuh has the rest of the test)
   if (fast_ok(p) && dmax <= 128 && wgmma_bwd_ok(bucket_of(dmax)) && fa__cuda_ws_bwd_shape(pp)) {
-    const int64_t pitch = (p->q.shape[2] + 127) / 128 * 128;
+    // (packed sequences: 4 rows more a sequence, fa__cuda_ws_row0, and a
+    // tile more for the last one's last tile)
+    const int64_t rows_ws = p->q.shape[2] + (p->varlen ? 4 * p->B : 0);
+    const int64_t pitch = (rows_ws + 127) / 128 * 128 + (p->varlen ? 128 : 0);
     st = ws_stats.alloc(static_cast<size_t>(bt * p->Hq * 2 * pitch) * sizeof(float), s,
                         "the backward's padded row statistics", err);
     if (st != FA_OK) return st;
@@ -380,11 +383,13 @@ fa_status cuda_backward(const fa__problem *p, fa__err *err) {
   scratch dq_acc;
   // dQ summed in f32 across the key blocks: always when fused; when
   // deterministic, by the warp-specialized kernel, in turns (p.dq_turn: a
-  // counter per query tile of 64 rows, after the accumulator). The dsum
-  // kernel zeroes the accumulator's rows (bwd_rows.cu); the turns here.
+  // counter per query tile of 64 or more rows, after the accumulator; packed
+  // sequences, one stored batch, one more per sequence: bwd_ws_turn). The
+  // dsum kernel zeroes the accumulator's rows (bwd_rows.cu); the turns here.
   if (fast && (!det || pp.ws_stats)) {
     const size_t bytes = rows * static_cast<size_t>(p->D) * sizeof(float);
-    const size_t turns = det ? static_cast<size_t>(bt * p->Hq * ((p->q.shape[2] + 63) / 64)) * sizeof(int) : 0;
+    pp.dq_turn_pitch = (p->q.shape[2] + 63) / 64 + (p->varlen ? p->B + 1 : 0);
+    const size_t turns = det ? static_cast<size_t>(bt * p->Hq * pp.dq_turn_pitch) * sizeof(int) : 0;
     st = dq_acc.alloc(bytes + turns, s, "the dQ accumulator", err);
     if (st != FA_OK) return st;
     pp.dq_acc = static_cast<float *>(dq_acc.ptr);

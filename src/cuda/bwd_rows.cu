@@ -75,8 +75,14 @@ __global__ void __launch_bounds__(kT) dsum_kernel(const fa__cuda_params p) {
   const int64_t bh = blockIdx.x, b = bh / p.Hq, h = bh % p.Hq;
   const fa__seq seq = fa__seq_get(b, p.Lq, p.Lk, p.seqlens_q, p.seqlens_k, p.cu_q, p.cu_k);
   const int64_t rows = p.varlen ? seq.lq : p.Lq;
-  // with ws_stats (dense calls only) the padded copy's rows past Lq get zeros too
-  const int64_t walk = p.ws_stats ? p.ws_pitch : rows;
+  // with ws_stats the padded copy's rows past the sequence get zeros too:
+  // padded layout up to its pitch; packed sequences share the rows, so each
+  // writes its own up to the next one's (fa__cuda_ws_row0) and the last one
+  // the rest of the pitch
+  const int64_t ws0 = fa__cuda_ws_row0(p, b, seq.q_row0);
+  const int64_t walk = !p.ws_stats ? rows
+                       : p.cu_q    ? (b == p.B - 1 ? p.ws_pitch : fa__cuda_ws_row0(p, b + 1, seq.q_row0 + seq.lq)) - ws0
+                                   : p.ws_pitch;
   const bool vec = vec16_ok(p.o, p.os, p.dtype, p.Dv) && vec16_ok(p.dout, p.dos, p.dtype, p.Dv);
   float *dq_acc = p.dq_acc ? p.dq_acc + ((seq.bidx * p.Hq + h) * p.Lq_rows + seq.q_row0) * p.D : nullptr;
   // the loop's bound is the same for the whole warp: the shuffles need every lane
@@ -110,7 +116,7 @@ __global__ void __launch_bounds__(kT) dsum_kernel(const fa__cuda_params p) {
     if (c0 != 0 || i >= walk) continue;
     if (i < rows) p.dsum[(seq.bidx * p.Hq + h) * p.Lq_rows + seq.q_row0 + i] = s;
     if (p.ws_stats) {
-      float *st = p.ws_stats + (seq.bidx * p.Hq + h) * 2 * p.ws_pitch;
+      float *st = p.ws_stats + (seq.bidx * p.Hq + h) * 2 * p.ws_pitch + ws0;
       st[i] = i < seq.lq ? p.lse[seq.bidx * p.lses.b + h * p.lses.h + (seq.q_row0 + i) * p.lses.r] : 0.f;
       st[p.ws_pitch + i] = s;
     }
@@ -173,7 +179,8 @@ dim3 rows_blocks(const fa__cuda_params &p, int64_t rows, int rows_per_warp) {
 using namespace fa_cuda;
 
 fa_status fa__cuda_dsum(const fa__cuda_params &p, cudaStream_t s, fa__err *err) {
-  const int64_t rows = p.ws_stats ? p.ws_pitch : p.Lq;
+  // (packed sequences: the kernel strides over the last one's tail)
+  const int64_t rows = p.ws_stats && !p.cu_q ? p.ws_pitch : p.Lq;
   dsum_kernel<<<rows_blocks(p, rows, row_lanes_of(p.Dv > p.D ? p.Dv : p.D).rows), kT, 0, s>>>(p);
   FA_CUDA_CHECK_LAUNCH("dsum kernel launch");
   return FA_OK;

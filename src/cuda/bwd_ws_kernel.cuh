@@ -41,8 +41,14 @@
 // interleaves p.head_group heads so that a head's consecutive key tiles
 // start that many blocks apart, while as many heads are in flight as
 // tile-major order has.
-// Band-only calls without per-sequence lengths (seqlens, packed sequences)
-// (kScoreBand), with kScoreArith those whose per-element options are
+// Per-sequence lengths (seqlens, packed sequences): a sequence's last query
+// tile and its last key tile may bring rows past it (the next sequence's, or
+// padding), which the consumers zero in shared memory before the products
+// (zero_rows); P and dS are 0 there by the band, and the dQ reduction adds
+// those zeros to rows that are not the sequence's, which leaves them as they
+// are, in any order. Packed sequences' LSE / dsum rows and dQ turns are laid
+// out per sequence (fa__cuda_ws_row0, bwd_ws_turn).
+// Band-only calls (kScoreBand), with kScoreArith those whose per-element options are
 // softcap and ALiBi only (bwd_tile.cuh's bwd_p_ds_arith), with kScoreTile
 // those and one bias without dBias, or one mask (p.bwd_tile): the producer
 // copies the query tile's rows of it with Q and dO into the same slot
@@ -89,8 +95,9 @@ struct bwd_ws_cfg {
   static constexpr size_t smem_bytes = bytes_with(kDqBufs);
 };
 
-// Named barriers of the consumers (0 is __syncthreads').
-constexpr int kBwdWsDsReady = 1, kBwdWsDqReady = 2;
+// Named barriers of the consumers (0 is __syncthreads'): dS^T complete and
+// the dQ buffer free; the dQ tile written; rows past a sequence zeroed.
+constexpr int kBwdWsDsReady = 1, kBwdWsDqReady = 2, kBwdWsZeroed = 3;
 
 // Byte offset of element (row, col) in a tile of f32 stored as the copy
 // engine's 128-byte swizzle over boxes of 32 columns x kRows rows.
@@ -98,6 +105,17 @@ template <int kRows>
 __device__ __forceinline__ uint32_t swz_f32(int row, int col) {
   return static_cast<uint32_t>((col >> 5) * kRows * 128 + row * 128 + ((((col & 31) >> 2) ^ (row & 7)) << 4) +
                                (col & 3) * 4);
+}
+
+// The first of the dQ turn counters (p.dq_turn) of the block's sequence at
+// query head h, for query tiles of kBM rows: per (stored batch, head)
+// p.dq_turn_pitch counters; packed sequences share one stored batch, and
+// sequence b's tiles start at its first row / kBM + b, which no tile of the
+// sequence before it reaches (backend.cu sizes the pitch).
+template <int kBM>
+__device__ __forceinline__ int64_t bwd_ws_turn(const fa__cuda_params &p, const bwd_block &blk, int64_t h) {
+  const int64_t base = (blk.seq.bidx * p.Hq + h) * p.dq_turn_pitch;
+  return p.cu_q ? base + blk.seq.q_row0 / kBM + blk.b : base;
 }
 
 template <typename E, int kD, int kBM, int kStages, bool kDet, int kScore>
@@ -209,11 +227,13 @@ __global__ void __launch_bounds__(384, 1)
           mbar_expect_tx(full(s), 2 * cfg::kQBytes + cfg::kStatBytes + kBN / x_cols * x_rows * 128);
           for (int a = 0; a < kBN / x_cols; ++a)
             tma_load_4d(sx + s * cfg::kXBytes + a * cfg::kXAtomBytes, &tx, static_cast<int>(blk.n0) + a * x_cols,
-                        xs[2] ? static_cast<int>(m0) : 0, xs[1] ? static_cast<int>(h) : 0, xs[0] ? b : 0, full(s));
+                        xs[2] ? static_cast<int>(m0) : 0, xs[1] ? static_cast<int>(h) : 0,
+                        xs[0] ? static_cast<int>(blk.b) : 0, full(s));
         } else {
           mbar_expect_tx(full(s), 2 * cfg::kQBytes + cfg::kStatBytes);
         }
-        const float *st = p.ws_stats + (seq.bidx * p.Hq + h) * 2 * p.ws_pitch + row;
+        const float *st =
+            p.ws_stats + (seq.bidx * p.Hq + h) * 2 * p.ws_pitch + fa__cuda_ws_row0(p, blk.b, seq.q_row0) + m0;
         const uint32_t ss = sk + stats_off + s * cfg::kStatBytes;
         bulk_load(ss, st, kBM * 4, full(s));
         bulk_load(ss + kBM * 4, st + p.ws_pitch, kBM * 4, full(s));
@@ -235,13 +255,12 @@ __global__ void __launch_bounds__(384, 1)
           prev_hi = (i1 + kBM - 1) / kBM;
         }
       }
-      const int64_t q_tiles = (p.Lq_rows + kBM - 1) / kBM;
       for (int it = 0; it < total; ++it) {
         const int buf = it % cfg::kDqBufs;
         int64_t h, m0;
         bwd_block_tile<kBM, kDet>(p, blk, it, &h, &m0);
         const int64_t mt = m0 / kBM;
-        int *turn = p.dq_turn + (seq.bidx * p.Hq + h) * q_tiles + mt;
+        int *turn = p.dq_turn + bwd_ws_turn<kBM>(p, blk, h) + mt;
         if (mt >= prev_lo && mt < prev_hi) turn_wait(turn, static_cast<int>(kt) + 2);
         mbar_wait(dq_full(buf), static_cast<uint32_t>((it / cfg::kDqBufs) & 1));
         reduce_dq(sdq + buf * cfg::kDqBytes, h, m0);
@@ -260,7 +279,19 @@ __global__ void __launch_bounds__(384, 1)
 
     float dk[kDB][4], dv[kDB][4];
     bwd_zero_dkdv(dk, dv);
-    if (total > 0) mbar_wait(full_kv, 0);
+    // per-sequence lengths: the boxes may bring rows past the sequence (the
+    // next one's, or padding), zeroed before any product reads them (P and
+    // dS are 0 there, but 0 x Inf or NaN is not 0)
+    const bool lengths_q = p.seqlens_q || p.cu_q;
+    if (total > 0) {
+      mbar_wait(full_kv, 0);
+      if ((p.seqlens_k || p.cu_k) && blk.k_valid < kBN) {
+        zero_rows<kBN, kAtoms, cfg::kConsumers>(sk, blk.k_valid, tid - 128);
+        zero_rows<kBN, kAtoms, cfg::kConsumers>(sv, blk.k_valid, tid - 128);
+        fence_proxy_async();
+        named_sync(kBwdWsZeroed, cfg::kConsumers);
+      }
+    }
 
     for (int it = 0; it < total; ++it) {
       const int s = it % kStages;
@@ -270,6 +301,13 @@ __global__ void __launch_bounds__(384, 1)
       const float *l_s = stats + s * 2 * kBM;
       const float *ds_s = l_s + kBM;
       const uint32_t q_st = sq + s * cfg::kQBytes, do_st = sdo + s * cfg::kQBytes;
+      if (lengths_q && seq.lq - m0 < kBM) {
+        const int from = static_cast<int>(seq.lq - m0);
+        zero_rows<kBM, kAtoms, cfg::kConsumers>(q_st, from, tid - 128);
+        zero_rows<kBM, kAtoms, cfg::kConsumers>(do_st, from, tid - 128);
+        fence_proxy_async();
+        named_sync(kBwdWsZeroed, cfg::kConsumers);
+      }
 
       // S^T = K Q^T and dP^T = V dO^T as two groups (P^T under dP^T)
       float st[kMB][4], dpt[kMB][4];

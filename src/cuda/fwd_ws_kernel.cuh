@@ -60,19 +60,6 @@ struct fwd_ws_cfg {
 // __syncthreads'), then the one closing their zeroing of V rows.
 constexpr int kWsTurn0 = 1;
 
-// Rows [from, kRows) of a tile in swz_atoms layout (kAtoms atoms of kRows
-// rows of 128 bytes) set to zero by kThreads threads, thread `id` of them.
-template <int kRows, int kAtoms, int kThreads>
-__device__ __forceinline__ void zero_rows(uint32_t tile, int from, int id) {
-  constexpr int kChunks = kAtoms * kRows * 8;  // 16 bytes each
-#pragma unroll
-  for (int c0 = 0; c0 < kChunks; c0 += kThreads) {
-    const int c = c0 + id, row = (c / 8) % kRows;
-    if ((kChunks % kThreads == 0 || c < kChunks) && row >= from)
-      asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(tile + c * 16), "r"(0) : "memory");
-  }
-}
-
 // Work tile w of the persistent grid, in one of two orders:
 //   heads_inner  row tiles from the last (the causal band's heaviest) across
 //                all sequence-heads: every round of the grid takes tiles of

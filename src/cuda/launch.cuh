@@ -26,8 +26,9 @@ inline fa_status fa__cuda_fail(cudaError_t e, const char *what, fa__err *err) {
 #define FA_CUDA_CHECK_LAUNCH(what) FA_CUDA_TRY(cudaGetLastError(), what)
 
 // Whether a Hopper backward call has the shape the warp-specialized kernel
-// takes (bwd_ws_kernel.cuh: band-only options, p.arith_only or p.bwd_tile,
-// no per-sequence lengths) and the switches allow it (FLASHATTN_CUDA_WS=0,
+// takes (bwd_ws_kernel.cuh: band-only options, p.arith_only or p.bwd_tile;
+// per-sequence lengths, padded or packed, with FLASHATTN_CUDA_WS_LENGTHS=1
+// until a GPU has run them) and the switches allow it (FLASHATTN_CUDA_WS=0,
 // FLASHATTN_CUDA_WS_BWD=0, FLASHATTN_CUDA_VARIANT=2 keep bwd_wgmma_kernel).
 // backend.cu asks it before allocating p.ws_stats; the launcher then takes
 // the call where p.ws_stats is set and the copy engine can address the
@@ -35,8 +36,9 @@ inline fa_status fa__cuda_fail(cudaError_t e, const char *what, fa__err *err) {
 inline bool fa__cuda_ws_bwd_shape(const fa__cuda_params &p) {
   const char *all = getenv("FLASHATTN_CUDA_WS"), *bwd = getenv("FLASHATTN_CUDA_WS_BWD");
   if ((all && strcmp(all, "0") == 0) || (bwd && strcmp(bwd, "0") == 0) || p.variant == 2) return false;
-  if (p.has_extras && !(p.arith_only || p.bwd_tile)) return false;
-  return !p.seqlens_q && !p.seqlens_k && !p.cu_q && !p.cu_k && !p.varlen;
+  const char *lengths = getenv("FLASHATTN_CUDA_WS_LENGTHS");
+  if ((p.seqlens_q || p.seqlens_k || p.cu_q || p.cu_k) && !(lengths && strcmp(lengths, "1") == 0)) return false;
+  return !p.has_extras || p.arith_only || p.bwd_tile;
 }
 
 // The grid of a row-tiled kernel: (sequences x heads) blocks along x, tiles of

@@ -2,8 +2,8 @@
 // deterministic mode, the wgmma dQ kernel after it) for one
 // element type; launch_bwd_wgmma_<dtype>.cu instantiate it for sm_90a only.
 // Preconditions as launch_bwd: dsum filled, dq_acc zero when fused.
-// Band-only calls without per-sequence lengths (or with softcap and ALiBi
-// as their only per-element options: p.arith_only; or those and one bias
+// Band-only calls, per-sequence lengths too (or with softcap and ALiBi as
+// their only per-element options: p.arith_only; or those and one bias
 // without dBias or one mask: p.bwd_tile) take the warp-specialized kernel
 // (bwd_ws_kernel.cuh) where the copy engine can address the tensors;
 // deterministic ones too where backend.cu gave them p.dq_turn (and a zeroed
@@ -66,17 +66,17 @@ fa_status launch_bwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&m)[6],
 template <typename E>
 bool bwd_ws_maps(const fa__cuda_params &p, int kD, int kBM, CUtensorMap (&m)[6]) {
   if (!p.ws_stats || !p.dq_acc) return false;
-  if (!tma_addressable(p.q, p.qs, p.B, p.Hq, p.Lq_rows, p.D) ||
-      !tma_addressable(p.k, p.ks, p.B, p.Hkv, p.Lk_rows, p.D) ||
-      !tma_addressable(p.v, p.vs, p.B, p.Hkv, p.Lk_rows, p.Dv) ||
-      !tma_addressable(p.dout, p.dos, p.B, p.Hq, p.Lq_rows, p.Dv))
+  const int64_t B = p.cu_q || p.cu_k ? 1 : p.B;  // packed sequences: one stored batch
+  if (!tma_addressable(p.q, p.qs, B, p.Hq, p.Lq_rows, p.D) || !tma_addressable(p.k, p.ks, B, p.Hkv, p.Lk_rows, p.D) ||
+      !tma_addressable(p.v, p.vs, B, p.Hkv, p.Lk_rows, p.Dv) ||
+      !tma_addressable(p.dout, p.dos, B, p.Hq, p.Lq_rows, p.Dv))
     return false;
   constexpr bool bf = std::is_same<E, bf16_t>::value;
-  if (!tma_map_4d(&m[0], p.q, p.qs, p.B, p.Hq, p.Lq_rows, p.D, kBM, bf) ||
-      !tma_map_4d(&m[1], p.k, p.ks, p.B, p.Hkv, p.Lk_rows, p.D, 128, bf) ||
-      !tma_map_4d(&m[2], p.v, p.vs, p.B, p.Hkv, p.Lk_rows, p.Dv, 128, bf) ||
-      !tma_map_4d(&m[3], p.dout, p.dos, p.B, p.Hq, p.Lq_rows, p.Dv, kBM, bf) ||
-      !tma_map_f32_rows(&m[4], p.dq_acc, p.B, p.Hq, p.Lq_rows, p.D, kBM))
+  if (!tma_map_4d(&m[0], p.q, p.qs, B, p.Hq, p.Lq_rows, p.D, kBM, bf) ||
+      !tma_map_4d(&m[1], p.k, p.ks, B, p.Hkv, p.Lk_rows, p.D, 128, bf) ||
+      !tma_map_4d(&m[2], p.v, p.vs, B, p.Hkv, p.Lk_rows, p.Dv, 128, bf) ||
+      !tma_map_4d(&m[3], p.dout, p.dos, B, p.Hq, p.Lq_rows, p.Dv, kBM, bf) ||
+      !tma_map_f32_rows(&m[4], p.dq_acc, B, p.Hq, p.Lq_rows, p.D, kBM))
     return false;
   m[5] = m[0];  // (not read without p.bwd_tile)
   if (!p.bwd_tile) return true;

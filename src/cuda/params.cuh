@@ -31,13 +31,16 @@ struct fa__cuda_params {
   float *dsum;    // [Bt, Hq, Lq_rows] f32: rowsum(dO * O) (the D of the paper)
   // the warp-specialized backward's copy of LSE and dsum, [Bt * Hq][2][ws_pitch]
   // (rows padded to whole tiles with zeros, so that a tile is one aligned bulk
-  // copy), or NULL
+  // copy; packed sequences: from fa__cuda_ws_row0, and every row up to the
+  // pitch finite, so that a sequence's last tile may read past it), or NULL
   float *ws_stats;
   int64_t ws_pitch;
   // deterministic warp-specialized backward: per (sequence, query head, query
-  // tile of 64 rows) the key tile whose dQ reduction comes next (zeroed by the
-  // caller; bwd_ws_kernel.cuh), or NULL
+  // tile) the key tile whose dQ reduction comes next (zeroed by the caller;
+  // bwd_ws_kernel.cuh's bwd_ws_turn), dq_turn_pitch counters per (stored batch,
+  // head), or NULL
   int *dq_turn;
+  int64_t dq_turn_pitch;
   // how many sequence-heads the warp-specialized backward's grid interleaves
   // (grid_order.cuh head_group_block; set by its launch): deterministic, each
   // head's key tiles last first; otherwise first first, 0 = tile-major
@@ -84,5 +87,13 @@ struct fa__cuda_params {
   int variant;     // FLASHATTN_CUDA_VARIANT: selects alternative tile configurations, when a
                    // launch file compiles some, for A/B timing in one process (anchors.py --variants)
 };
+
+// Where sequence b's rows start in p.ws_stats, within its stored batch's
+// block: at its first row q_row0 (0 in the padded layout); packed, at
+// q_row0 rounded down to 4, plus 4 b, so that every query tile's bulk copy
+// starts 16-byte aligned and no sequence reaches the next one's rows.
+__host__ __device__ inline int64_t fa__cuda_ws_row0(const fa__cuda_params &p, int64_t b, int64_t q_row0) {
+  return p.cu_q ? (q_row0 & ~static_cast<int64_t>(3)) + 4 * b : q_row0;
+}
 
 #endif

@@ -89,6 +89,23 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_
                "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(bar)
                : "memory");
 }
+// Rows [from, kRows) of a tile the copy engine filled, in swz_atoms layout
+// (kAtoms atoms of kRows rows of 128 bytes), set to zero by kThreads
+// threads, thread `id` of them: rows a box brought in from past a sequence
+// (the next sequence's, or padding), which the products must see as zeros
+// (0 x Inf or NaN is not 0). The writers then fence_proxy_async and meet on
+// a barrier before wgmma reads the tile.
+template <int kRows, int kAtoms, int kThreads>
+__device__ __forceinline__ void zero_rows(uint32_t tile, int from, int id) {
+  constexpr int kChunks = kAtoms * kRows * 8;  // 16 bytes each
+#pragma unroll
+  for (int c0 = 0; c0 < kChunks; c0 += kThreads) {
+    const int c = c0 + id, row = (c / 8) % kRows;
+    if ((kChunks % kThreads == 0 || c < kChunks) && row >= from)
+      asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(tile + c * 16), "r"(0) : "memory");
+  }
+}
+
 // Turns between blocks (the deterministic backward's dQ reductions, in a
 // fixed order): a block waits until a counter in global memory reads its
 // turn, does its bulk reduction, waits for it to complete and passes the
