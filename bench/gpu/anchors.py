@@ -195,6 +195,19 @@ def time_ours(ours, tensors, opt, reps, env=None):
                 os.environ[n] = x
 
 
+def time_peer(f, inputs, do, reps):
+    """A torch peer f(q, k, v) -> o, timed as ours is: the forward without grad, the backward through autograd
+    on one output recorded with grad (its first call compiles where it compiles): (forward ms, backward ms,
+    o, (dq, dk, dv))."""
+    leaves = tuple(x.detach().requires_grad_() for x in inputs)
+    out = f(*leaves)
+    grads = torch.autograd.grad(out, leaves, do, retain_graph=True)
+    with torch.no_grad():
+        t_fwd = median_ms(lambda: f(*inputs), reps)
+    t_bwd = median_ms(lambda: torch.autograd.grad(out, leaves, do, retain_graph=True), reps)
+    return t_fwd, t_bwd, out.detach(), grads
+
+
 def relerr(x, r):
     return ((x.float() - r.float()).abs().max() / r.float().abs().max().clamp_min(1e-30)).item()
 

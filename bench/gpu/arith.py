@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from anchors import FlashAttn, median_ms, problem_tensors, relerr, shapes, time_ours  # noqa: E402
+from anchors import FlashAttn, problem_tensors, relerr, shapes, time_ours, time_peer  # noqa: E402
 
 CAP = 50.0
 
@@ -119,14 +119,7 @@ def main():
             def peer(name, f):
                 """Times f (returns o) forward and forward + backward, diffs against ws."""
                 try:
-                    qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
-                    out = f(qg, kg, vg)  # compiles where it compiles
-                    grads = torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
-                    with torch.no_grad():
-                        res[(name, "fwd")] = median_ms(lambda: f(q, k, v), a.reps)
-                    res[(name, "bwd")] = median_ms(
-                        lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True), a.reps
-                    )
+                    res[(name, "fwd")], res[(name, "bwd")], out, grads = time_peer(f, (q, k, v), do, a.reps)
                     diffs.append(name + " " + "/".join(f"{relerr(x, r):.0e}" for x, r in zip((out, *grads), ref)))
                 except Exception as e:  # a backend that refuses the shape
                     diffs.append(f"{name}: {type(e).__name__}")

@@ -42,7 +42,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fa_ctypes as fa  # noqa: E402
-from anchors import FlashAttn, median_ms, problem_tensors, relerr, shapes, time_ours  # noqa: E402
+from anchors import FlashAttn, median_ms, problem_tensors, relerr, shapes, time_ours, time_peer  # noqa: E402
 
 SHAPES = {  # option: (dims kept of [B, H, L(q), L(k)], is a mask)
     "bias": ((1, 1, 1, 1), False),
@@ -130,15 +130,8 @@ def main():
             for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("eff", SDPBackend.EFFICIENT_ATTENTION)):
                 try:
                     with sdpa_kernel([backend]):
-                        qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
-                        out = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=m)
-                        grads = torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
-                        with torch.no_grad():
-                            f = lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=m)  # noqa: E731
-                            res[("sdpa", "fwd")] = median_ms(f, a.reps)
-                        res[("sdpa", "bwd")] = median_ms(
-                            lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True), a.reps
-                        )
+                        sdpa = lambda qq, kk, vv: F.scaled_dot_product_attention(qq, kk, vv, attn_mask=m)  # noqa: E731
+                        res[("sdpa", "fwd")], res[("sdpa", "bwd")], out, grads = time_peer(sdpa, (q, k, v), do, a.reps)
                     diffs.append("sdpa " + "/".join(f"{relerr(x, r):.0e}" for x, r in zip((out, *grads), ref)))
                     by = name
                     del out, grads
