@@ -221,9 +221,8 @@ __global__ void __launch_bounds__(384, 1)
           // the bias / mask rows of the query tile at the block's keys
           // (logical coordinates; broadcast dims have extent 1, a tile the
           // same for every row is one row)
-          const bool x_mask = p.bwd_tile == FA_CUDA_TILE_MASK;
-          const int64_t *xs = x_mask ? p.mask_s : p.bias_s;
-          const int x_cols = x_mask ? 128 : 64, x_rows = xs[2] ? kBM : 1;
+          const int64_t *xs = p.tile_s;
+          const int x_cols = p.bwd_tile == FA_CUDA_TILE_MASK ? 128 : 64, x_rows = xs[2] ? kBM : 1;
           mbar_expect_tx(full(s), 2 * cfg::kQBytes + cfg::kStatBytes + kBN / x_cols * x_rows * 128);
           for (int a = 0; a < kBN / x_cols; ++a)
             tma_load_4d(sx + s * cfg::kXBytes + a * cfg::kXAtomBytes, &tx, static_cast<int>(blk.n0) + a * x_cols,
@@ -330,7 +329,7 @@ __global__ void __launch_bounds__(384, 1)
           };
           if constexpr (kTile) {
             const uint32_t xb = sx + s * cfg::kXBytes;
-            const bool rows_bcast = (p.bwd_tile == FA_CUDA_TILE_MASK ? p.mask_s[2] : p.bias_s[2]) == 0;
+            const bool rows_bcast = p.tile_s[2] == 0;
             if (!cfg::kXBias || p.bwd_tile == FA_CUDA_TILE_MASK)
               p_ds(mask_score_tile{xb, rows_bcast});
             else

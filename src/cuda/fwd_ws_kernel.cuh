@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
   auto full_x = [&](int s) { return bars + 8 * (2 + 4 * kStages + s); };
   auto empty_x = [&](int s) { return bars + 8 * (2 + 4 * kStages + cfg::kXSlots + s); };
   // the bias / mask tile (kTile): the same for every row (a box of one row)?
-  const bool x_rows_bcast = (p.fwd_tile == FA_CUDA_TILE_MASK ? p.mask_s[2] : p.bias_s[2]) == 0;
+  const bool x_rows_bcast = p.tile_s[2] == 0;
   constexpr uint32_t kConsumerWarps = cfg::kConsumers / 32;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -176,8 +176,7 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
             const bool x_mask = p.fwd_tile == FA_CUDA_TILE_MASK;
             const int x_cols = x_mask ? 128 : 64;  // a box's columns: one 128-byte row
             const int xc = (fb.nb_lo + it) * kBN, xr = x_rows_bcast ? 0 : static_cast<int>(fb.m0);
-            const int xh = (x_mask ? p.mask_s[1] : p.bias_s[1]) ? h : 0;
-            const int xb = (x_mask ? p.mask_s[0] : p.bias_s[0]) ? static_cast<int>(fb.c.b) : 0;
+            const int xh = p.tile_s[1] ? h : 0, xb = p.tile_s[0] ? static_cast<int>(fb.c.b) : 0;
             mbar_expect_tx(full_x(xs_slot), kBN / x_cols * (x_rows_bcast ? 1 : kBM) * 128);
             for (int a = 0; a < kBN / x_cols; ++a)
               tma_load_4d(sx + xs_slot * cfg::kXBytes + a * cfg::kXAtomBytes, &tx, xc + a * x_cols, xr, xh, xb,

@@ -80,13 +80,8 @@ bool bwd_ws_maps(const fa__cuda_params &p, int kD, int kBM, CUtensorMap (&m)[6])
     return false;
   m[5] = m[0];  // (not read without p.bwd_tile)
   if (!p.bwd_tile) return true;
-  const int64_t ext[4] = {p.B, p.Hq, p.Lq, p.Lk};
-  if (p.bwd_tile == FA_CUDA_TILE_MASK)
-    return tma_map_score_tile(&m[5], p.mask, p.mask_s, ext, 1, CU_TENSOR_MAP_DATA_TYPE_UINT8,
-                              p.mask_s[2] == 0 ? 1 : kBM);
-  return kD != 64 && tma_map_score_tile(&m[5], p.bias, p.bias_s, ext, 2,
-                                        bf ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                                        p.bias_s[2] == 0 ? 1 : kBM);
+  // (a bias tile of 128 rows does not fit beside the rest at D = 64: bwd_ws_cfg's kXBias)
+  return (p.bwd_tile == FA_CUDA_TILE_MASK || kD != 64) && tma_map_tile_of(p, kBM, bf, &m[5]);
 }
 
 template <typename E, int kD, int kBM, bool kFull>

@@ -77,13 +77,8 @@ bool fwd_ws_maps(const fa__cuda_params &p, int kBM, int kBN, CUtensorMap (&maps)
     return false;
   maps[3] = maps[2];  // (not read without p.fwd_tile)
   if (!p.fwd_tile) return true;
-  const int64_t ext[4] = {p.B, p.Hq, p.Lq, p.Lk};
-  if (p.fwd_tile == FA_CUDA_TILE_MASK)
-    return kBN % 128 == 0 && tma_map_score_tile(&maps[3], p.mask, p.mask_s, ext, 1, CU_TENSOR_MAP_DATA_TYPE_UINT8,
-                                                p.mask_s[2] == 0 ? 1 : kBM);
-  return tma_map_score_tile(&maps[3], p.bias, p.bias_s, ext, 2,
-                            bf ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                            p.bias_s[2] == 0 ? 1 : kBM);
+  // (a mask's box is 128 keys: one 128-byte row)
+  return (p.fwd_tile != FA_CUDA_TILE_MASK || kBN % 128 == 0) && tma_map_tile_of(p, kBM, bf, &maps[3]);
 }
 
 // Tile shapes (warpgroups of 64 query rows x keys per tile, K/V slots),

@@ -78,14 +78,15 @@ struct fa__cuda_params {
   uint32_t offset, threshold;
   float dscale;
 
-  int has_extras;  // mask, bias, alibi, softcap or dropout: the per-element path
-  int arith_only;  // the extras are softcap and / or ALiBi only: the warp-specialized kernels take them
-                   // (score_arith.cuh) unless FLASHATTN_CUDA_WS_ARITH=0
-  int fwd_tile;    // the forward's one per-element tensor, when the warp-specialized forward may copy it
-                   // tile by tile (fwd_ws_kernel.cuh's kScoreTile): FA_CUDA_TILE_BIAS or _MASK, else 0
-  int bwd_tile;    // the same for the warp-specialized backward: fwd_tile where no dBias is asked for
-  int variant;     // FLASHATTN_CUDA_VARIANT: selects alternative tile configurations, when a
-                   // launch file compiles some, for A/B timing in one process (anchors.py --variants)
+  int has_extras;     // mask, bias, alibi, softcap or dropout: the per-element path
+  int arith_only;     // the extras are softcap and / or ALiBi only: the warp-specialized kernels take them
+                      // (score_arith.cuh) unless FLASHATTN_CUDA_WS_ARITH=0
+  int fwd_tile;       // the forward's one per-element tensor, when the warp-specialized forward may copy it
+                      // tile by tile (fwd_ws_kernel.cuh's kScoreTile): FA_CUDA_TILE_BIAS or _MASK, else 0
+  int bwd_tile;       // the same for the warp-specialized backward: fwd_tile where no dBias is asked for
+  int64_t tile_s[4];  // with fwd_tile: that tensor's element strides (mask_s or bias_s; 0: broadcast)
+  int variant;        // FLASHATTN_CUDA_VARIANT: selects alternative tile configurations, when a
+                      // launch file compiles some, for A/B timing in one process (anchors.py --variants)
 };
 
 // Where sequence b's rows start in p.ws_stats, within its stored batch's

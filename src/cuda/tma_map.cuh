@@ -92,6 +92,17 @@ inline bool tma_map_score_tile(CUtensorMap *map, const void *base, const int64_t
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// The map of the call's bias or mask (p.fwd_tile, strides p.tile_s) for
+// query tiles of kBM rows, one row where its rows broadcast.
+inline bool tma_map_tile_of(const fa__cuda_params &p, int kBM, bool bf16, CUtensorMap *map) {
+  const int64_t ext[4] = {p.B, p.Hq, p.Lq, p.Lk};
+  const int rows = p.tile_s[2] == 0 ? 1 : kBM;
+  if (p.fwd_tile == FA_CUDA_TILE_MASK)
+    return tma_map_score_tile(map, p.mask, p.tile_s, ext, 1, CU_TENSOR_MAP_DATA_TYPE_UINT8, rows);
+  return tma_map_score_tile(map, p.bias, p.tile_s, ext, 2,
+                            bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, rows);
+}
+
 // The map of an f32 [B, H, L, D] array with contiguous rows of D (the
 // backward's dQ accumulator), boxes of 32 columns (128 bytes, one swizzle
 // row) x `rows` rows in the 128-byte swizzle, for reductions into it.
