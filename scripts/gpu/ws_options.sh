@@ -15,7 +15,8 @@
 # that option's check_cuda cases, the shared suite
 # (test_backend_cuda) as built and with the option's switch at 0; then the
 # bench with WS_ARGS (WS_BENCH_S seconds at most; WS_SKIP_CHECKS=1 leaves the
-# checks out).
+# checks out; WS_SAN / WS_RACE name other check_cuda cases for the
+# sanitizers, WS_RACE="" none for racecheck).
 #   carry:   [".gpu-deps", ".gpu-build.tar.xz"]
 #   command: WS_ARGS="--d 64,128 --l 2048,8192" bash scripts/gpu/ws_options.sh arith
 # Results: $OUT/summary.txt and the logs next to it.
@@ -63,6 +64,7 @@ if [ "${WS_SKIP_CHECKS:-0}" != 1 ]; then
   grep -E "FAIL" "$OUT/check.log" | head -20 | tee -a "$SUMMARY"
   # shellcheck disable=SC2086
   sanitize "$B/check_cuda" "memcheck synccheck" ${WS_SAN:-$SAN_CASES}
+  RACE_CASES=${WS_RACE-$RACE_CASES}
   # shellcheck disable=SC2086
   [ -n "$RACE_CASES" ] && sanitize "$B/check_cuda" racecheck $RACE_CASES
   timeout 300 "$B/tests/test_backend_cuda" >"$OUT/suite_cuda.log" 2>&1
