@@ -41,8 +41,6 @@ case ${1:-} in
     SAN_CASES="f16_d128_varlen_gqa_causal_br bf16_d64_varlen_window_softcap f16_d64_seqlens_mask_gqa"
     # the zeroed rows (generic stores, then wgmma) and the packed dQ reductions
     RACE_CASES="f16_d128_varlen_gqa_causal_br"
-    # (opt-in until a GPU has run them)
-    export FLASHATTN_CUDA_WS_LENGTHS=1
     ;;
   *)
     echo "usage: bash scripts/gpu/ws_options.sh arith|tile|lengths" >&2

@@ -27,9 +27,9 @@ inline fa_status fa__cuda_fail(cudaError_t e, const char *what, fa__err *err) {
 
 // Whether a Hopper backward call has the shape the warp-specialized kernel
 // takes (bwd_ws_kernel.cuh: band-only options, p.arith_only or p.bwd_tile;
-// per-sequence lengths, padded or packed, with FLASHATTN_CUDA_WS_LENGTHS=1
-// until a GPU has run them) and the switches allow it (FLASHATTN_CUDA_WS=0,
-// FLASHATTN_CUDA_WS_BWD=0, FLASHATTN_CUDA_VARIANT=2 keep bwd_wgmma_kernel).
+// per-sequence lengths, padded or packed, too) and the switches allow it
+// (FLASHATTN_CUDA_WS=0, FLASHATTN_CUDA_WS_BWD=0, FLASHATTN_CUDA_VARIANT=2 keep
+// bwd_wgmma_kernel; FLASHATTN_CUDA_WS_LENGTHS=0 for calls with lengths).
 // backend.cu asks it before allocating p.ws_stats; the launcher then takes
 // the call where p.ws_stats is set and the copy engine can address the
 // tensors.
@@ -37,7 +37,7 @@ inline bool fa__cuda_ws_bwd_shape(const fa__cuda_params &p) {
   const char *all = getenv("FLASHATTN_CUDA_WS"), *bwd = getenv("FLASHATTN_CUDA_WS_BWD");
   if ((all && strcmp(all, "0") == 0) || (bwd && strcmp(bwd, "0") == 0) || p.variant == 2) return false;
   const char *lengths = getenv("FLASHATTN_CUDA_WS_LENGTHS");
-  if ((p.seqlens_q || p.seqlens_k || p.cu_q || p.cu_k) && !(lengths && strcmp(lengths, "1") == 0)) return false;
+  if ((p.seqlens_q || p.seqlens_k || p.cu_q || p.cu_k) && lengths && strcmp(lengths, "0") == 0) return false;
   return !p.has_extras || p.arith_only || p.bwd_tile;
 }
 
