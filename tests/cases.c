@@ -132,7 +132,7 @@ const tcase tc_cases[] = {
     /* ---- one bias or mask over several tiles (cuda on Hopper: the warp-specialized forward copies it
      * tile by tile, score_tile.cuh, where its rows are
      * 16-byte aligned: Lk a multiple of 8 for a 16-bit bias, of 16 for a mask; FLASHATTN_CUDA_WS=0 the per-element
-     * kernels), and the backward too without lengths (a bias there: D = 128 only): full, broadcast over batch or heads
+     * kernels), and the backward too (D = 64 and 128, without dBias): full, broadcast over batch or heads
      * (size 1 and stride 0), one row per sequence, -inf and fully masked rows, with the band, GQA, lengths, packed
      * sequences, softcap and ALiBi, bucket 256, deterministic ---- */
     {"tile_bias_gqa_D64", .B = 1, .Hq = 2, .Hkv = 1, .Lq = 200, .Lk = 272, .D = 64, .Dv = 64, .bias = 1,

@@ -287,6 +287,7 @@ static const ccase cases[] = {
      .br = 1, .bwd = 1},
     {"f16_d64_mask_window", 1, 4, 4, 300, 400, 64, 64, FA_F16, .mask = 1, .use_window = 1, .wl = 120, .wr = 30,
      .bwd = 1},
+    {"f16_d64_bias16_causal_gqa", 2, 4, 2, 300, 384, 64, 64, FA_F16, .bias = 1, .bias16 = 1, .causal = 1, .bwd = 1},
     {"bf16_d256_bias16_bcast_softcap", 1, 2, 1, 300, 336, 256, 256, FA_BF16, .bias = 1, .bias16 = 1, .bias_bcast_bh = 1,
      .softcap = 4.0},
     {"bf16_d128_mask_varlen_alibi", 3, 2, 2, 0, 0, 128, 128, FA_BF16, .varlen = 1, .lens_q = lq4, .lens_k = lk4,

@@ -31,7 +31,7 @@ case ${1:-} in
     ;;
   tile)
     SWITCH=FLASHATTN_CUDA_WS_TILE BENCH=bench/gpu/score_tile.py
-    SAN_CASES="bf16_d128_bias16_causal_br_gqa f16_d64_mask_window bf16_d256_bias16_bcast_softcap"
+    SAN_CASES="bf16_d128_bias16_causal_br_gqa f16_d64_mask_window f16_d64_bias16_causal_gqa bf16_d256_bias16_bcast_softcap"
     # the tiles' rings: one case (racecheck is the slow one; its report on the backward's LSE / dsum bulk
     # copies is the known one, bench/results/2026-12-01-h200-ws-bwd.txt)
     RACE_CASES="f16_d64_mask_window"

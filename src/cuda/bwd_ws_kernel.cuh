@@ -51,10 +51,10 @@
 // Band-only calls (kScoreBand), with kScoreArith those whose per-element options are
 // softcap and ALiBi only (bwd_tile.cuh's bwd_p_ds_arith), with kScoreTile
 // those and one bias without dBias, or one mask (p.bwd_tile): the producer
-// copies the query tile's rows of it with Q and dO into the same slot
-// (score_tile.cuh reads it; D = 64 takes masks only: a bias tile of 128
-// rows does not fit beside the rest); backend.cu (p.ws_stats, p.dq_turn)
-// and launch_bwd_wgmma.cuh decide.
+// copies the query tile's rows of it into a ring of its own (one slot at
+// D = 64, freed as soon as the consumers have scored; score_tile.cuh
+// reads it); backend.cu (p.ws_stats, p.dq_turn) and launch_bwd_wgmma.cuh
+// decide.
 #ifndef FA_CUDA_BWD_WS_KERNEL_CUH
 #define FA_CUDA_BWD_WS_KERNEL_CUH
 
@@ -77,17 +77,21 @@ struct bwd_ws_cfg {
   static constexpr uint32_t kDsBytes = kBN * kBM * 2;
   static constexpr uint32_t kDqBytes = kBM * kD * 4;
   static constexpr uint32_t kStatBytes = 2 * kBM * 4;  // LSE and dsum of one slot
-  // kScoreTile: a slot's bias (16-bit, 2 atoms of 64 keys) or mask (bytes,
-  // 1 atom of 128 keys) rows, kBM of them; at D = 64 (kBM = 128) a mask's only
-  static constexpr bool kXBias = kD != 64;
+  // kScoreTile: a slot of the bias / mask ring holds the query tile's rows
+  // of a bias (16-bit, 2 atoms of 64 keys) or a mask (bytes, 1 atom of 128
+  // keys), kBM of them. Its own ring, with its own barriers: at D = 64 (kBM
+  // = 128, 32 KiB a slot) one slot, which the consumers free as soon as
+  // they have scored (a second did not fit beside the rest: 56 bytes over)
   static constexpr uint32_t kXAtomBytes = kBM * 128;
-  static constexpr uint32_t kXBytes = kScore == kScoreTile ? (kXBias ? 2 : 1) * kXAtomBytes : 0;
-  // K, V, the Q and dO rings, dS^T, the dQ tiles, the bias / mask tiles, the
+  static constexpr uint32_t kXBytes = kScore == kScoreTile ? 2 * kXAtomBytes : 0;
+  static constexpr int kXSlots = kD == 64 ? 1 : kStages;
+  // K, V, the Q and dO rings, dS^T, the dQ tiles, the bias / mask ring, the
   // row statistics, the barriers; 1 KiB to align the tiles to 1024 bytes
   // (the swizzle's period)
   static constexpr size_t bytes_with(int dq_bufs) {
     return 2 * (size_t)kKVBytes + 2 * kStages * (size_t)kQBytes + kDsBytes + dq_bufs * (size_t)kDqBytes +
-           kStages * (size_t)kXBytes + kStages * (size_t)kStatBytes + 8 * (1 + 2 * kStages + 2 * dq_bufs) + 1024;
+           kXSlots * (size_t)kXBytes + kStages * (size_t)kStatBytes +
+           8 * (1 + 2 * kStages + 2 * dq_bufs + 2 * kXSlots) + 1024;
   }
   // deterministic: a second dQ tile lets the consumers run a tile ahead of
   // the writer
@@ -137,14 +141,14 @@ __global__ void __launch_bounds__(384, 1)
   extern __shared__ unsigned char smem_raw[];
   const uint32_t pad = (1024 - (smem_addr(smem_raw) & 1023)) & 1023;
   unsigned char *smem = smem_raw + pad;
-  const uint32_t sk = smem_addr(smem);                          // [kAtoms][kBN][64]
-  const uint32_t sv = sk + cfg::kKVBytes;                       // [kAtoms][kBN][64]
-  const uint32_t sq = sv + cfg::kKVBytes;                       // [kStages][kAtoms][kBM][64]
-  const uint32_t sdo = sq + kStages * cfg::kQBytes;             // [kStages][kAtoms][kBM][64]
-  const uint32_t sds = sdo + kStages * cfg::kQBytes;            // [kBM / 64][kBN][64]: dS^T [key][query]
-  const uint32_t sdq = sds + cfg::kDsBytes;                     // [kDqBufs][kD / 32][kBM][32] f32, swz_f32
-  const uint32_t sx = sdq + cfg::kDqBufs * cfg::kDqBytes;       // [kStages][atoms][kBM][128 bytes]
-  const uint32_t stats_off = sx + kStages * cfg::kXBytes - sk;  // [kStages][LSE kBM, dsum kBM] f32
+  const uint32_t sk = smem_addr(smem);                               // [kAtoms][kBN][64]
+  const uint32_t sv = sk + cfg::kKVBytes;                            // [kAtoms][kBN][64]
+  const uint32_t sq = sv + cfg::kKVBytes;                            // [kStages][kAtoms][kBM][64]
+  const uint32_t sdo = sq + kStages * cfg::kQBytes;                  // [kStages][kAtoms][kBM][64]
+  const uint32_t sds = sdo + kStages * cfg::kQBytes;                 // [kBM / 64][kBN][64]: dS^T [key][query]
+  const uint32_t sdq = sds + cfg::kDsBytes;                          // [kDqBufs][kD / 32][kBM][32] f32, swz_f32
+  const uint32_t sx = sdq + cfg::kDqBufs * cfg::kDqBytes;            // [kStages][atoms][kBM][128 bytes]
+  const uint32_t stats_off = sx + cfg::kXSlots * cfg::kXBytes - sk;  // [kStages][LSE kBM, dsum kBM] f32
   float *stats = reinterpret_cast<float *>(smem + stats_off);
   const uint32_t bars = sk + stats_off + kStages * cfg::kStatBytes;
   const uint32_t full_kv = bars;
@@ -152,6 +156,8 @@ __global__ void __launch_bounds__(384, 1)
   auto empty = [&](int s) { return bars + 8 * (1 + kStages + s); };
   auto dq_full = [&](int b) { return bars + 8 * (1 + 2 * kStages + b); };                 // the consumers filled tile b
   auto dq_free = [&](int b) { return bars + 8 * (1 + 2 * kStages + cfg::kDqBufs + b); };  // the writer read it
+  auto full_x = [&](int x) { return bars + 8 * (1 + 2 * kStages + 2 * cfg::kDqBufs + x); };
+  auto empty_x = [&](int x) { return bars + 8 * (1 + 2 * kStages + 2 * cfg::kDqBufs + cfg::kXSlots + x); };
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   // tile-major (grid_order.cuh): the blocks running at once share a few
@@ -179,6 +185,11 @@ __global__ void __launch_bounds__(384, 1)
       for (int b = 0; b < cfg::kDqBufs; ++b) {
         mbar_init(dq_full(b), 1);
         mbar_init(dq_free(b), 1);
+      }
+    if (kTile)
+      for (int x = 0; x < cfg::kXSlots; ++x) {
+        mbar_init(full_x(x), 1);
+        mbar_init(empty_x(x), cfg::kConsumers / 32);
       }
     mbar_init_fence();
   }
@@ -217,20 +228,7 @@ __global__ void __launch_bounds__(384, 1)
         bwd_block_tile<kBM, kDet>(p, blk, it, &h, &m0);
         if (use > 0) mbar_wait(empty(s), (use - 1) & 1);
         const int row = static_cast<int>(seq.q_row0 + m0);
-        if constexpr (kTile) {
-          // the bias / mask rows of the query tile at the block's keys
-          // (logical coordinates; broadcast dims have extent 1, a tile the
-          // same for every row is one row)
-          const int64_t *xs = p.tile_s;
-          const int x_cols = p.bwd_tile == FA_CUDA_TILE_MASK ? 128 : 64, x_rows = xs[2] ? kBM : 1;
-          mbar_expect_tx(full(s), 2 * cfg::kQBytes + cfg::kStatBytes + kBN / x_cols * x_rows * 128);
-          for (int a = 0; a < kBN / x_cols; ++a)
-            tma_load_4d(sx + s * cfg::kXBytes + a * cfg::kXAtomBytes, &tx, static_cast<int>(blk.n0) + a * x_cols,
-                        xs[2] ? static_cast<int>(m0) : 0, xs[1] ? static_cast<int>(h) : 0,
-                        xs[0] ? static_cast<int>(blk.b) : 0, full(s));
-        } else {
-          mbar_expect_tx(full(s), 2 * cfg::kQBytes + cfg::kStatBytes);
-        }
+        mbar_expect_tx(full(s), 2 * cfg::kQBytes + cfg::kStatBytes);
         const float *st =
             p.ws_stats + (seq.bidx * p.Hq + h) * 2 * p.ws_pitch + fa__cuda_ws_row0(p, blk.b, seq.q_row0) + m0;
         const uint32_t ss = sk + stats_off + s * cfg::kStatBytes;
@@ -240,6 +238,20 @@ __global__ void __launch_bounds__(384, 1)
         for (int a = 0; a < kAtoms; ++a) {
           tma_load_4d(sq + s * cfg::kQBytes + a * kBM * 128, &tq, a * 64, row, static_cast<int>(h), b, full(s));
           tma_load_4d(sdo + s * cfg::kQBytes + a * kBM * 128, &tdo, a * 64, row, static_cast<int>(h), b, full(s));
+        }
+        if constexpr (kTile) {
+          // the bias / mask rows of the query tile at the block's keys
+          // (logical coordinates; broadcast dims have extent 1, a tile the
+          // same for every row is one row), into its own ring
+          const int xs_slot = it % cfg::kXSlots, xuse = it / cfg::kXSlots;
+          if (xuse > 0) mbar_wait(empty_x(xs_slot), (xuse - 1) & 1);
+          const int64_t *xs = p.tile_s;
+          const int x_cols = p.bwd_tile == FA_CUDA_TILE_MASK ? 128 : 64, x_rows = xs[2] ? kBM : 1;
+          mbar_expect_tx(full_x(xs_slot), kBN / x_cols * x_rows * 128);
+          for (int a = 0; a < kBN / x_cols; ++a)
+            tma_load_4d(sx + xs_slot * cfg::kXBytes + a * cfg::kXAtomBytes, &tx, static_cast<int>(blk.n0) + a * x_cols,
+                        xs[2] ? static_cast<int>(m0) : 0, xs[1] ? static_cast<int>(h) : 0,
+                        xs[0] ? static_cast<int>(blk.b) : 0, full_x(xs_slot));
         }
       }
     } else if (kDet && warp == 1 && lane == 0) {
@@ -328,12 +340,16 @@ __global__ void __launch_bounds__(384, 1)
               bwd_p_ds_arith<false>(blk.bd, a, st, dpt, l_s, ds_s, m0, blk.n0 + wkey, g, t, x, wkey);
           };
           if constexpr (kTile) {
-            const uint32_t xb = sx + s * cfg::kXBytes;
+            const int xs_slot = it % cfg::kXSlots;
+            mbar_wait(full_x(xs_slot), static_cast<uint32_t>((it / cfg::kXSlots) & 1));
+            const uint32_t xb = sx + xs_slot * cfg::kXBytes;
             const bool rows_bcast = p.tile_s[2] == 0;
-            if (!cfg::kXBias || p.bwd_tile == FA_CUDA_TILE_MASK)
+            if (p.bwd_tile == FA_CUDA_TILE_MASK)
               p_ds(mask_score_tile{xb, rows_bcast});
             else
               p_ds(bias_score_tile<E>{xb, cfg::kXAtomBytes, rows_bcast});
+            __syncwarp();  // the warp's reads of the slot are done: it may be refilled
+            if (lane == 0) mbar_arrive(empty_x(xs_slot));
           } else {
             p_ds(no_score_tile{});
           }

@@ -61,10 +61,10 @@ fa_status launch_bwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&m)[6],
 
 // Whether the warp-specialized backward takes the call, and its tensor maps
 // (Q, K, V, dO in boxes of kBM or 128 rows; the f32 dQ accumulator; the
-// bias or mask, p.bwd_tile: a bias not at D = 64, bwd_ws_cfg's kXBias):
-// backend.cu set p.ws_stats where fa__cuda_ws_bwd_shape allowed it.
+// bias or mask, p.bwd_tile): backend.cu set p.ws_stats where
+// fa__cuda_ws_bwd_shape allowed it.
 template <typename E>
-bool bwd_ws_maps(const fa__cuda_params &p, int kD, int kBM, CUtensorMap (&m)[6]) {
+bool bwd_ws_maps(const fa__cuda_params &p, int kBM, CUtensorMap (&m)[6]) {
   if (!p.ws_stats || !p.dq_acc) return false;
   const int64_t B = p.cu_q || p.cu_k ? 1 : p.B;  // packed sequences: one stored batch
   if (!tma_addressable(p.q, p.qs, B, p.Hq, p.Lq_rows, p.D) || !tma_addressable(p.k, p.ks, B, p.Hkv, p.Lk_rows, p.D) ||
@@ -80,8 +80,11 @@ bool bwd_ws_maps(const fa__cuda_params &p, int kD, int kBM, CUtensorMap (&m)[6])
     return false;
   m[5] = m[0];  // (not read without p.bwd_tile)
   if (!p.bwd_tile) return true;
-  // (a bias tile of 128 rows does not fit beside the rest at D = 64: bwd_ws_cfg's kXBias)
-  return (p.bwd_tile == FA_CUDA_TILE_MASK || kD != 64) && tma_map_tile_of(p, kBM, bf, &m[5]);
+  // a bias at D = 64 (query tiles of 128 rows, the ring's one slot) opt-in
+  // (FLASHATTN_CUDA_WS_BIAS64=1) until a GPU has run it
+  const char *bias64 = getenv("FLASHATTN_CUDA_WS_BIAS64");
+  if (p.bwd_tile == FA_CUDA_TILE_BIAS && kBM == 128 && !(bias64 && strcmp(bias64, "1") == 0)) return false;
+  return tma_map_tile_of(p, kBM, bf, &m[5]);
 }
 
 template <typename E, int kD, int kBM, bool kFull>
@@ -90,7 +93,7 @@ fa_status launch_bwd_wgmma_cfg(const fa__cuda_params &p, int deterministic, cuda
   // backend.cu gave the call p.ws_stats)
   if (!kFull || p.arith_only || p.bwd_tile) {
     CUtensorMap maps[6];
-    if ((!deterministic || p.dq_turn) && bwd_ws_maps<E>(p, kD, kBM, maps)) {
+    if ((!deterministic || p.dq_turn) && bwd_ws_maps<E>(p, kBM, maps)) {
       // (3 slots measured no better than 2: bench/results/2026-12-01-h200-ws-bwd.txt; that A/B
       // variant's instantiations went for the build time)
       if (!deterministic) return launch_bwd_ws_cfg<E, kD, kBM, 2, false>(p, maps, s, err);
