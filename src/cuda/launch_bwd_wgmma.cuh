@@ -79,12 +79,7 @@ bool bwd_ws_maps(const fa__cuda_params &p, int kBM, CUtensorMap (&m)[6]) {
       !tma_map_f32_rows(&m[4], p.dq_acc, B, p.Hq, p.Lq_rows, p.D, kBM))
     return false;
   m[5] = m[0];  // (not read without p.bwd_tile)
-  if (!p.bwd_tile) return true;
-  // a bias at D = 64 (query tiles of 128 rows, the ring's one slot) opt-in
-  // (FLASHATTN_CUDA_WS_BIAS64=1) until a GPU has run it
-  const char *bias64 = getenv("FLASHATTN_CUDA_WS_BIAS64");
-  if (p.bwd_tile == FA_CUDA_TILE_BIAS && kBM == 128 && !(bias64 && strcmp(bias64, "1") == 0)) return false;
-  return tma_map_tile_of(p, kBM, bf, &m[5]);
+  return !p.bwd_tile || tma_map_tile_of(p, kBM, bf, &m[5]);
 }
 
 template <typename E, int kD, int kBM, bool kFull>
