@@ -79,9 +79,9 @@ struct bwd_ws_cfg {
   static constexpr uint32_t kStatBytes = 2 * kBM * 4;  // LSE and dsum of one slot
   // kScoreTile: a slot of the bias / mask ring holds the query tile's rows
   // of a bias (16-bit, 2 atoms of 64 keys) or a mask (bytes, 1 atom of 128
-  // keys), kBM of them. Its own ring, with its own barriers: at D = 64 (kBM
-  // = 128, 32 KiB a slot) one slot, which the consumers free as soon as
-  // they have scored (a second did not fit beside the rest: 56 bytes over)
+  // keys, in the first), kBM of them. Its own ring, with its own barriers:
+  // at D = 64 (kBM = 128, 32 KiB a slot) one slot, which the consumers free
+  // as soon as they have scored (a second did not fit beside the rest)
   static constexpr uint32_t kXAtomBytes = kBM * 128;
   static constexpr uint32_t kXBytes = kScore == kScoreTile ? 2 * kXAtomBytes : 0;
   static constexpr int kXSlots = kD == 64 ? 1 : kStages;
@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(384, 1)
   const uint32_t sdo = sq + kStages * cfg::kQBytes;                  // [kStages][kAtoms][kBM][64]
   const uint32_t sds = sdo + kStages * cfg::kQBytes;                 // [kBM / 64][kBN][64]: dS^T [key][query]
   const uint32_t sdq = sds + cfg::kDsBytes;                          // [kDqBufs][kD / 32][kBM][32] f32, swz_f32
-  const uint32_t sx = sdq + cfg::kDqBufs * cfg::kDqBytes;            // [kStages][atoms][kBM][128 bytes]
+  const uint32_t sx = sdq + cfg::kDqBufs * cfg::kDqBytes;            // [kXSlots][2 atoms][kBM][128 bytes]
   const uint32_t stats_off = sx + cfg::kXSlots * cfg::kXBytes - sk;  // [kStages][LSE kBM, dsum kBM] f32
   float *stats = reinterpret_cast<float *>(smem + stats_off);
   const uint32_t bars = sk + stats_off + kStages * cfg::kStatBytes;
