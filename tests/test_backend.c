@@ -54,6 +54,10 @@ static void skip_unless_usable(const tb_variant *var) {
     print_message("skipped: ISA %s is not on this CPU or in this build\n", var->name);
     skip();
   }
+  if (var->unselected) {
+    print_message("skipped: ISA %s is not in FA_TEST_CPU_ISAS\n", var->name);
+    skip();
+  }
 }
 
 /* ref is the oracle, so on its own program its forward is also held to a

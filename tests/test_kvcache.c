@@ -550,8 +550,9 @@ static void test_backends(void **state) {
     tb_variant vars[8];
     const int nv = be->variants(vars, 8);
     for (int v = 0; v < nv; ++v) {
-      if (vars[v].absent) {
-        print_message("%s/%s: not on this CPU or in this build, skipped\n", be->name, vars[v].name);
+      if (vars[v].absent || vars[v].unselected) {
+        print_message("%s/%s: %s, skipped\n", be->name, vars[v].name,
+                      vars[v].absent ? "not on this CPU or in this build" : "not in FA_TEST_CPU_ISAS");
         continue;
       }
       check_backend(be, &vars[v]);

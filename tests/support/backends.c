@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cm.h"
@@ -38,12 +39,33 @@ static int variants_one(tb_variant *out, int max) {
   return 1;
 }
 
+/* Whether FA_TEST_CPU_ISAS (a comma-separated list of ISA names, "best"
+ * for the widest this CPU has) leaves isa out; unset or empty: none. The
+ * TSan run (scripts/dev.sh test-tsan) sets it: the threads' work and
+ * synchronization are the same on every ISA, only the micro-kernels differ,
+ * and ASan runs those all. */
+static int isa_unselected(fa_cpu_isa isa, fa_cpu_isa best) {
+  const char *list = getenv("FA_TEST_CPU_ISAS");
+  if (!list || !*list) return 0;
+  const char *name = fa_cpu_isa_name(isa);
+  const size_t n = strlen(name);
+  for (const char *p = list; *p;) {
+    const size_t len = strcspn(p, ",");
+    if ((len == n && !strncmp(p, name, n)) || (len == 4 && !strncmp(p, "best", 4) && isa == best)) return 0;
+    p += len + (p[len] == ',');
+  }
+  return 1;
+}
+
 /* Every ISA this CPU and build have, so that the AVX2 and portable paths
  * are tested on an AVX-512 machine too. amx, where this CPU lacks it, is
  * listed as a variant whose tests skip (a machine without AMX does not
  * pass its cases: it did not run them). */
 static int variants_cpu_isas(tb_variant *out, int max) {
   static const fa_cpu_isa isas[] = {FA_ISA_GENERIC, FA_ISA_AVX2, FA_ISA_AVX512, FA_ISA_AVX512BF16, FA_ISA_AMX};
+  fa_cpu_isa best = FA_ISA_GENERIC;
+  for (size_t i = 0; i < sizeof isas / sizeof isas[0]; ++i)
+    if (fa_cpu_isa_supported(isas[i])) best = isas[i];
   int n = 0;
   for (size_t i = 0; i < sizeof isas / sizeof isas[0] && n < max; ++i) {
     const int have = fa_cpu_isa_supported(isas[i]);
@@ -51,6 +73,7 @@ static int variants_cpu_isas(tb_variant *out, int max) {
     memset(&out[n], 0, sizeof out[n]);
     out[n].isa = isas[i];
     out[n].absent = !have;
+    out[n].unselected = have && isa_unselected(isas[i], best);
     snprintf(out[n].name, sizeof out[n].name, "%s", fa_cpu_isa_name(isas[i]));
     ++n;
   }

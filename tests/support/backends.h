@@ -11,8 +11,9 @@
 typedef struct tb_variant {
   char name[32];
   fa_cpu_isa isa;
-  int threads; /* 0 = default */
-  int absent;  /* not on this CPU or build: its tests skip */
+  int threads;    /* 0 = default */
+  int absent;     /* not on this CPU or build: its tests skip */
+  int unselected; /* left out by FA_TEST_CPU_ISAS: its tests skip */
 } tb_variant;
 
 typedef struct tb_backend {
