@@ -28,6 +28,7 @@ static void help(void) {
       "  --dtype T        f32 (default), bf16, f16\n"
       "  --page N         paged cache with N-token pages (default: contiguous)\n"
       "  --splits N       num_splits (0 = auto)\n"
+      "  --block-k N      keys per tile (0 = the backend's choice; for tuning)\n"
       "  --threads N      (default: OpenMP's); --reps N (default 20)\n"
       "  --plain          time fa_forward on the same K/V instead of the cache call\n"
       "  --warm           one copy of the cache, not a rotation: with a cache that fits in L2/L3\n"
@@ -41,7 +42,7 @@ static int cmp_double(const void *a, const void *b) {
 
 int fa_bench_decode(int argc, char **argv) {
   int64_t B = 1, Hq = 32, Hkv = 32, Lq = 1, D = 128, page = 0, lks[8] = {8192, 32768};
-  int nlk = 2, splits = 0, threads = 0, reps = 20, plain = 0, warm = 0;
+  int nlk = 2, splits = 0, block_k = 0, threads = 0, reps = 20, plain = 0, warm = 0;
   fa_dtype dt = FA_F32;
   fa_backend be = FA_BACKEND_CPU;
   cli_args a;
@@ -78,6 +79,8 @@ int fa_bench_decode(int argc, char **argv) {
       page = cli_parse_int("--page", cli_value(&a), 1, 1 << 20);
     } else if (cli_is(&a, "splits")) {
       splits = (int)cli_parse_int("--splits", cli_value(&a), 0, 4096);
+    } else if (cli_is(&a, "block-k")) {
+      block_k = (int)cli_parse_int("--block-k", cli_value(&a), 0, 1 << 16);
     } else if (cli_is(&a, "threads")) {
       threads = (int)cli_parse_int("--threads", cli_value(&a), 0, 4096);
     } else if (cli_is(&a, "reps")) {
@@ -132,6 +135,7 @@ int fa_bench_decode(int argc, char **argv) {
     fa_options_init(&opt);
     opt.causal = 1;
     opt.align = FA_ALIGN_BOTTOM_RIGHT;
+    opt.block_k = block_k;
     double *t = malloc((size_t)(reps + 1) * sizeof(double));
     for (int r = -1; r < reps; ++r) {
       const int c = (r + 1) % ncopy;

@@ -41,6 +41,10 @@ const tcase tc_cases[] = {
     {"decode_causal_tl_Lq3_Lk520", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 3, .Lk = 520, .D = 32, .Dv = 32, .causal = 1},
     {"decode_br_Lq1_Lk1000_mqa_D128_blhd", .B = 2, .Hq = 8, .Hkv = 1, .Lq = 1, .Lk = 1000, .D = 128, .Dv = 128,
      .causal = 1, .align = FA_ALIGN_BOTTOM_RIGHT, .layout = TL_BLHD, .dtypes = F32_BF16},
+    /* four query rows a kv head (GQA 32/8's group): the cpu decode kernels' 4-row form, 777 keys leaving
+     * partial micro-tiles (and tiles) behind */
+    {"decode_gqa4_Lq1_Lk777_D128_br", .B = 1, .Hq = 8, .Hkv = 2, .Lq = 1, .Lk = 777, .D = 128, .Dv = 128, .causal = 1,
+     .align = FA_ALIGN_BOTTOM_RIGHT, .dtypes = F32_BF16},
     {"decode_padded_Lq3_Lk260_softcap_alibi", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 3, .Lk = 260, .D = 16, .Dv = 16,
      .seqlens_q = sq_dec, .seqlens_k = sk_dec, .softcap = 2.0, .alibi = 1, .layout = TL_BLHD},
     {"Lq7_Lk65", SMALL, .Lq = 7, .Lk = 65, .D = 16, .Dv = 16},

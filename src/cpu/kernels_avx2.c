@@ -350,6 +350,14 @@ FA_INLINE void dsv_store_lanes(float *p, __m256 v, int first, int n) {
   _mm256_storeu_ps(t, v);
   for (int i = 0; i < n; ++i) p[i] = t[first + i];
 }
+/* lanes 2r, 2r + 1 to p[r * ld], p[r * ld + 1], r < 4 (ds_scores_r4's micro-tile) */
+FA_INLINE void dsv_store_rows4(float *p, ptrdiff_t ld, __m256 v) {
+  const __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  _mm_storel_pi((__m64 *)p, lo);
+  _mm_storeh_pi((__m64 *)(p + ld), lo);
+  _mm_storel_pi((__m64 *)(p + 2 * ld), hi);
+  _mm_storeh_pi((__m64 *)(p + 3 * ld), hi);
+}
 FA_INLINE float dsv_hsum(__m256 v) {
   __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   x = _mm_add_ps(x, _mm_movehl_ps(x, x));

@@ -374,6 +374,13 @@ FA_INLINE void dsv_store_lanes(float *p, __m512 v, int first, int n) {
                                        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
   _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1u), first ? _mm512_permutexvar_ps(idx, v) : v);
 }
+/* lanes 4r .. 4r + 3 to p[r * ld ..], r < 4 (ds_scores_r4's micro-tile) */
+FA_INLINE void dsv_store_rows4(float *p, ptrdiff_t ld, __m512 v) {
+  _mm_storeu_ps(p, _mm512_castps512_ps128(v));
+  _mm_storeu_ps(p + ld, _mm512_extractf32x4_ps(v, 1));
+  _mm_storeu_ps(p + 2 * ld, _mm512_extractf32x4_ps(v, 2));
+  _mm_storeu_ps(p + 3 * ld, _mm512_extractf32x4_ps(v, 3));
+}
 /* 16 vectors to one, lane i = sum of a[i]: halves, quarters, pairs, then
  * one permute puts the lanes in order (the tree leaves them as
  * 0 2 1 3 8 10 9 11 4 6 5 7 12 14 13 15, a permutation that is its own

@@ -117,6 +117,44 @@ DS_INLINE void ds_scores_block(const int MR, const int DT, float *s, ptrdiff_t l
   }
 }
 
+/* Four query rows (GQA 32/8's group, the common decode shape) with d in
+ * whole vectors: ds_scores_block's micro-tile (4 rows x NK = DS_W / 4
+ * keys) without its edge cases, the four rows' q vectors named and the
+ * next tile's rows prefetched whole before the products. The general form
+ * kept q vectors and loop pointers on the stack (GCC) and ran its loop at
+ * about half the FMA rate on Zen 3. Keys past the last whole micro-tile go
+ * to ds_scores_block. */
+DS_INLINE void ds_scores_r4(const int DT, float *s, ptrdiff_t lds, const float *q, ptrdiff_t ldq, const char *k,
+                            ptrdiff_t ldk, int bc, int D, const char *pf, ptrdiff_t ldpf, int npf, int keep) {
+  enum { NK = DS_W / 4 };
+  const int es = DT == FA_F32 ? 4 : 2, rowb = D * es;
+  const float *q0 = q, *q1 = q + ldq, *q2 = q + 2 * ldq, *q3 = q + 3 * ldq;
+  const int np = pf ? npf : 0;
+  int j0 = 0;
+  for (; j0 + NK <= bc; j0 += NK) {
+    const char *kj = k + (ptrdiff_t)j0 * ldk;
+    for (int jj = 0; jj < NK && j0 + jj < np; ++jj) ds_prefetch_row(pf + (ptrdiff_t)(j0 + jj) * ldpf, rowb, keep);
+    DS_V acc[DS_W];
+#pragma GCC unroll 16
+    for (int t = 0; t < DS_W; ++t) acc[t] = dsv_zero();
+    for (int d = 0; d < D; d += DS_W) {
+      const DS_V a0 = dsv_loadu(q0 + d), a1 = dsv_loadu(q1 + d), a2 = dsv_loadu(q2 + d), a3 = dsv_loadu(q3 + d);
+#pragma GCC unroll 4
+      for (int jj = 0; jj < NK; ++jj) {
+        const DS_V kv = ds_ld(kj + (ptrdiff_t)jj * ldk + (ptrdiff_t)d * es, DT);
+        acc[jj] = dsv_fma(a0, kv, acc[jj]);
+        acc[NK + jj] = dsv_fma(a1, kv, acc[NK + jj]);
+        acc[2 * NK + jj] = dsv_fma(a2, kv, acc[2 * NK + jj]);
+        acc[3 * NK + jj] = dsv_fma(a3, kv, acc[3 * NK + jj]);
+      }
+    }
+    dsv_store_rows4(s + j0, lds, dsv_reduce(acc));
+  }
+  if (j0 < bc)
+    ds_scores_block(4, DT, s + j0, lds, q, ldq, 4, k + (ptrdiff_t)j0 * ldk, ldk, bc - j0, D,
+                    np > j0 ? pf + (ptrdiff_t)j0 * ldpf : NULL, ldpf, np - j0, keep);
+}
+
 DS_INLINE void ds_scores(const int DT, float *s, ptrdiff_t lds, const float *q, ptrdiff_t ldq, int nr, const char *k,
                          ptrdiff_t ldk, int bc, int D, const char *pf, ptrdiff_t ldpf, int npf, int keep) {
   for (int r0 = 0; r0 < nr; r0 += DS_W) {
@@ -124,7 +162,9 @@ DS_INLINE void ds_scores(const int DT, float *s, ptrdiff_t lds, const float *q, 
     float *sr = s + (ptrdiff_t)r0 * lds;
     const float *qr = q + (ptrdiff_t)r0 * ldq;
     const char *p = r0 == 0 ? pf : NULL; /* prefetch with the first block only */
-    if (n == 1)
+    if (n == 4 && D % DS_W == 0)
+      ds_scores_r4(DT, sr, lds, qr, ldq, k, ldk, bc, D, p, ldpf, npf, keep);
+    else if (n == 1)
       ds_scores_block(1, DT, sr, lds, qr, ldq, n, k, ldk, bc, D, p, ldpf, npf, keep);
     else if (n == 2)
       ds_scores_block(2, DT, sr, lds, qr, ldq, n, k, ldk, bc, D, p, ldpf, npf, keep);
@@ -271,6 +311,51 @@ DS_INLINE void ds_pv_rows(const int MR, const int DT, float *o, ptrdiff_t ldo, c
     }
 }
 
+/* Four rows (as ds_scores_r4) with Dv in whole groups of DS_PV_NV vectors:
+ * ds_pv_tile's loop with each row's P named and the prefetching keys in a
+ * loop of their own, so that its pointers stay in registers. */
+DS_INLINE void ds_pv_r4_body(const int DT, DS_V *c, const float *p0, const float *p1, const float *p2,
+                             const float *p3, int j, const char *vj) {
+  enum { NV = DS_PV_NV };
+  const int es = DT == FA_F32 ? 4 : 2;
+  DS_V x[NV];
+#pragma GCC unroll 8
+  for (int vv = 0; vv < NV; ++vv) x[vv] = ds_ld(vj + (ptrdiff_t)vv * DS_W * es, DT);
+  const DS_V b0 = dsv_set1(p0[j]), b1 = dsv_set1(p1[j]), b2 = dsv_set1(p2[j]), b3 = dsv_set1(p3[j]);
+#pragma GCC unroll 8
+  for (int vv = 0; vv < NV; ++vv) {
+    c[vv] = dsv_fma(b0, x[vv], c[vv]);
+    c[NV + vv] = dsv_fma(b1, x[vv], c[NV + vv]);
+    c[2 * NV + vv] = dsv_fma(b2, x[vv], c[2 * NV + vv]);
+    c[3 * NV + vv] = dsv_fma(b3, x[vv], c[3 * NV + vv]);
+  }
+}
+
+DS_INLINE void ds_pv_r4(const int DT, float *o, ptrdiff_t ldo, const float *f, const float *p, ptrdiff_t ldp,
+                        const char *v, ptrdiff_t ldv, int bc, int Dv, const char *pf, ptrdiff_t ldpf, int npf,
+                        int keep) {
+  enum { NV = DS_PV_NV, G = DS_PV_NV * DS_W };
+  const int es = DT == FA_F32 ? 4 : 2, np = pf ? (npf < bc ? npf : bc) : 0;
+  const float *p0 = p, *p1 = p + ldp, *p2 = p + 2 * ldp, *p3 = p + 3 * ldp;
+  for (int e = 0; e < Dv; e += G) {
+    DS_V c[4 * NV];
+#pragma GCC unroll 16
+    for (int t = 0; t < 4 * NV; ++t) {
+      const DS_V x = dsv_loadu(o + (ptrdiff_t)(t / NV) * ldo + e + (t % NV) * DS_W);
+      c[t] = f ? dsv_mul(x, dsv_set1(f[t / NV])) : x;
+    }
+    const char *vj = v + (ptrdiff_t)e * es, *pj = np ? pf + (ptrdiff_t)e * es : NULL;
+    int j = 0;
+    for (; j < np; ++j, vj += ldv, pj += ldpf) { /* the same columns of the next tile's row j */
+      for (int b = 0; b < G * es; b += 64) ds_pf(pj + b, keep);
+      ds_pv_r4_body(DT, c, p0, p1, p2, p3, j, vj);
+    }
+    for (; j < bc; ++j, vj += ldv) ds_pv_r4_body(DT, c, p0, p1, p2, p3, j, vj);
+#pragma GCC unroll 16
+    for (int t = 0; t < 4 * NV; ++t) dsv_storeu(o + (ptrdiff_t)(t / NV) * ldo + e + (t % NV) * DS_W, c[t]);
+  }
+}
+
 DS_INLINE void ds_pv(const int DT, float *o, ptrdiff_t ldo, int nr, const float *f, const float *p, ptrdiff_t ldp,
                      const char *v, ptrdiff_t ldv, int bc, int Dv, const char *pf, ptrdiff_t ldpf, int npf,
                      int keep) {
@@ -285,7 +370,12 @@ DS_INLINE void ds_pv(const int DT, float *o, ptrdiff_t ldo, int nr, const float 
       case 2: ds_pv_rows(2, DT, orow, ldo, fr, pr, ldp, v, ldv, bc, Dv, pp, ldpf, npf, keep); break;
       case 3: ds_pv_rows(3, DT, orow, ldo, fr, pr, ldp, v, ldv, bc, Dv, pp, ldpf, npf, keep); break;
 #if DS_PV_MR > 3
-      case 4: ds_pv_rows(4, DT, orow, ldo, fr, pr, ldp, v, ldv, bc, Dv, pp, ldpf, npf, keep); break;
+      case 4:
+        if (Dv % (DS_PV_NV * DS_W) == 0)
+          ds_pv_r4(DT, orow, ldo, fr, pr, ldp, v, ldv, bc, Dv, pp, ldpf, npf, keep);
+        else
+          ds_pv_rows(4, DT, orow, ldo, fr, pr, ldp, v, ldv, bc, Dv, pp, ldpf, npf, keep);
+        break;
 #endif
 #if DS_PV_MR > 4
       case 5: ds_pv_rows(5, DT, orow, ldo, fr, pr, ldp, v, ldv, bc, Dv, pp, ldpf, npf, keep); break;
