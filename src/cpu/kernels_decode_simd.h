@@ -314,8 +314,8 @@ DS_INLINE void ds_pv_rows(const int MR, const int DT, float *o, ptrdiff_t ldo, c
 /* Four rows (as ds_scores_r4) with Dv in whole groups of DS_PV_NV vectors:
  * ds_pv_tile's loop with each row's P named and the prefetching keys in a
  * loop of their own, so that its pointers stay in registers. */
-DS_INLINE void ds_pv_r4_body(const int DT, DS_V *c, const float *p0, const float *p1, const float *p2,
-                             const float *p3, int j, const char *vj) {
+DS_INLINE void ds_pv_r4_body(const int DT, DS_V *c, const float *p0, const float *p1, const float *p2, const float *p3,
+                             int j, const char *vj) {
   enum { NV = DS_PV_NV };
   const int es = DT == FA_F32 ? 4 : 2;
   DS_V x[NV];
@@ -357,8 +357,7 @@ DS_INLINE void ds_pv_r4(const int DT, float *o, ptrdiff_t ldo, const float *f, c
 }
 
 DS_INLINE void ds_pv(const int DT, float *o, ptrdiff_t ldo, int nr, const float *f, const float *p, ptrdiff_t ldp,
-                     const char *v, ptrdiff_t ldv, int bc, int Dv, const char *pf, ptrdiff_t ldpf, int npf,
-                     int keep) {
+                     const char *v, ptrdiff_t ldv, int bc, int Dv, const char *pf, ptrdiff_t ldpf, int npf, int keep) {
   const int nb = (nr + DS_PV_MR - 1) / DS_PV_MR, mr = (nr + nb - 1) / nb; /* balanced row blocks */
   for (int r0 = 0; r0 < nr; r0 += mr) {
     const int n = nr - r0 < mr ? nr - r0 : mr;
