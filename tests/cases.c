@@ -156,6 +156,11 @@ const tcase tc_cases[] = {
      .mask_bcast = BC_H | BC_Q, .use_window = 1, .wl = 60, .wr = 10, .dtypes = TD_F16},
     {"tile_mask_stride0_seqlens_D128", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 160, .Lk = 272, .D = 128, .Dv = 128, .mask = 1,
      .mask_bcast = BC_B | BC_H, .mask_stride0 = 1, .seqlens_q = sq_tile, .seqlens_k = sk_tile, .dtypes = TD_BF16},
+    /* bucket 256's 64-key tiles take a mask box (128 keys) in pairs: a window starting at an odd tile */
+    {"tile_mask_dead_rows_window_D256", .B = 1, .Hq = 2, .Hkv = 1, .Lq = 200, .Lk = 336, .D = 256, .Dv = 256, .mask = 1,
+     .mask_dead_rows = 1, .use_window = 1, .wl = 50, .wr = 20, .dtypes = TD_BF16},
+    {"tile_mask_keys_causal_br_D256", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 130, .Lk = 320, .D = 256, .Dv = 256, .mask = 1,
+     .mask_bcast = BC_H | BC_Q, .causal = 1, .align = FA_ALIGN_BOTTOM_RIGHT, .dtypes = TD_F16},
     {"deterministic_tile_bias_causal_D128", .B = 1, .Hq = 2, .Hkv = 1, .Lq = 150, .Lk = 264, .D = 128, .Dv = 128,
      .bias = 1, .causal = 1, .align = FA_ALIGN_BOTTOM_RIGHT, .deterministic = 1, .dtypes = TD_BF16},
     {"deterministic_tile_mask_D64", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 290, .Lk = 256, .D = 64, .Dv = 64, .mask = 1,

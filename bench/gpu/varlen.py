@@ -20,7 +20,9 @@ Timing: CUDA events around each call after warm-up, the median of --reps; our
 calls with the library's device checks on (each call reads the lengths back,
 as a default user's does). FLOPs: 4 H D sum(L_i^2) forward (halved when
 causal), backward 2.5x. Checks ours (both backward kernels) against torch's
-varlen_attn, or FA4's, where one ran.
+varlen_attn, or FA4's, where one ran. fa-h: our forward with the warp-specialized
+forward's work tiles in the order lengths took until 2026-12-07 (heads innermost;
+FLASHATTN_CUDA_WS_ORDER=heads), beside today's (fa).
 
 usage: python3 bench/gpu/varlen.py --lib build/libflashattn.so [--d 64,128]
        [--mix eq2048,mixed] [--causal 0,1] [--reps 10] [--fa4]
@@ -100,7 +102,11 @@ def main():
     peers = {n: f for n, f in peers.items() if f is not None}
     print(f"# {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {torch.cuda.get_device_name()}")
     print(f"# torch {torch.__version__}; TFLOP/s, median of {args.reps}; x = ws-bwd / other")
-    cols = ["fa", "fa-cp"] + (["dense"] if any(m.startswith("eq") for m in args.mix.split(",")) else []) + list(peers)
+    cols = (
+        ["fa", "fa-h", "fa-cp"]
+        + (["dense"] if any(m.startswith("eq") for m in args.mix.split(",")) else [])
+        + list(peers)
+    )
     print(f"{'D':>4} {'mix':>8} {'seqs':>4} {'causal':>6} {'pass':>4} | " + " ".join(f"{c:>7}" for c in cols) + " | x")
     for D in (int(x) for x in args.d.split(",")):
         H = 2048 // D
@@ -120,6 +126,8 @@ def main():
                 opt.num_seqs = len(lens)
                 ms, grads = {}, {}
                 ms["fa", "fwd"], ms["fa", "bwd"], grads["fa"] = time_ours(ours, tensors, opt, args.reps)
+                # the forward with heads innermost (FLASHATTN_CUDA_WS_ORDER=heads), lengths' order until 2026-12-07
+                ms["fa-h", "fwd"], _, _ = time_ours(ours, tensors, opt, args.reps, {"FLASHATTN_CUDA_WS_ORDER": "heads"})
                 _, ms["fa-cp", "bwd"], grads["fa-cp"] = time_ours(
                     ours, tensors, opt, args.reps, {"FLASHATTN_CUDA_WS_BWD": "0"}
                 )

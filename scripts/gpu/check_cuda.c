@@ -292,6 +292,8 @@ static const ccase cases[] = {
      .softcap = 4.0},
     {"bf16_d128_mask_varlen_alibi", 3, 2, 2, 0, 0, 128, 128, FA_BF16, .varlen = 1, .lens_q = lq4, .lens_k = lk4,
      .mask = 1, .alibi = 1, .bwd = 1},
+    {"f16_d256_mask_varlen_window", 3, 2, 2, 0, 0, 256, 256, FA_F16, .varlen = 1, .lens_q = lq4, .lens_k = lk4,
+     .mask = 1, .use_window = 1, .wl = 50, .wr = 20},
     /* lengths on the warp-specialized backward (its tiles past a sequence zeroed; packed LSE / dsum rows and dQ
      * turns per sequence) */
     {"f16_d128_varlen_gqa_causal_br", 4, 4, 2, 0, 0, 128, 128, FA_F16, .varlen = 1, .lens_q = lq5, .lens_k = lk5,

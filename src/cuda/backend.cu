@@ -265,6 +265,8 @@ void params_init(fa__cuda_params *pp, const fa__problem *p) {
   // (dBias is dS summed over the bias's broadcast dims: the per-element kernels write it)
   pp->bwd_tile = p->dbias.data ? 0 : pp->fwd_tile;
   for (int d = 0; d < 4; ++d) pp->tile_s[d] = pp->fwd_tile == FA_CUDA_TILE_MASK ? pp->mask_s[d] : pp->bias_s[d];
+  const char *order = getenv("FLASHATTN_CUDA_WS_ORDER");
+  pp->ws_order = !order ? 0 : strcmp(order, "heads") == 0 ? 1 : strcmp(order, "rows") == 0 ? 2 : 0;
   const char *v = getenv("FLASHATTN_CUDA_VARIANT");
   pp->variant = v ? atoi(v) : 0;
 }

@@ -26,7 +26,10 @@
 // copies tile by tile (kBM rows x kBN keys, or one row where the tensor is
 // the same for every row) into a ring of two slots of its own, read by the
 // consumers' scoring (score_tile.cuh), so that S need not wait for it;
-// launch_fwd_wgmma.cuh decides.
+// launch_fwd_wgmma.cuh decides. A mask's box is 128 keys (one 128-byte row
+// of the swizzle): with 64-key tiles (D = 256) one box serves a pair of
+// tiles (even, odd), copied at the pair's first tile of the block and
+// released after its last.
 #ifndef FA_CUDA_FWD_WS_KERNEL_CUH
 #define FA_CUDA_FWD_WS_KERNEL_CUH
 
@@ -143,6 +146,7 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
       if constexpr (kTile) tma_prefetch_map(&tx);
       int q_round = 0;  // work tiles with keys so far (uses of the Q buffer)
       int kv = 0;       // K / V tiles so far (uses of the ring)
+      int xk = 0;       // bias / mask boxes so far (uses of their ring)
       for (int64_t w = blockIdx.x; w < works; w += gridDim.x) {
         fwd_block fb;
         if (!fwd_ws_block<kBM, kBN>(p, w, row_tiles, heads_inner, &fb) || fb.n_tiles == 0) continue;
@@ -167,20 +171,26 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
           for (int a = 0; a < kAtoms; ++a)
             tma_load_4d(sv + s * cfg::kTileBytes + a * kBN * 128, &tv, a * 64, n0, kvh, b, full_v(s));
           if constexpr (kTile) {
-            // the bias / mask at the tile's rows and keys of the sequence
-            // (logical coordinates; broadcast dims have extent 1)
-            const int xs_slot = kv % cfg::kXSlots, xuse = kv / cfg::kXSlots;
-            if (xuse > 0) mbar_wait(empty_x(xs_slot), (xuse - 1) & 1);
             // (what follows read from the parameters each time: the producer
             // thread's 24 registers hold little beside its loop)
-            const bool x_mask = p.fwd_tile == FA_CUDA_TILE_MASK;
-            const int x_cols = x_mask ? 128 : 64;  // a box's columns: one 128-byte row
-            const int xc = (fb.nb_lo + it) * kBN, xr = x_rows_bcast ? 0 : static_cast<int>(fb.m0);
-            const int xh = p.tile_s[1] ? h : 0, xb = p.tile_s[0] ? static_cast<int>(fb.c.b) : 0;
-            mbar_expect_tx(full_x(xs_slot), kBN / x_cols * (x_rows_bcast ? 1 : kBM) * 128);
-            for (int a = 0; a < kBN / x_cols; ++a)
-              tma_load_4d(sx + xs_slot * cfg::kXBytes + a * cfg::kXAtomBytes, &tx, xc + a * x_cols, xr, xh, xb,
-                          full_x(xs_slot));
+            const int tile = fb.nb_lo + it;
+            const bool x_pair = kBN < 128 && p.fwd_tile == FA_CUDA_TILE_MASK;
+            if (!x_pair || it == 0 || tile % 2 == 0) {
+              // the bias / mask at the tile's rows and keys of the sequence
+              // (logical coordinates; broadcast dims have extent 1)
+              const int xs_slot = xk % cfg::kXSlots, xuse = xk / cfg::kXSlots;
+              ++xk;
+              if (xuse > 0) mbar_wait(empty_x(xs_slot), (xuse - 1) & 1);
+              const bool x_mask = p.fwd_tile == FA_CUDA_TILE_MASK;
+              const int x_cols = x_mask ? 128 : 64;  // a box's columns: one 128-byte row
+              const int boxes = x_pair ? 1 : kBN / x_cols;
+              const int xc = (x_pair ? tile & ~1 : tile) * kBN, xr = x_rows_bcast ? 0 : static_cast<int>(fb.m0);
+              const int xh = p.tile_s[1] ? h : 0, xb = p.tile_s[0] ? static_cast<int>(fb.c.b) : 0;
+              mbar_expect_tx(full_x(xs_slot), boxes * (x_rows_bcast ? 1 : kBM) * 128);
+              for (int a = 0; a < boxes; ++a)
+                tma_load_4d(sx + xs_slot * cfg::kXBytes + a * cfg::kXAtomBytes, &tx, xc + a * x_cols, xr, xh, xb,
+                            full_x(xs_slot));
+            }
           }
         }
       }
@@ -192,7 +202,9 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
     const int cw = warp - 4, wg = cw >> 2, g = lane >> 2, t = lane & 3;
     const int wrow = cw * 16;  // this warp's rows in the block
     const uint32_t q_base = sq + wg * 64 * 128;
-    int q_round = 0, kv = 0;  // as the producer counts them
+    int q_round = 0, kv = 0, xk = 0;  // as the producer counts them
+    // a mask box for a pair of 64-key tiles (above)
+    const bool x_pair = kTile && kBN < 128 && p.fwd_tile == FA_CUDA_TILE_MASK;
 
     float o[1][kDB][4];
     float row_m[1][2], row_l[1][2], alpha[1][2];
@@ -245,14 +257,15 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
               fwd_scores_arith<false>(c, a, s, m0 + wrow, n0, g, t, x, wrow);
           };
           if constexpr (kTile) {
-            const int xslot = (kv + it) % cfg::kXSlots;
-            mbar_wait(full_x(xslot), ((kv + it) / cfg::kXSlots) & 1);
+            const int tile = fb.nb_lo + it;
+            const int box = xk + (x_pair ? (it + (fb.nb_lo & 1)) / 2 : it), xslot = box % cfg::kXSlots;
+            mbar_wait(full_x(xslot), (box / cfg::kXSlots) & 1);
             const uint32_t xb = sx + xslot * cfg::kXBytes;
             if (p.fwd_tile == FA_CUDA_TILE_MASK)
-              scores(mask_score_tile{xb, x_rows_bcast});
+              scores(mask_score_tile{xb, x_rows_bcast, x_pair ? (tile & 1) * kBN : 0});
             else
               scores(bias_score_tile<E>{xb, cfg::kXAtomBytes, x_rows_bcast});
-            release(empty_x(xslot));
+            if (!x_pair || it == n - 1 || tile % 2 == 1) release(empty_x(xslot));
           } else {
             scores(no_score_tile{});
           }
@@ -313,6 +326,7 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
         fence_regs(o[0]);
         ++q_round;
         kv += n;
+        xk += x_pair ? (n - 1 + (fb.nb_lo & 1)) / 2 + 1 : n;
       }
       // The block's bookkeeping recomputed rather than kept live across the
       // loop (fewer registers under the consumers' 160 with 3 warpgroups).

@@ -61,9 +61,12 @@ inline fa_status fa__cuda_rows_grid(int64_t bh, int64_t rows, int tile, const ch
 // The persistent grid of the warp-specialized forwards (fwd_ws_kernel.cuh,
 // fwd_fp8_ws_kernel.cuh): one block per multiprocessor (their shared memory
 // allows no second), or fewer when there are fewer work tiles of `bm` rows;
-// and fwd_ws_block's work order: a head's row tiles side by side only where
-// every tile costs the same and that measured faster (head-dim bucket 128,
-// no band, no per-sequence lengths), else heads innermost.
+// and fwd_ws_block's work order: a head's row tiles side by side where that
+// measured faster (head-dim bucket 128, no band), else heads innermost.
+// Per-sequence lengths (seqlens, packed) took heads innermost until
+// 2026-12-07, for balance (a tile costs its sequence's keys), but lost
+// the side-by-side tiles' shared K / V in L2: packed sequences of 2048 ran
+// at 0.81x the same tokens dense (bench/gpu/varlen.py).
 struct fa__cuda_ws_grid {
   unsigned blocks;
   int64_t row_tiles;
@@ -78,7 +81,7 @@ inline fa_status fa__cuda_ws_grid_of(const fa__cuda_params &p, int bm, int kd, c
   out->row_tiles = (p.Lq + bm - 1) / bm;
   const int64_t works = p.B * p.Hq * out->row_tiles;
   out->blocks = static_cast<unsigned>(works < sms ? works : sms);
-  out->heads_inner = kd != 128 || p.wl >= 0 || p.wr >= 0 || p.seqlens_q || p.seqlens_k || p.cu_q || p.cu_k;
+  out->heads_inner = p.ws_order ? p.ws_order == 1 : kd != 128 || p.wl >= 0 || p.wr >= 0;
   return FA_OK;
 }
 

@@ -57,7 +57,8 @@ fa_status launch_fwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&maps)[
 // sequences included) and a positive scale (its softmax takes the row maxima
 // unscaled: fwd_tile.cuh's kFold), or the arithmetic options (softcap,
 // ALiBi: score_arith.cuh, any scale), or those and one bias or mask
-// (p.fwd_tile; a mask needs tiles of 128 keys, one 128-byte row); tensors
+// (p.fwd_tile; a mask's box is 128 keys, one 128-byte row: tiles of 128
+// keys, or 64 in pairs); tensors
 // the copy engine can address. FLASHATTN_CUDA_WS=0 keeps the cp.async
 // kernels (FLASHATTN_CUDA_WS_ARITH=0 keeps them for the arithmetic options:
 // p.arith_only; FLASHATTN_CUDA_WS_TILE=0 for a bias or mask: p.fwd_tile).
@@ -77,8 +78,8 @@ bool fwd_ws_maps(const fa__cuda_params &p, int kBM, int kBN, CUtensorMap (&maps)
     return false;
   maps[3] = maps[2];  // (not read without p.fwd_tile)
   if (!p.fwd_tile) return true;
-  // (a mask's box is 128 keys: one 128-byte row)
-  return (p.fwd_tile != FA_CUDA_TILE_MASK || kBN % 128 == 0) && tma_map_tile_of(p, kBM, bf, &maps[3]);
+  // (a mask's box is 128 keys, one 128-byte row: a tile's or a pair's)
+  return (p.fwd_tile != FA_CUDA_TILE_MASK || kBN % 64 == 0) && tma_map_tile_of(p, kBM, bf, &maps[3]);
 }
 
 // Tile shapes (warpgroups of 64 query rows x keys per tile, K/V slots),

@@ -85,6 +85,8 @@ struct fa__cuda_params {
                       // tile by tile (fwd_ws_kernel.cuh's kScoreTile): FA_CUDA_TILE_BIAS or _MASK, else 0
   int bwd_tile;       // the same for the warp-specialized backward: fwd_tile where no dBias is asked for
   int64_t tile_s[4];  // with fwd_tile: that tensor's element strides (mask_s or bias_s; 0: broadcast)
+  int ws_order;       // FLASHATTN_CUDA_WS_ORDER=heads|rows: the warp-specialized forwards' work order for every
+                      // call (A/B timing in one process); 0: fa__cuda_ws_grid_of's rule
   int variant;        // FLASHATTN_CUDA_VARIANT: selects alternative tile configurations, when a
                       // launch file compiles some, for A/B timing in one process (anchors.py --variants)
 };

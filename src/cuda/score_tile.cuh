@@ -102,17 +102,19 @@ struct bias_score_tile {
   }
 };
 
-// A mask tile of bytes: 128 columns a row (one atom; tiles of 128 keys).
+// A mask tile of bytes: 128 columns a row (one atom: a tile of 128 keys, or
+// with 64-key tiles a pair of them, c0 = 0 or 64 the tile's first column).
 struct mask_score_tile {
   uint32_t base;
   bool rows_bcast;
+  int c0 = 0;
   __device__ __forceinline__ score_tile_row row(int row, int t) const {
     const int r = rows_bcast ? 0 : row;
     return {base + r * 128 + 2 * t, static_cast<uint32_t>(r & 7) << 4};
   }
   // x0, x1 = -inf where the mask is false at the row's columns 8 nb + 2 t, + 1
   __device__ __forceinline__ void apply(const score_tile_row &rw, int nb, float &x0, float &x1) const {
-    const uint32_t a = rw.addr + (nb & 1) * 8 + ((static_cast<uint32_t>(nb >> 1) << 4) ^ rw.key);
+    const uint32_t a = rw.addr + (nb & 1) * 8 + ((static_cast<uint32_t>((c0 >> 4) + (nb >> 1)) << 4) ^ rw.key);
     uint16_t w;
     asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(w) : "r"(a));
     if (!(w & 0xff)) x0 = -INFINITY;
@@ -120,6 +122,7 @@ struct mask_score_tile {
   }
   __device__ __forceinline__ score_tile_col col(int row0, int c) const {
     const int r = rows_bcast ? 0 : row0;
+    c += c0;
     return {base + r * 128 + (((c >> 4) ^ (r & 7)) << 4) + (c & 15), rows_bcast ? 0u : 1024u};
   }
   // 0 where the mask keeps the column's row row0 + 8 mb, else -inf
