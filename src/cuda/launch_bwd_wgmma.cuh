@@ -66,7 +66,7 @@ fa_status launch_bwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&m)[6],
 template <typename E>
 bool bwd_ws_maps(const fa__cuda_params &p, int kBM, CUtensorMap (&m)[6]) {
   if (!p.ws_stats || !p.dq_acc) return false;
-  const int64_t B = p.cu_q || p.cu_k ? 1 : p.B;  // packed sequences: one stored batch
+  const int64_t B = fa__cuda_stored_batch(p);
   if (!tma_addressable(p.q, p.qs, B, p.Hq, p.Lq_rows, p.D) || !tma_addressable(p.k, p.ks, B, p.Hkv, p.Lk_rows, p.D) ||
       !tma_addressable(p.v, p.vs, B, p.Hkv, p.Lk_rows, p.Dv) ||
       !tma_addressable(p.dout, p.dos, B, p.Hq, p.Lq_rows, p.Dv))

@@ -77,7 +77,7 @@ inline int fp8_ws_mode(const fa__cuda_params &p, int kd) {
 // cannot address a tensor.
 inline bool fp8_ws_maps(const fa__cuda_params &p, CUtensorMap (&maps)[3]) {
   constexpr int kBM = fwd_fp8_ws_cfg<128, FA__FP8_BLOCK_K, 2>::kBM;
-  const int64_t B = p.cu_q || p.cu_k ? 1 : p.B;  // packed sequences: one stored batch
+  const int64_t B = fa__cuda_stored_batch(p);
   return fp8_tma_map_4d(&maps[0], p.q, p.qs, B, p.Hq, p.Lq_rows, p.D, kBM) &&
          fp8_tma_map_4d(&maps[1], p.k, p.ks, B, p.Hkv, p.Lk_rows, p.D, FA__FP8_BLOCK_K) &&
          fp8_tma_map_4d(&maps[2], p.v, p.vs, B, p.Hkv, p.Lk_rows, p.Dv, FA__FP8_BLOCK_K);

@@ -67,7 +67,7 @@ bool fwd_ws_maps(const fa__cuda_params &p, int kBM, int kBN, CUtensorMap (&maps)
   const char *env = getenv("FLASHATTN_CUDA_WS");
   if ((env && strcmp(env, "0") == 0) || p.variant != 0) return false;
   if (p.has_extras ? !(p.arith_only || p.fwd_tile) : !(p.scale_log2 > 0.f)) return false;
-  const int64_t B = p.cu_q || p.cu_k ? 1 : p.B;  // packed sequences: one stored batch
+  const int64_t B = fa__cuda_stored_batch(p);
   if (!tma_addressable(p.q, p.qs, B, p.Hq, p.Lq_rows, p.D) || !tma_addressable(p.k, p.ks, B, p.Hkv, p.Lk_rows, p.D) ||
       !tma_addressable(p.v, p.vs, B, p.Hkv, p.Lk_rows, p.Dv))
     return false;

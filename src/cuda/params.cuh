@@ -91,6 +91,11 @@ struct fa__cuda_params {
                       // launch file compiles some, for A/B timing in one process (anchors.py --variants)
 };
 
+// The batches the tensors store: packed sequences (cu_seqlens) share one.
+__host__ __device__ inline int64_t fa__cuda_stored_batch(const fa__cuda_params &p) {
+  return p.cu_q || p.cu_k ? 1 : p.B;
+}
+
 // Where sequence b's rows start in p.ws_stats, within its stored batch's
 // block: at its first row q_row0 (0 in the padded layout); packed, at
 // q_row0 rounded down to 4, plus 4 b, so that every query tile's bulk copy
