@@ -117,6 +117,14 @@ DS_INLINE void ds_scores_block(const int MR, const int DT, float *s, ptrdiff_t l
   }
 }
 
+/* The 4-row kernels below (ds_scores_r4, ds_pv_r4) where they paid: on
+ * AVX2's 16 registers, where the general forms spilled (Zen 3: 1.17-1.25x
+ * the warm call). With AVX-512's 32 the general forms kept up, and the
+ * 4-row ones measured no faster on the GPU machine's host Xeon (f32, 2 threads,
+ * 0.26-0.29 -> 0.27-0.32 ms, 3 rounds; bench/results/2026-12-07-cpu-decode-
+ * zen3-r4.txt): AVX-512 keeps the general forms. */
+#define DS_R4 (DS_W == 8)
+
 /* Four query rows (GQA 32/8's group, the common decode shape) with d in
  * whole vectors: ds_scores_block's micro-tile (4 rows x NK = DS_W / 4
  * keys) without its edge cases, the four rows' q vectors named and the
@@ -162,7 +170,7 @@ DS_INLINE void ds_scores(const int DT, float *s, ptrdiff_t lds, const float *q, 
     float *sr = s + (ptrdiff_t)r0 * lds;
     const float *qr = q + (ptrdiff_t)r0 * ldq;
     const char *p = r0 == 0 ? pf : NULL; /* prefetch with the first block only */
-    if (n == 4 && D % DS_W == 0)
+    if (DS_R4 && n == 4 && D % DS_W == 0)
       ds_scores_r4(DT, sr, lds, qr, ldq, k, ldk, bc, D, p, ldpf, npf, keep);
     else if (n == 1)
       ds_scores_block(1, DT, sr, lds, qr, ldq, n, k, ldk, bc, D, p, ldpf, npf, keep);
@@ -370,7 +378,7 @@ DS_INLINE void ds_pv(const int DT, float *o, ptrdiff_t ldo, int nr, const float 
       case 3: ds_pv_rows(3, DT, orow, ldo, fr, pr, ldp, v, ldv, bc, Dv, pp, ldpf, npf, keep); break;
 #if DS_PV_MR > 3
       case 4:
-        if (Dv % (DS_PV_NV * DS_W) == 0)
+        if (DS_R4 && Dv % (DS_PV_NV * DS_W) == 0)
           ds_pv_r4(DT, orow, ldo, fr, pr, ldp, v, ldv, bc, Dv, pp, ldpf, npf, keep);
         else
           ds_pv_rows(4, DT, orow, ldo, fr, pr, ldp, v, ldv, bc, Dv, pp, ldpf, npf, keep);
