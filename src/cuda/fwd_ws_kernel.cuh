@@ -265,7 +265,10 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
               scores(mask_score_tile{xb, x_rows_bcast, x_pair ? (tile & 1) * kBN : 0});
             else
               scores(bias_score_tile<E>{xb, cfg::kXAtomBytes, x_rows_bcast});
-            if (!x_pair || it == n - 1 || tile % 2 == 1) release(empty_x(xslot));
+            if (!x_pair || it == n - 1 || tile % 2 == 1) {
+              __syncwarp();  // the warp's reads of the slot are done: it may be refilled
+              release(empty_x(xslot));
+            }
           } else {
             scores(no_score_tile{});
           }
