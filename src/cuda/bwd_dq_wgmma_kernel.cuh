@@ -24,8 +24,7 @@ template <int kD, int kBN>
 struct dq_wgmma_cfg {
   static constexpr int kBM = 128, kThreads = 256, kVSlots = kD > 128 ? 1 : 2;
   // Q, dO, two slots of K, kVSlots of V; 1 KiB to align the tiles to 1024 bytes
-  static constexpr size_t smem_bytes =
-      sizeof(uint16_t) * (size_t)(2 * kBM * kD + (2 + kVSlots) * kBN * kD) + 1024;
+  static constexpr size_t smem_bytes = sizeof(uint16_t) * (size_t)(2 * kBM * kD + (2 + kVSlots) * kBN * kD) + 1024;
 };
 
 template <typename E, int kD, int kBN, bool kFull>

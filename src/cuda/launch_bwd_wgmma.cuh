@@ -117,7 +117,8 @@ fa_status launch_bwd_wgmma_cfg(const fa__cuda_params &p, int deterministic, cuda
   FA_CUDA_CHECK_LAUNCH("backward (wgmma) dk/dv kernel launch");
   if (!deterministic) return FA_OK;
   // dQ in its own kernel, key tiles of 128 (D = 64) or 64 (D = 128)
-  return launch_dq_wgmma<E, kD, kD == 64 ? 128 : 64, kFull>(p, s, err);
+  constexpr int kDqBN = kD == 64 ? 128 : 64;
+  return launch_dq_wgmma<E, kD, kDqBN, kFull>(p, s, err);
 }
 
 // Head-dim bucket 256 (bwd_wide_wgmma_kernel.cuh), dQ fused; in
