@@ -7,6 +7,10 @@
 //   dQ += dS K                wgmma rs (dS as A fragments, K N-major)
 // Each dQ element has one writer and a fixed summation order (key tiles in
 // order), so the bits are the same on every run.
+// K and V tiles are double-buffered (tile it + 1 copied under tile it's
+// products), but at D = 256 two slots of each do not fit beside Q and dO
+// (263 KiB): there V has one slot, refilled with tile it + 1 once both
+// warpgroups' dP products of tile it are done (under dS and dQ += dS K).
 #ifndef FA_CUDA_BWD_DQ_WGMMA_KERNEL_CUH
 #define FA_CUDA_BWD_DQ_WGMMA_KERNEL_CUH
 
@@ -18,9 +22,9 @@ namespace fa_cuda {
 
 template <int kD, int kBN>
 struct dq_wgmma_cfg {
-  static constexpr int kBM = 128, kThreads = 256;
-  // Q, dO, two slots of K and V; 1 KiB to align the tiles to 1024 bytes
-  static constexpr size_t smem_bytes = sizeof(uint16_t) * (size_t)(2 * kBM * kD + 4 * kBN * kD) + 1024;
+  static constexpr int kBM = 128, kThreads = 256, kVSlots = kD > 128 ? 1 : 2;
+  // Q, dO, two slots of K, kVSlots of V; 1 KiB to align the tiles to 1024 bytes
+  static constexpr size_t smem_bytes = sizeof(uint16_t) * (size_t)(2 * kBM * kD + (2 + kVSlots) * kBN * kD) + 1024;
 };
 
 template <typename E, int kD, int kBN, bool kFull>
@@ -28,7 +32,7 @@ __global__ void __launch_bounds__(256, 1) bwd_dq_wgmma_kernel(const fa__cuda_par
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = typename E::storage;
   using cfg = dq_wgmma_cfg<kD, kBN>;
-  constexpr int kBM = cfg::kBM, kThreads = cfg::kThreads;
+  constexpr int kBM = cfg::kBM, kThreads = cfg::kThreads, kVSlots = cfg::kVSlots;
   constexpr int kNB = kBN / 8, kDB = kD / 8;
   static_assert(kD % 64 == 0 && kBN % 64 == 0, "wgmma tiles are whole 64-column atoms");
 
@@ -37,7 +41,7 @@ __global__ void __launch_bounds__(256, 1) bwd_dq_wgmma_kernel(const fa__cuda_par
   T *sQ = reinterpret_cast<T *>(smem);  // [kD / 64][kBM][64]
   T *sdO = sQ + kBM * kD;               // [kD / 64][kBM][64]
   T *sK = sdO + kBM * kD;               // [2][kD / 64][kBN][64]
-  T *sV = sK + 2 * kBN * kD;            // [2][kD / 64][kBN][64]
+  T *sV = sK + 2 * kBN * kD;            // [kVSlots][kD / 64][kBN][64]
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int wg = warp >> 2;
@@ -54,13 +58,24 @@ __global__ void __launch_bounds__(256, 1) bwd_dq_wgmma_kernel(const fa__cuda_par
   const int q_valid = static_cast<int>(c.seq.lq - m0 < kBM ? c.seq.lq - m0 : kBM);
   load_tile<kBM, kD, kThreads, true>(sQ, gq, p.qs.r, q_valid, p.D, p.q, tid);
   load_tile<kBM, kD, kThreads, true>(sdO, gdo, p.dos.r, q_valid, p.Dv, p.dout, tid);
-  auto load_kv = [&](int it, int slot) {
-    const int64_t n0 = static_cast<int64_t>(fb.nb_lo + it) * kBN;
-    const int valid = static_cast<int>(c.seq.lk - n0 < kBN ? c.seq.lk - n0 : kBN);
+  auto tile_rows = [&](int it, int64_t *n0) {
+    *n0 = static_cast<int64_t>(fb.nb_lo + it) * kBN;
+    return static_cast<int>(c.seq.lk - *n0 < kBN ? c.seq.lk - *n0 : kBN);
+  };
+  auto load_k = [&](int it, int slot) {
+    int64_t n0;
+    const int valid = tile_rows(it, &n0);
     load_tile<kBN, kD, kThreads, true>(sK + slot * kBN * kD, gk + n0 * p.ks.r, p.ks.r, valid, p.D, p.k, tid);
+  };
+  auto load_v = [&](int it, int slot) {
+    int64_t n0;
+    const int valid = tile_rows(it, &n0);
     load_tile<kBN, kD, kThreads, true>(sV + slot * kBN * kD, gv + n0 * p.vs.r, p.vs.r, valid, p.Dv, p.v, tid);
   };
-  if (fb.n_tiles > 0) load_kv(0, 0);
+  if (fb.n_tiles > 0) {
+    load_k(0, 0);
+    load_v(0, 0);
+  }
   cp_async_commit();
 
   const int wrow = warp * 16;  // = 64 wg + 16 (warp % 4): this warp's rows in the block
@@ -80,8 +95,12 @@ __global__ void __launch_bounds__(256, 1) bwd_dq_wgmma_kernel(const fa__cuda_par
     cp_async_wait<0>();  // tile it (and Q, dO) landed; every warpgroup is done with tile it - 1
     fence_proxy_async();
     __syncthreads();
-    if (it + 1 < fb.n_tiles) load_kv(it + 1, slot ^ 1);
+    if (it + 1 < fb.n_tiles) {
+      load_k(it + 1, slot ^ 1);
+      if (kVSlots == 2) load_v(it + 1, slot ^ 1);
+    }
     cp_async_commit();
+    const uint32_t v_slot = v_base + (kVSlots == 2 ? slot * kSlot : 0);
 
     // S = Q K^T, dP = dO V^T: kD / 16 steps of k16, 32 bytes on inside an atom
     float s[kNB][4], dp[kNB][4];
@@ -95,13 +114,18 @@ __global__ void __launch_bounds__(256, 1) bwd_dq_wgmma_kernel(const fa__cuda_par
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
       const uint32_t off_a = (kk >> 2) * (kBM * 128) + (kk & 3) * 32;
-      const uint32_t off_b = slot * kSlot + (kk >> 2) * (kBN * 128) + (kk & 3) * 32;
-      wgmma<E, kBN>::ss(dp, sw128_desc_lo(do_base + off_a, 0), sw128_desc_lo(v_base + off_b, 0), kk > 0);
+      const uint32_t off_b = (kk >> 2) * (kBN * 128) + (kk & 3) * 32;
+      wgmma<E, kBN>::ss(dp, sw128_desc_lo(do_base + off_a, 0), sw128_desc_lo(v_slot + off_b, 0), kk > 0);
     }
     wgmma_commit();
     wgmma_wait<0>();
     fence_regs(s);
     fence_regs(dp);
+    if (kVSlots == 1) {  // both warpgroups' dP read V: its one slot takes the next tile
+      __syncthreads();
+      if (it + 1 < fb.n_tiles) load_v(it + 1, 0);
+      cp_async_commit();
+    }
 
     const int64_t n0 = static_cast<int64_t>(fb.nb_lo + it) * kBN;
     bwd_ds_rows<kFull>(p, c, s, dp, lse2, dsum, m0 + wrow, n0, g, t);

@@ -82,6 +82,19 @@ bool bwd_ws_maps(const fa__cuda_params &p, int kBM, CUtensorMap (&m)[6]) {
   return !p.bwd_tile || tma_map_tile_of(p, kBM, bf, &m[5]);
 }
 
+// The deterministic mode's dQ on wgmma (bwd_dq_wgmma_kernel.cuh): two
+// warpgroups x 64 query rows, key tiles of kDqBN.
+template <typename E, int kD, int kDqBN, bool kFull>
+fa_status launch_dq_wgmma(const fa__cuda_params &p, cudaStream_t s, fa__err *err) {
+  using dcfg = dq_wgmma_cfg<kD, kDqBN>;
+  auto dq_kernel = bwd_dq_wgmma_kernel<E, kD, kDqBN, kFull>;
+  FA_CUDA_TRY(fa__cuda_smem_optin(dq_kernel, dcfg::smem_bytes), "backward dq (wgmma): shared memory limit");
+  FA_CUDA_ROWS_GRID(dgrid, p.B * p.Hq, p.Lq, dcfg::kBM, "backward dQ (wgmma)");
+  dq_kernel<<<dgrid, dcfg::kThreads, dcfg::smem_bytes, s>>>(p);
+  FA_CUDA_CHECK_LAUNCH("backward dq (wgmma) kernel launch");
+  return FA_OK;
+}
+
 template <typename E, int kD, int kBM, bool kFull>
 fa_status launch_bwd_wgmma_cfg(const fa__cuda_params &p, int deterministic, cudaStream_t s, fa__err *err) {
   // (per-element options: the arithmetic ones, p.arith_only, or those and a bias or mask, p.bwd_tile, where
@@ -103,21 +116,15 @@ fa_status launch_bwd_wgmma_cfg(const fa__cuda_params &p, int deterministic, cuda
   kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p, deterministic ? 0 : 1);
   FA_CUDA_CHECK_LAUNCH("backward (wgmma) dk/dv kernel launch");
   if (!deterministic) return FA_OK;
-  // dQ in its own kernel: 2 warpgroups x 64 query rows, key tiles of 128
-  // (D = 64) or 64 (D = 128)
+  // dQ in its own kernel, key tiles of 128 (D = 64) or 64 (D = 128)
   constexpr int kDqBN = kD == 64 ? 128 : 64;
-  using dcfg = dq_wgmma_cfg<kD, kDqBN>;
-  auto dq_kernel = bwd_dq_wgmma_kernel<E, kD, kDqBN, kFull>;
-  FA_CUDA_TRY(fa__cuda_smem_optin(dq_kernel, dcfg::smem_bytes), "backward dq (wgmma): shared memory limit");
-  FA_CUDA_ROWS_GRID(dgrid, p.B * p.Hq, p.Lq, dcfg::kBM, "backward dQ (wgmma)");
-  dq_kernel<<<dgrid, dcfg::kThreads, dcfg::smem_bytes, s>>>(p);
-  FA_CUDA_CHECK_LAUNCH("backward dq (wgmma) kernel launch");
-  return FA_OK;
+  return launch_dq_wgmma<E, kD, kDqBN, kFull>(p, s, err);
 }
 
 // Head-dim bucket 256 (bwd_wide_wgmma_kernel.cuh), dQ fused; in
-// deterministic mode dQ by the mma.sync dQ kernel after it (launch_bwd.cuh's,
-// compiled with the sm_80 / sm_90 kernels).
+// deterministic mode dQ by the wgmma dQ kernel after it, 64-key tiles
+// (FLASHATTN_CUDA_DQ_WGMMA=0: by the mma.sync dQ kernel, launch_bwd.cuh's,
+// compiled with the sm_80 / sm_90 kernels; an A/B switch).
 template <typename E, bool kFull>
 fa_status launch_bwd_wide_wgmma(const fa__cuda_params &p, int deterministic, cudaStream_t s, fa__err *err) {
   using cfg = bwd_wide_wgmma_cfg;
@@ -127,6 +134,8 @@ fa_status launch_bwd_wide_wgmma(const fa__cuda_params &p, int deterministic, cud
   kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p, deterministic ? 0 : 1);
   FA_CUDA_CHECK_LAUNCH("backward (wgmma, D = 256) kernel launch");
   if (!deterministic) return FA_OK;
+  const char *env = getenv("FLASHATTN_CUDA_DQ_WGMMA");
+  if (!env || atoi(env) != 0) return launch_dq_wgmma<E, 256, 64, kFull>(p, s, err);
   return std::is_same<E, bf16_t>::value ? fa__cuda_fast_bwd_dq_bf16(p, 256, s, err)
                                         : fa__cuda_fast_bwd_dq_f16(p, 256, s, err);
 }
