@@ -214,13 +214,17 @@ def relerr(x, r):
 
 def use_variant(var):
     """FLASHATTN_CUDA_VARIANT=var, or the mma.sync forward for 'mma', or 'bgN': the backward's grid
-    interleaving N heads (FLASHATTN_CUDA_BWD_GROUP=N), or 'dqm': FLASHATTN_CUDA_DQ_WGMMA=0."""
+    interleaving N heads (FLASHATTN_CUDA_BWD_GROUP=N), or 'dqm': FLASHATTN_CUDA_DQ_WGMMA=0, or 'dqf':
+    FLASHATTN_CUDA_BWD256_FUSED=1."""
     os.environ.pop("FLASHATTN_CUDA_WGMMA", None)
     os.environ.pop("FLASHATTN_CUDA_WGMMA_BWD", None)
     os.environ.pop("FLASHATTN_CUDA_BWD_GROUP", None)
     os.environ.pop("FLASHATTN_CUDA_DQ_WGMMA", None)
+    os.environ.pop("FLASHATTN_CUDA_BWD256_FUSED", None)
     os.environ["FLASHATTN_CUDA_VARIANT"] = "0"
-    if var == "dqm":
+    if var == "dqf":
+        os.environ["FLASHATTN_CUDA_BWD256_FUSED"] = "1"
+    elif var == "dqm":
         os.environ["FLASHATTN_CUDA_DQ_WGMMA"] = "0"
     elif var.startswith("bg"):
         os.environ["FLASHATTN_CUDA_BWD_GROUP"] = var[2:]
@@ -248,7 +252,8 @@ def main():
         "mma.sync forward on Hopper (FLASHATTN_CUDA_WGMMA=0), or 'mbwd' for the mma.sync backward "
         "with the wgmma forward (FLASHATTN_CUDA_WGMMA_BWD=0), or 'bgN' for the backward's grid interleaving N "
         "heads (FLASHATTN_CUDA_BWD_GROUP=N), or 'dqm' for the deterministic D = 256 dQ on mma.sync "
-        "(FLASHATTN_CUDA_DQ_WGMMA=0); the first is 'fa'",
+        "(FLASHATTN_CUDA_DQ_WGMMA=0), or 'dqf' for the D = 256 backward's dQ fused (f32 atomics) when "
+        "not deterministic (FLASHATTN_CUDA_BWD256_FUSED=1); the first is 'fa'",
     )
     ap.add_argument("--passes", default="fwd,bwd", help="fwd, bwd or both")
     ap.add_argument(

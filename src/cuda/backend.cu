@@ -313,6 +313,15 @@ bool wgmma_bwd_ok(int kd) {
   const char *env = getenv("FLASHATTN_CUDA_WGMMA_BWD");
   return !(env && strcmp(env, "0") == 0) && wgmma_ok(kd);
 }
+
+// Head-dim bucket 256 on wgmma: dQ by its own kernel in both modes, as the
+// deterministic mode does it; the wide kernel's fused dQ (f32 atomics) was
+// slower (bench/results/2026-12-07-h200-bwd256-dq-apart.txt).
+// FLASHATTN_CUDA_BWD256_FUSED=1 keeps the fused one (an A/B switch).
+bool wide_dq_apart(int kd) {
+  const char *env = getenv("FLASHATTN_CUDA_BWD256_FUSED");
+  return kd == 256 && wgmma_bwd_ok(kd) && !(env && strcmp(env, "1") == 0);
+}
 #endif
 
 // The FP8 forward (cuda_supports let it through: an sm_90a build, a 9.0
@@ -383,13 +392,19 @@ fa_status cuda_backward(const fa__problem *p, fa__err *err) {
 #endif
   const bool fast = fast_bwd_ok(p, dmax);
   const int det = p->deterministic != 0;
+  // dQ by a kernel of its own, no f32 accumulator (deterministic mode, and
+  // wide_dq_apart)
+  int dq_apart = det;
+#if defined(FA_HAVE_SM90A)
+  if (fast && wide_dq_apart(bucket_of(dmax))) dq_apart = 1;
+#endif
   scratch dq_acc;
   // dQ summed in f32 across the key blocks: always when fused; when
   // deterministic, by the warp-specialized kernel, in turns (p.dq_turn: a
   // counter per query tile of 64 or more rows, after the accumulator; packed
   // sequences, one stored batch, one more per sequence: bwd_ws_turn). The
   // dsum kernel zeroes the accumulator's rows (bwd_rows.cu); the turns here.
-  if (fast && (!det || pp.ws_stats)) {
+  if (fast && (!dq_apart || pp.ws_stats)) {
     const size_t bytes = rows * static_cast<size_t>(p->D) * sizeof(float);
     pp.dq_turn_pitch = (p->q.shape[2] + 63) / 64 + (p->varlen ? p->B + 1 : 0);
     const size_t turns = det ? static_cast<size_t>(bt * p->Hq * pp.dq_turn_pitch) * sizeof(int) : 0;
@@ -408,14 +423,14 @@ fa_status cuda_backward(const fa__problem *p, fa__err *err) {
     const int kd = bucket_of(dmax);
 #if defined(FA_HAVE_SM90A)
     if (wgmma_bwd_ok(kd))
-      st = p->dtype == FA_BF16 ? fa__cuda_wgmma_bwd_bf16(pp, kd, det, s, err)
-                               : fa__cuda_wgmma_bwd_f16(pp, kd, det, s, err);
+      st = p->dtype == FA_BF16 ? fa__cuda_wgmma_bwd_bf16(pp, kd, dq_apart, s, err)
+                               : fa__cuda_wgmma_bwd_f16(pp, kd, dq_apart, s, err);
     else
 #endif
       st = p->dtype == FA_BF16 ? fa__cuda_fast_bwd_bf16(pp, kd, det, s, err)
                                : fa__cuda_fast_bwd_f16(pp, kd, det, s, err);
     if (st != FA_OK) return st;
-    if (!det) {
+    if (!dq_apart) {
       st = fa__cuda_dq_convert(pp, s, err);
       if (st != FA_OK) return st;
     }

@@ -121,10 +121,11 @@ fa_status launch_bwd_wgmma_cfg(const fa__cuda_params &p, int deterministic, cuda
   return launch_dq_wgmma<E, kD, kDqBN, kFull>(p, s, err);
 }
 
-// Head-dim bucket 256 (bwd_wide_wgmma_kernel.cuh), dQ fused; in
-// deterministic mode dQ by the wgmma dQ kernel after it, 64-key tiles
-// (FLASHATTN_CUDA_DQ_WGMMA=0: by the mma.sync dQ kernel, launch_bwd.cuh's,
-// compiled with the sm_80 / sm_90 kernels; an A/B switch).
+// Head-dim bucket 256 (bwd_wide_wgmma_kernel.cuh), dQ fused; with
+// `deterministic` (backend.cu sets it in both modes: wide_dq_apart) dQ by the
+// wgmma dQ kernel after it, 64-key tiles (FLASHATTN_CUDA_DQ_WGMMA=0: by the
+// mma.sync dQ kernel, launch_bwd.cuh's, compiled with the sm_80 / sm_90
+// kernels; an A/B switch).
 template <typename E, bool kFull>
 fa_status launch_bwd_wide_wgmma(const fa__cuda_params &p, int deterministic, cudaStream_t s, fa__err *err) {
   using cfg = bwd_wide_wgmma_cfg;
