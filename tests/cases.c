@@ -113,8 +113,9 @@ const tcase tc_cases[] = {
 
     /* ---- softcap and ALiBi alone over several tiles (cuda on Hopper: the warp-specialized
      * kernels' arithmetic options, score_arith.cuh; FLASHATTN_CUDA_WS=0 the per-element kernels):
-     * both alignments, GQA, a window with offsets, a negative scale, bucket 256 (forward),
-     * deterministic; half-precision only: f32 takes cuda's generic path, which other cases cover,
+     * both alignments, GQA, a window with offsets, a negative scale, bucket 256 (the forward's
+     * warp-specialized kernel; the backward's wide kernel and dQ kernel, both modes, in their
+     * arithmetic form), deterministic; half-precision only: f32 takes cuda's generic path, which other cases cover,
      * and the suite's time under TSan is CI's budget ---- */
     {"arith_softcap_alibi_causal_br_gqa_D64", .B = 1, .Hq = 4, .Hkv = 2, .Lq = 300, .Lk = 270, .D = 64, .Dv = 64,
      .causal = 1, .align = FA_ALIGN_BOTTOM_RIGHT, .softcap = 3.0, .mag = 2.0, .alibi = 1, .dtypes = TD_BF16},
@@ -124,6 +125,11 @@ const tcase tc_cases[] = {
      .Dv = 128, .causal = 1, .softcap = 2.5, .mag = 2.0, .scale = -0.2, .dtypes = TD_BF16},
     {"arith_softcap_alibi_D256_causal_br", .B = 1, .Hq = 2, .Hkv = 1, .Lq = 140, .Lk = 200, .D = 256, .Dv = 256,
      .causal = 1, .align = FA_ALIGN_BOTTOM_RIGHT, .softcap = 4.0, .mag = 1.5, .alibi = 1, .dtypes = TD_F16},
+    {"arith_softcap_window_offsets_D256_scale_negative", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 150, .Lk = 200, .D = 256,
+     .Dv = 256, .use_window = 1, .wl = 60, .wr = 10, .softcap = 3.0, .mag = 2.0, .scale = -0.1, .q_offset = 20,
+     .k_offset = 3, .dtypes = TD_BF16},
+    {"deterministic_arith_softcap_gqa_D256", .B = 1, .Hq = 4, .Hkv = 2, .Lq = 130, .Lk = 190, .D = 256, .Dv = 256,
+     .softcap = 2.0, .mag = 2.0, .deterministic = 1, .dtypes = TD_F16},
     {"deterministic_arith_softcap_alibi_D128", .B = 1, .Hq = 4, .Hkv = 2, .Lq = 200, .Lk = 300, .D = 128, .Dv = 128,
      .softcap = 3.0, .mag = 2.0, .alibi = 1, .deterministic = 1, .dtypes = TD_BF16},
     {"deterministic_arith_alibi_causal_D64", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 290, .Lk = 290, .D = 64, .Dv = 64,
