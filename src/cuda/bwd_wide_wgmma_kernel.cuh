@@ -16,8 +16,9 @@
 //         ldmatrix, dO and Q N-major from shared memory)
 //         dQ = dS K    (their column half in two 64 x 64 blocks: dS^T
 //         M-major, K N-major, f32 reductions into dq_acc)
-// Three block barriers a tile. Without fuse_dq (the deterministic mode)
-// dQ is left to bwd_dq_kernel.cuh's kernel, run after this one.
+// Three block barriers a tile. Without fuse_dq (the default in both modes
+// since 2026-12-07: backend.cu's wide_dq_apart) dQ is left to a dQ kernel
+// run after this one (launch_bwd_wide_wgmma).
 #ifndef FA_CUDA_BWD_WIDE_WGMMA_KERNEL_CUH
 #define FA_CUDA_BWD_WIDE_WGMMA_KERNEL_CUH
 

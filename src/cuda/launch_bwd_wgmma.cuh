@@ -121,20 +121,21 @@ fa_status launch_bwd_wgmma_cfg(const fa__cuda_params &p, int deterministic, cuda
   return launch_dq_wgmma<E, kD, kDqBN, kFull>(p, s, err);
 }
 
-// Head-dim bucket 256 (bwd_wide_wgmma_kernel.cuh), dQ fused; with
-// `deterministic` (backend.cu sets it in both modes: wide_dq_apart) dQ by the
-// wgmma dQ kernel after it, 64-key tiles (FLASHATTN_CUDA_DQ_WGMMA=0: by the
-// mma.sync dQ kernel, launch_bwd.cuh's, compiled with the sm_80 / sm_90
-// kernels; an A/B switch).
+// Head-dim bucket 256 (bwd_wide_wgmma_kernel.cuh). With dq_apart (the
+// launchers' `deterministic`: backend.cu sets it in both modes here,
+// wide_dq_apart) the wide kernel leaves dQ to the wgmma dQ kernel after it,
+// 64-key tiles (FLASHATTN_CUDA_DQ_WGMMA=0: the mma.sync dQ kernel,
+// launch_bwd.cuh's, compiled with the sm_80 / sm_90 kernels; an A/B switch);
+// without, it fuses dQ (f32 atomics).
 template <typename E, bool kFull>
-fa_status launch_bwd_wide_wgmma(const fa__cuda_params &p, int deterministic, cudaStream_t s, fa__err *err) {
+fa_status launch_bwd_wide_wgmma(const fa__cuda_params &p, int dq_apart, cudaStream_t s, fa__err *err) {
   using cfg = bwd_wide_wgmma_cfg;
   auto kernel = bwd_wide_wgmma_kernel<E, kFull>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "backward (wgmma, D = 256): shared memory limit");
   FA_CUDA_ROWS_GRID(grid, p.B * p.Hkv, p.Lk, cfg::kBN, "backward dK/dV (wgmma, D = 256)");
-  kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p, deterministic ? 0 : 1);
+  kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p, dq_apart ? 0 : 1);
   FA_CUDA_CHECK_LAUNCH("backward (wgmma, D = 256) kernel launch");
-  if (!deterministic) return FA_OK;
+  if (!dq_apart) return FA_OK;
   const char *env = getenv("FLASHATTN_CUDA_DQ_WGMMA");
   if (!env || atoi(env) != 0) return launch_dq_wgmma<E, 256, 64, kFull>(p, s, err);
   return std::is_same<E, bf16_t>::value ? fa__cuda_fast_bwd_dq_bf16(p, 256, s, err)
