@@ -114,8 +114,8 @@ const tcase tc_cases[] = {
     /* ---- softcap and ALiBi alone over several tiles (cuda on Hopper: the warp-specialized
      * kernels' arithmetic options, score_arith.cuh; FLASHATTN_CUDA_WS=0 the per-element kernels):
      * both alignments, GQA, a window with offsets, a negative scale, bucket 256 (the forward's
-     * warp-specialized kernel; the backward's wide kernel and dQ kernel, both modes, per element),
-     * deterministic; half-precision only: f32 takes cuda's generic path, which other cases cover,
+     * warp-specialized kernel; the backward's wide kernel and dQ kernel, both modes, in their
+     * arithmetic form), deterministic; half-precision only: f32 takes cuda's generic path, which other cases cover,
      * and the suite's time under TSan is CI's budget ---- */
     {"arith_softcap_alibi_causal_br_gqa_D64", .B = 1, .Hq = 4, .Hkv = 2, .Lq = 300, .Lk = 270, .D = 64, .Dv = 64,
      .causal = 1, .align = FA_ALIGN_BOTTOM_RIGHT, .softcap = 3.0, .mag = 2.0, .alibi = 1, .dtypes = TD_BF16},

@@ -27,7 +27,9 @@ struct dq_wgmma_cfg {
   static constexpr size_t smem_bytes = sizeof(uint16_t) * (size_t)(2 * kBM * kD + (2 + kVSlots) * kBN * kD) + 1024;
 };
 
-template <typename E, int kD, int kBN, bool kFull>
+// kFull: every per-element option (bwd_ds_rows); kArith (not with kFull):
+// softcap and ALiBi only, p.arith_only (bwd_ds_rows_arith); neither: the band.
+template <typename E, int kD, int kBN, bool kFull, bool kArith = false>
 __global__ void __launch_bounds__(256, 1) bwd_dq_wgmma_kernel(const fa__cuda_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = typename E::storage;
@@ -128,7 +130,10 @@ __global__ void __launch_bounds__(256, 1) bwd_dq_wgmma_kernel(const fa__cuda_par
     }
 
     const int64_t n0 = static_cast<int64_t>(fb.nb_lo + it) * kBN;
-    bwd_ds_rows<kFull>(p, c, s, dp, lse2, dsum, m0 + wrow, n0, g, t);
+    if constexpr (kArith)
+      bwd_ds_rows_arith(p, c.bd, arith_score(p, alibi_slope(p, h)), s, dp, lse2, dsum, m0 + wrow, n0, g, t);
+    else
+      bwd_ds_rows<kFull>(p, c, s, dp, lse2, dsum, m0 + wrow, n0, g, t);
 
     // dQ += dS K: kBN / 16 steps of 16 keys = 16 rows of 128 bytes
     uint32_t a[kBN / 16][4];

@@ -277,6 +277,59 @@ __device__ __forceinline__ void bwd_ds_rows(const fa__cuda_params &p, const seq_
   }
 }
 
+// bwd_ds_rows with the arithmetic options (softcap, ALiBi: score_arith.cuh;
+// p.arith_only), as bwd_p_ds_arith_el makes them in the transposed walk:
+// the band tested per element only where it cuts the warp's 16 rows x 8 kNB
+// keys; the ALiBi distance diag(i) - j a row's float minus the key's offset
+// in the tile (exact: backend.cu keeps such a call's distances under 2^24).
+template <bool kCap, bool kMasked, int kNB>
+__device__ __forceinline__ void bwd_ds_rows_arith_el(const fa__band &bd, const arith_score &a, float (&s)[kNB][4],
+                                                     const float (&dp)[kNB][4], const float (&lse2)[2],
+                                                     const float (&dsum)[2], int64_t r0, int64_t n0, int g, int t) {
+  int lo[2] = {0, 0}, hi[2] = {8 * kNB, 8 * kNB};
+  float diag[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t i = r0 + g + 8 * r;
+    if (kMasked) {
+      int64_t j0, j1;
+      fa__band_cols(&bd, i, i + 1, &j0, &j1);
+      band_offsets(j0, j1, n0 + 2 * t, 8 * kNB, &lo[r], &hi[r]);
+    }
+    diag[r] = static_cast<float>(fa__band_diag(&bd, i) - (n0 + 2 * t));  // at the thread's key 0
+  }
+#pragma unroll
+  for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = e >> 1, d = nb * 8 + (e & 1);
+      float tc = 0.f;
+      float pr = fast_exp2(a.at<kCap>(s[nb][e], diag[r] - static_cast<float>(d), &tc) - lse2[r]);
+      if (kMasked && (d < lo[r] || d >= hi[r])) pr = 0.f;
+      float ds = pr * (dp[nb][e] - dsum[r]);
+      if (kCap) ds *= fmaf(-tc, tc, 1.f);
+      s[nb][e] = ds;
+    }
+}
+
+template <int kNB>
+__device__ __forceinline__ void bwd_ds_rows_arith(const fa__cuda_params &p, const fa__band &bd, const arith_score &a,
+                                                  float (&s)[kNB][4], const float (&dp)[kNB][4], const float (&lse2)[2],
+                                                  const float (&dsum)[2], int64_t r0, int64_t n0, int g, int t) {
+  const bool full = fa__band_tile_full(&bd, r0, r0 + 16, n0, n0 + 8 * kNB);
+  if (p.softcap > 0.f) {
+    if (full)
+      bwd_ds_rows_arith_el<true, false>(bd, a, s, dp, lse2, dsum, r0, n0, g, t);
+    else
+      bwd_ds_rows_arith_el<true, true>(bd, a, s, dp, lse2, dsum, r0, n0, g, t);
+  } else {
+    if (full)
+      bwd_ds_rows_arith_el<false, false>(bd, a, s, dp, lse2, dsum, r0, n0, g, t);
+    else
+      bwd_ds_rows_arith_el<false, true>(bd, a, s, dp, lse2, dsum, r0, n0, g, t);
+  }
+}
+
 // A dK/dV block's bookkeeping, shared by the mma.sync and wgmma kernels:
 // the block is (sequence, kv head) and its tile of kBN keys from
 // n0; it walks `total` query tiles of kBM rows, n_mt per query head of the

@@ -18,7 +18,9 @@
 //         M-major, K N-major, f32 reductions into dq_acc)
 // Three block barriers a tile. Without fuse_dq (the default in both modes
 // since 2026-12-07: backend.cu's wide_dq_apart) dQ is left to a dQ kernel
-// run after this one (launch_bwd_wide_wgmma).
+// run after this one (launch_bwd_wide_wgmma). kFull: every per-element
+// option (bwd_p_ds); kArith (not with kFull): softcap and ALiBi only,
+// p.arith_only (bwd_p_ds_arith).
 #ifndef FA_CUDA_BWD_WIDE_WGMMA_KERNEL_CUH
 #define FA_CUDA_BWD_WIDE_WGMMA_KERNEL_CUH
 
@@ -44,7 +46,7 @@ __device__ __forceinline__ void lds_a_atoms(uint32_t (&a)[4], const T *s, int m0
   ldmatrix_x4(a, smem_addr(s + swz_atoms<kRows>(m0 + (lane & 15), k0 + ((lane >> 4) << 3))));
 }
 
-template <typename E, bool kFull>
+template <typename E, bool kFull, bool kArith = false>
 __global__ void __launch_bounds__(256, 1) bwd_wide_wgmma_kernel(const fa__cuda_params p, const int fuse_dq) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = typename E::storage;
@@ -126,7 +128,15 @@ __global__ void __launch_bounds__(256, 1) bwd_wide_wgmma_kernel(const fa__cuda_p
         x[mb][e] = wg == 0 ? s[mb][e] : other;
         y[mb][e] = wg == 0 ? other : s[kMBh + mb][e];
       }
-    bwd_p_ds<kFull>(p, blk.bd, blk.b, h, x, y, l_s + qh, ds_s + qh, m0 + qh, blk.n0 + wkey, g, t);
+    if constexpr (kArith) {
+      const arith_score a(p, alibi_slope(p, h));
+      if (p.softcap > 0.f)
+        bwd_p_ds_arith<true>(blk.bd, a, x, y, l_s + qh, ds_s + qh, m0 + qh, blk.n0 + wkey, g, t);
+      else
+        bwd_p_ds_arith<false>(blk.bd, a, x, y, l_s + qh, ds_s + qh, m0 + qh, blk.n0 + wkey, g, t);
+    } else {
+      bwd_p_ds<kFull>(p, blk.bd, blk.b, h, x, y, l_s + qh, ds_s + qh, m0 + qh, blk.n0 + wkey, g, t);
+    }
     // both to shared memory as [key][query] (A fragments' rounding)
 #pragma unroll
     for (int kk = 0; kk < kKS / 2; ++kk) {
