@@ -115,6 +115,17 @@
  * those keep their 16. */
 #define DEC_PF_L2 2
 #define DEC_REGION_ONE_ROW_INTEL 4
+/* Interleaved heads on Intel that take neither the region nor the own
+ * path (f32 with 2 .. 8 rows, any dtype with more than DEC_NT_ROWS: GQA
+ * 32/8 f32, or Lq_new = 4): 16-key tiles instead of DEC_BK. On the 2-vCPU
+ * Sapphire Rapids guest (2026-12-07, bench/results/2026-12-07-cpu-decode-
+ * honest-rotation.txt, pages of 256) f32 GQA 32/8 ran at 69-74% of the
+ * triad with 128 keys, 93-97% with 16 (8 keys 65-67%, 32 84-91%, 64
+ * 78-81%); Lq_new = 4 (16 rows) f32 42-44% -> 58-59%, bf16 31 -> 33%. Each
+ * head's rows of a tile are 256-512 B at a 2-4 KiB stride: the tile of all
+ * heads is 64 KiB of K at 16 keys (f32), 512 KiB at 128, and the next head's
+ * rows (prefetched while this head works) must still be in L2 when read. */
+#define DEC_HG_BK_INTEL 16
 /* Splits on Intel (bench/results/2026-12-01-cpu-decode-xeon-3.txt): an
  * item's first tile is read cold (the kernels prefetch only the next tile,
  * and the hardware prefetcher has yet to ramp up on the new stream), and
@@ -444,6 +455,8 @@ fa_status fa__cpu_decode(const fa__problem *p, const fa__cpu_kernels *kt, fa__er
     const int64_t one = zen ? 2 : 2 * DEC_REGION_ONE_ROW_INTEL;
     const int64_t bk = (c.R == 1 ? one : 1) * (int64_t)DEC_REGION_BYTES / (p->Hkv * p->D * kes);
     c.bk = bk < 1 ? 1 : bk > DEC_BK ? DEC_BK : (int)bk;
+  } else if (c.hg > 1 && !zen && p->block_k <= 0) { /* Intel, interleaved heads off the region path */
+    c.bk = DEC_HG_BK_INTEL;
   } else if (p->block_k > 0 || !ntrows || !zen) { /* Intel: DEC_BK for the NT rows too (DEC_PF_L2 above) */
     c.bk = p->block_k > 0 ? p->block_k : DEC_BK;
   } else { /* DEC_TILE_BYTES / R of K, whole panels, 1 .. 8 of them */
