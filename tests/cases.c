@@ -144,7 +144,8 @@ const tcase tc_cases[] = {
      * 16-byte aligned: Lk a multiple of 8 for a 16-bit bias, of 16 for a mask; FLASHATTN_CUDA_WS=0 the per-element
      * kernels), and the backward too (D = 64 and 128, without dBias): full, broadcast over batch or heads
      * (size 1 and stride 0), one row per sequence, -inf and fully masked rows, with the band, GQA, lengths, packed
-     * sequences, softcap and ALiBi, bucket 256, deterministic ---- */
+     * sequences, softcap and ALiBi, bucket 256 (its backward reading the tensor from global memory),
+     * deterministic ---- */
     {"tile_bias_gqa_D64", .B = 1, .Hq = 2, .Hkv = 1, .Lq = 200, .Lk = 272, .D = 64, .Dv = 64, .bias = 1,
      .dtypes = TD_BF16},
     {"tile_bias_bcast_b_causal_br_D128", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 140, .Lk = 272, .D = 128, .Dv = 128,
@@ -156,6 +157,10 @@ const tcase tc_cases[] = {
      .bias_bcast = BC_H, .bias_stride0 = 1, .bias_neginf = 1, .dtypes = TD_F16},
     {"tile_bias_varlen_D64", .B = 3, .Hq = 2, .Hkv = 1, .D = 64, .Dv = 64, .cu_q = cu_qt, .cu_k = cu_kt, .bias = 1,
      .dtypes = TD_F16},
+    /* the D = 256 backward reads the tensor from global memory (score_global.cuh): packed sequences (the
+     * sequence's lengths bound its reads), with softcap and ALiBi, GQA */
+    {"tile_bias_varlen_softcap_alibi_gqa_D256", .B = 3, .Hq = 2, .Hkv = 1, .D = 256, .Dv = 256, .cu_q = cu_qt,
+     .cu_k = cu_kt, .bias = 1, .softcap = 3.0, .mag = 2.0, .alibi = 1, .dtypes = TD_BF16},
     {"tile_mask_dead_rows_D64", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 260, .Lk = 288, .D = 64, .Dv = 64, .mask = 1,
      .mask_dead_rows = 1, .dtypes = TD_BF16},
     {"tile_mask_keys_window_gqa_D128", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 150, .Lk = 256, .D = 128, .Dv = 128, .mask = 1,

@@ -4,7 +4,9 @@ of
 
   ws      ours, the warp-specialized kernels copying the bias / mask tile by
           tile (src/cuda/score_tile.cuh; the default for these calls; the
-          backward's at D = 64 and 128, a bias's at 128)
+          backward's at D = 64 and 128, a bias's at 128); the D = 256
+          backward: its wide kernels' arithmetic form reading the tensor
+          from global memory (src/cuda/score_global.cuh)
   elem    ours, the per-element kernels (FLASHATTN_CUDA_WS_TILE=0: every
           element's bias or mask read from global memory, as before)
   plain   ours without the bias / mask (what the tensor costs)

@@ -16,6 +16,7 @@
 
 #include "bwd_tile.cuh"
 #include "fwd_tile.cuh"
+#include "score_global.cuh"
 #include "wgmma.cuh"
 
 namespace fa_cuda {
@@ -28,8 +29,10 @@ struct dq_wgmma_cfg {
 };
 
 // kFull: every per-element option (bwd_ds_rows); kArith (not with kFull):
-// softcap and ALiBi only, p.arith_only (bwd_ds_rows_arith); neither: the band.
-template <typename E, int kD, int kBN, bool kFull, bool kArith = false>
+// softcap and ALiBi only, p.arith_only (bwd_ds_rows_arith), and with kTile
+// (FA_CUDA_TILE_BIAS, _MASK: p.bwd_tile) one bias or mask too, read from
+// global memory (score_global.cuh); neither: the band.
+template <typename E, int kD, int kBN, bool kFull, bool kArith = false, int kTile = 0>
 __global__ void __launch_bounds__(256, 1) bwd_dq_wgmma_kernel(const fa__cuda_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = typename E::storage;
@@ -130,7 +133,10 @@ __global__ void __launch_bounds__(256, 1) bwd_dq_wgmma_kernel(const fa__cuda_par
     }
 
     const int64_t n0 = static_cast<int64_t>(fb.nb_lo + it) * kBN;
-    if constexpr (kArith)
+    if constexpr (kArith && kTile != 0)
+      bwd_ds_rows_arith(p, c.bd, arith_score(p, alibi_slope(p, h)), s, dp, lse2, dsum, m0 + wrow, n0, g, t,
+                        global_score_tile_of<T, kTile>(p, c.seq, c.b, h, m0 + wrow, n0));
+    else if constexpr (kArith)
       bwd_ds_rows_arith(p, c.bd, arith_score(p, alibi_slope(p, h)), s, dp, lse2, dsum, m0 + wrow, n0, g, t);
     else
       bwd_ds_rows<kFull>(p, c, s, dp, lse2, dsum, m0 + wrow, n0, g, t);

@@ -146,7 +146,7 @@ __device__ __forceinline__ void bwd_p_ds_arith_el(const fa__band &bd, const arit
                                                   int64_t jw, int g, int t, const X &x, int xcol) {
   int lo[2] = {0, 0}, hi[2] = {8 * kMB, 8 * kMB};
   float diag[2];
-  score_tile_col xc[2][2];  // [key r][query c]: the tile's column xcol + g + 8 r at rows 2 t + c + 8 mb
+  decltype(x.col(0, 0)) xc[2][2];  // [key r][query c]: the tile's column xcol + g + 8 r at rows 2 t + c + 8 mb
 #pragma unroll
   for (int r = 0; r < 2; ++r)
 #pragma unroll
@@ -281,13 +281,16 @@ __device__ __forceinline__ void bwd_ds_rows(const fa__cuda_params &p, const seq_
 // p.arith_only), as bwd_p_ds_arith_el makes them in the transposed walk:
 // the band tested per element only where it cuts the warp's 16 rows x 8 kNB
 // keys; the ALiBi distance diag(i) - j a row's float minus the key's offset
-// in the tile (exact: backend.cu keeps such a call's distances under 2^24).
-template <bool kCap, bool kMasked, int kNB>
+// in the tile (exact: backend.cu keeps such a call's distances under 2^24);
+// a bias or mask (x: rows g, g + 8 of the warp's tile) added after them.
+template <bool kCap, bool kMasked, int kNB, typename X>
 __device__ __forceinline__ void bwd_ds_rows_arith_el(const fa__band &bd, const arith_score &a, float (&s)[kNB][4],
                                                      const float (&dp)[kNB][4], const float (&lse2)[2],
-                                                     const float (&dsum)[2], int64_t r0, int64_t n0, int g, int t) {
+                                                     const float (&dsum)[2], int64_t r0, int64_t n0, int g, int t,
+                                                     const X &x) {
   int lo[2] = {0, 0}, hi[2] = {8 * kNB, 8 * kNB};
   float diag[2];
+  decltype(x.row(0, 0)) xr[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t i = r0 + g + 8 * r;
@@ -297,36 +300,47 @@ __device__ __forceinline__ void bwd_ds_rows_arith_el(const fa__band &bd, const a
       band_offsets(j0, j1, n0 + 2 * t, 8 * kNB, &lo[r], &hi[r]);
     }
     diag[r] = static_cast<float>(fa__band_diag(&bd, i) - (n0 + 2 * t));  // at the thread's key 0
+    xr[r] = x.row(g + 8 * r, t);
   }
 #pragma unroll
   for (int nb = 0; nb < kNB; ++nb)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = e >> 1, d = nb * 8 + (e & 1);
-      float tc = 0.f;
-      float pr = fast_exp2(a.at<kCap>(s[nb][e], diag[r] - static_cast<float>(d), &tc) - lse2[r]);
-      if (kMasked && (d < lo[r] || d >= hi[r])) pr = 0.f;
-      float ds = pr * (dp[nb][e] - dsum[r]);
-      if (kCap) ds *= fmaf(-tc, tc, 1.f);
-      s[nb][e] = ds;
+    for (int r = 0; r < 2; ++r) {
+      float tc[2] = {0.f, 0.f}, sx[2];
+#pragma unroll
+      for (int c = 0; c < 2; ++c)
+        sx[c] = a.at<kCap>(s[nb][2 * r + c], diag[r] - static_cast<float>(nb * 8 + c), &tc[c]);
+      x.apply(xr[r], nb, sx[0], sx[1]);
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int d = nb * 8 + c;
+        float pr = fast_exp2(sx[c] - lse2[r]);
+        if (kMasked && (d < lo[r] || d >= hi[r])) pr = 0.f;
+        float ds = pr * (dp[nb][2 * r + c] - dsum[r]);
+        if (kCap) ds *= fmaf(-tc[c], tc[c], 1.f);
+        s[nb][2 * r + c] = ds;
+      }
     }
 }
 
-template <int kNB>
+// x: a bias or mask reader at the warp's tile (row r0, key n0; score_global.cuh),
+// no_score_tile without.
+template <int kNB, typename X = no_score_tile>
 __device__ __forceinline__ void bwd_ds_rows_arith(const fa__cuda_params &p, const fa__band &bd, const arith_score &a,
                                                   float (&s)[kNB][4], const float (&dp)[kNB][4], const float (&lse2)[2],
-                                                  const float (&dsum)[2], int64_t r0, int64_t n0, int g, int t) {
+                                                  const float (&dsum)[2], int64_t r0, int64_t n0, int g, int t,
+                                                  const X &x = X{}) {
   const bool full = fa__band_tile_full(&bd, r0, r0 + 16, n0, n0 + 8 * kNB);
   if (p.softcap > 0.f) {
     if (full)
-      bwd_ds_rows_arith_el<true, false>(bd, a, s, dp, lse2, dsum, r0, n0, g, t);
+      bwd_ds_rows_arith_el<true, false>(bd, a, s, dp, lse2, dsum, r0, n0, g, t, x);
     else
-      bwd_ds_rows_arith_el<true, true>(bd, a, s, dp, lse2, dsum, r0, n0, g, t);
+      bwd_ds_rows_arith_el<true, true>(bd, a, s, dp, lse2, dsum, r0, n0, g, t, x);
   } else {
     if (full)
-      bwd_ds_rows_arith_el<false, false>(bd, a, s, dp, lse2, dsum, r0, n0, g, t);
+      bwd_ds_rows_arith_el<false, false>(bd, a, s, dp, lse2, dsum, r0, n0, g, t, x);
     else
-      bwd_ds_rows_arith_el<false, true>(bd, a, s, dp, lse2, dsum, r0, n0, g, t);
+      bwd_ds_rows_arith_el<false, true>(bd, a, s, dp, lse2, dsum, r0, n0, g, t, x);
   }
 }
 

@@ -20,12 +20,15 @@
 // since 2026-12-07: backend.cu's wide_dq_apart) dQ is left to a dQ kernel
 // run after this one (launch_bwd_wide_wgmma). kFull: every per-element
 // option (bwd_p_ds); kArith (not with kFull): softcap and ALiBi only,
-// p.arith_only (bwd_p_ds_arith).
+// p.arith_only (bwd_p_ds_arith), and with kTile those and one bias or mask
+// (p.bwd_tile), read from global memory (score_global.cuh: no shared
+// memory is left for a tile).
 #ifndef FA_CUDA_BWD_WIDE_WGMMA_KERNEL_CUH
 #define FA_CUDA_BWD_WIDE_WGMMA_KERNEL_CUH
 
 #include "bwd_tile.cuh"
 #include "bwd_wgmma_step.cuh"
+#include "score_global.cuh"
 #include "wgmma.cuh"
 
 namespace fa_cuda {
@@ -46,7 +49,7 @@ __device__ __forceinline__ void lds_a_atoms(uint32_t (&a)[4], const T *s, int m0
   ldmatrix_x4(a, smem_addr(s + swz_atoms<kRows>(m0 + (lane & 15), k0 + ((lane >> 4) << 3))));
 }
 
-template <typename E, bool kFull, bool kArith = false>
+template <typename E, bool kFull, bool kArith = false, int kTile = 0>
 __global__ void __launch_bounds__(256, 1) bwd_wide_wgmma_kernel(const fa__cuda_params p, const int fuse_dq) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = typename E::storage;
@@ -130,10 +133,17 @@ __global__ void __launch_bounds__(256, 1) bwd_wide_wgmma_kernel(const fa__cuda_p
       }
     if constexpr (kArith) {
       const arith_score a(p, alibi_slope(p, h));
+      using X = std::conditional_t<kTile != 0, global_score_tile_of<T, kTile>, no_score_tile>;
+      const X xt = [&] {
+        if constexpr (kTile != 0)
+          return X(p, seq, blk.b, h, m0 + qh, blk.n0 + wkey);
+        else
+          return X{};
+      }();
       if (p.softcap > 0.f)
-        bwd_p_ds_arith<true>(blk.bd, a, x, y, l_s + qh, ds_s + qh, m0 + qh, blk.n0 + wkey, g, t);
+        bwd_p_ds_arith<true>(blk.bd, a, x, y, l_s + qh, ds_s + qh, m0 + qh, blk.n0 + wkey, g, t, xt, 0);
       else
-        bwd_p_ds_arith<false>(blk.bd, a, x, y, l_s + qh, ds_s + qh, m0 + qh, blk.n0 + wkey, g, t);
+        bwd_p_ds_arith<false>(blk.bd, a, x, y, l_s + qh, ds_s + qh, m0 + qh, blk.n0 + wkey, g, t, xt, 0);
     } else {
       bwd_p_ds<kFull>(p, blk.bd, blk.b, h, x, y, l_s + qh, ds_s + qh, m0 + qh, blk.n0 + wkey, g, t);
     }

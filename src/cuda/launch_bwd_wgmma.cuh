@@ -84,10 +84,10 @@ bool bwd_ws_maps(const fa__cuda_params &p, int kBM, CUtensorMap (&m)[6]) {
 
 // The deterministic mode's dQ on wgmma (bwd_dq_wgmma_kernel.cuh): two
 // warpgroups x 64 query rows, key tiles of kDqBN.
-template <typename E, int kD, int kDqBN, bool kFull, bool kArith = false>
+template <typename E, int kD, int kDqBN, bool kFull, bool kArith = false, int kTile = 0>
 fa_status launch_dq_wgmma(const fa__cuda_params &p, cudaStream_t s, fa__err *err) {
   using dcfg = dq_wgmma_cfg<kD, kDqBN>;
-  auto dq_kernel = bwd_dq_wgmma_kernel<E, kD, kDqBN, kFull, kArith>;
+  auto dq_kernel = bwd_dq_wgmma_kernel<E, kD, kDqBN, kFull, kArith, kTile>;
   FA_CUDA_TRY(fa__cuda_smem_optin(dq_kernel, dcfg::smem_bytes), "backward dq (wgmma): shared memory limit");
   FA_CUDA_ROWS_GRID(dgrid, p.B * p.Hq, p.Lq, dcfg::kBM, "backward dQ (wgmma)");
   dq_kernel<<<dgrid, dcfg::kThreads, dcfg::smem_bytes, s>>>(p);
@@ -127,17 +127,17 @@ fa_status launch_bwd_wgmma_cfg(const fa__cuda_params &p, int deterministic, cuda
 // 64-key tiles (FLASHATTN_CUDA_DQ_WGMMA=0: the mma.sync dQ kernel,
 // launch_bwd.cuh's, compiled with the sm_80 / sm_90 kernels; an A/B switch);
 // without, it fuses dQ (f32 atomics).
-template <typename E, bool kFull, bool kArith>
+template <typename E, bool kFull, bool kArith, int kTile = 0>
 fa_status launch_bwd_wide_wgmma_as(const fa__cuda_params &p, int dq_apart, cudaStream_t s, fa__err *err) {
   using cfg = bwd_wide_wgmma_cfg;
-  auto kernel = bwd_wide_wgmma_kernel<E, kFull, kArith>;
+  auto kernel = bwd_wide_wgmma_kernel<E, kFull, kArith, kTile>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "backward (wgmma, D = 256): shared memory limit");
   FA_CUDA_ROWS_GRID(grid, p.B * p.Hkv, p.Lk, cfg::kBN, "backward dK/dV (wgmma, D = 256)");
   kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p, dq_apart ? 0 : 1);
   FA_CUDA_CHECK_LAUNCH("backward (wgmma, D = 256) kernel launch");
   if (!dq_apart) return FA_OK;
   const char *env = getenv("FLASHATTN_CUDA_DQ_WGMMA");
-  if (!env || atoi(env) != 0) return launch_dq_wgmma<E, 256, 64, kFull, kArith>(p, s, err);
+  if (!env || atoi(env) != 0) return launch_dq_wgmma<E, 256, 64, kFull, kArith, kTile>(p, s, err);
   return std::is_same<E, bf16_t>::value ? fa__cuda_fast_bwd_dq_bf16(p, 256, s, err)
                                         : fa__cuda_fast_bwd_dq_f16(p, 256, s, err);
 }
@@ -145,10 +145,17 @@ fa_status launch_bwd_wide_wgmma_as(const fa__cuda_params &p, int dq_apart, cudaS
 // Softcap and ALiBi alone (p.arith_only) take their arithmetic form of both
 // kernels; the kFull form reads every option per element and ran at
 // 0.45-0.51x the band-only backward (bench/results/2026-12-06-h100-arith-options.txt).
+// One bias or mask without dBias (p.bwd_tile; with or without softcap and
+// ALiBi) takes that form with the tensor read from global memory (kTile).
 template <typename E, bool kFull>
 fa_status launch_bwd_wide_wgmma(const fa__cuda_params &p, int dq_apart, cudaStream_t s, fa__err *err) {
-  if constexpr (kFull)
+  if constexpr (kFull) {
     if (p.arith_only) return launch_bwd_wide_wgmma_as<E, false, true>(p, dq_apart, s, err);
+    if (p.bwd_tile == FA_CUDA_TILE_BIAS)
+      return launch_bwd_wide_wgmma_as<E, false, true, FA_CUDA_TILE_BIAS>(p, dq_apart, s, err);
+    if (p.bwd_tile == FA_CUDA_TILE_MASK)
+      return launch_bwd_wide_wgmma_as<E, false, true, FA_CUDA_TILE_MASK>(p, dq_apart, s, err);
+  }
   return launch_bwd_wide_wgmma_as<E, kFull, false>(p, dq_apart, s, err);
 }
 
