@@ -157,6 +157,15 @@ const tcase tc_cases[] = {
      .bias_bcast = BC_H, .bias_stride0 = 1, .bias_neginf = 1, .dtypes = TD_F16},
     {"tile_bias_varlen_D64", .B = 3, .Hq = 2, .Hkv = 1, .D = 64, .Dv = 64, .cu_q = cu_qt, .cu_k = cu_kt, .bias = 1,
      .dtypes = TD_F16},
+    /* dBias with the tile (cuda on Hopper: the wgmma dS kernel stores each element once where dBias sums over
+     * no dim, the SIMT kernel otherwise): both alignments, GQA, softcap and ALiBi (dBias before the softcap's
+     * derivative), packed sequences (zeros past each sequence), bucket 256 */
+    {"tile_bias_dbias_causal_br_gqa_D128", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 150, .Lk = 272, .D = 128, .Dv = 128,
+     .bias = 1, .dbias = 1, .causal = 1, .align = FA_ALIGN_BOTTOM_RIGHT, .dtypes = TD_BF16},
+    {"tile_bias_dbias_softcap_alibi_D256", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 140, .Lk = 200, .D = 256, .Dv = 256,
+     .bias = 1, .dbias = 1, .softcap = 3.0, .mag = 2.0, .alibi = 1, .dtypes = TD_F16},
+    {"tile_bias_dbias_varlen_D64", .B = 3, .Hq = 2, .Hkv = 1, .D = 64, .Dv = 64, .cu_q = cu_qt, .cu_k = cu_kt,
+     .bias = 1, .dbias = 1, .dtypes = TD_BF16},
     /* the D = 256 backward reads the tensor from global memory (score_global.cuh): packed sequences (the
      * sequence's lengths bound its reads), with softcap and ALiBi, GQA */
     {"tile_bias_varlen_softcap_alibi_gqa_D256", .B = 3, .Hq = 2, .Hkv = 1, .D = 256, .Dv = 256, .cu_q = cu_qt,

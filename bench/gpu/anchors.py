@@ -130,9 +130,10 @@ class FlashAttn:
             self.lib.fa_forward(self.ctx, fa.FA_BACKEND_CUDA, B(tq), B(tk), B(tv), B(opt), B(to), B(tl))
         )
 
-    def backward(self, q, k, v, o, do, lse, dq, dk, dv, opt):
+    def backward(self, q, k, v, o, do, lse, dq, dk, dv, opt, dbias=None):
         T = lambda t, c=fa.FA_BF16: fa.tensor_of(t, c)  # noqa: E731
         ts = [T(q), T(k), T(v), T(o), T(do), T(lse, fa.FA_F32), T(dq), T(dk), T(dv)]
+        tdb = T(dbias) if dbias is not None else None
         B = fa.C.byref
         return lambda: self._check(
             self.lib.fa_backward(
@@ -148,7 +149,7 @@ class FlashAttn:
                 B(ts[6]),
                 B(ts[7]),
                 B(ts[8]),
-                None,
+                B(tdb) if tdb is not None else None,
             )
         )
 

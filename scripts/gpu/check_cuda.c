@@ -288,6 +288,10 @@ static const ccase cases[] = {
     {"f16_d64_mask_window", 1, 4, 4, 300, 400, 64, 64, FA_F16, .mask = 1, .use_window = 1, .wl = 120, .wr = 30,
      .bwd = 1},
     {"f16_d64_bias16_causal_gqa", 2, 4, 2, 300, 384, 64, 64, FA_F16, .bias = 1, .bias16 = 1, .causal = 1, .bwd = 1},
+    {"bf16_d128_bias16_dbias_causal_br", 2, 2, 1, 200, 264, 128, 128, FA_BF16, .bias = 1, .bias16 = 1, .dbias = 1,
+     .causal = 1, .br = 1, .bwd = 1},
+    {"f16_d256_bias16_dbias_softcap_alibi", 1, 2, 2, 150, 200, 256, 256, FA_F16, .bias = 1, .bias16 = 1, .dbias = 1,
+     .softcap = 3.0, .alibi = 1, .bwd = 1},
     {"bf16_d256_bias16_bcast_softcap", 1, 2, 1, 300, 336, 256, 256, FA_BF16, .bias = 1, .bias16 = 1, .bias_bcast_bh = 1,
      .softcap = 4.0},
     {"bf16_d128_mask_varlen_alibi", 3, 2, 2, 0, 0, 128, 128, FA_BF16, .varlen = 1, .lens_q = lq4, .lens_k = lk4,
@@ -452,7 +456,7 @@ static void run_case(const ccase *c) {
     od.bias = devt(&bias);
     oh.bias = host_t(&bias);
     if (c->dbias) {
-      dbias = mk(FA_F32, bias.shape[0], bias.shape[1], mq, mk_, 0);
+      dbias = mk(bdt, bias.shape[0], bias.shape[1], mq, mk_, 0); /* bias16: the wgmma dBias kernel's */
       dbias_ref = mk(FA_F32, bias.shape[0], bias.shape[1], mq, mk_, 0);
     }
   }

@@ -10,6 +10,9 @@
 #   lengths  per-sequence lengths (seqlens, packed) on the warp-specialized
 #          backward (bench/gpu/varlen.py; FLASHATTN_CUDA_WS_BWD=0 the cp.async
 #          backward)
+#   dbias  dBias of a bias the warp-specialized kernels take, on the wgmma
+#          dS kernel (launch_bwd_wgmma.cuh launch_dbias_wgmma;
+#          bench/gpu/dbias.py; FLASHATTN_CUDA_DBIAS_WGMMA=0 the SIMT kernel)
 # Checks: check_cuda (every built-in case against the float64 reference),
 # compute-sanitizer (memcheck, synccheck; racecheck on one tile case) on
 # that option's check_cuda cases, the shared suite
@@ -42,8 +45,13 @@ case ${1:-} in
     # the zeroed rows (generic stores, then wgmma) and the packed dQ reductions
     RACE_CASES="f16_d128_varlen_gqa_causal_br"
     ;;
+  dbias)
+    SWITCH=FLASHATTN_CUDA_DBIAS_WGMMA BENCH=bench/gpu/dbias.py
+    SAN_CASES="bf16_d128_bias16_dbias_causal_br f16_d256_bias16_dbias_softcap_alibi"
+    RACE_CASES=""
+    ;;
   *)
-    echo "usage: bash scripts/gpu/ws_options.sh arith|tile|lengths" >&2
+    echo "usage: bash scripts/gpu/ws_options.sh arith|tile|lengths|dbias" >&2
     exit 2
     ;;
 esac

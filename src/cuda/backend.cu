@@ -262,8 +262,8 @@ void params_init(fa__cuda_params *pp, const fa__problem *p) {
       (one_bias || one_mask) && is_half(p->dtype) && !pp->has_dropout && exact_span && !(tile && strcmp(tile, "0") == 0)
           ? (one_bias ? FA_CUDA_TILE_BIAS : FA_CUDA_TILE_MASK)
           : 0;
-  // (dBias is dS summed over the bias's broadcast dims: the per-element kernels write it)
-  pp->bwd_tile = p->dbias.data ? 0 : pp->fwd_tile;
+  // (dBias, dS summed over the bias's broadcast dims, has kernels of its own, after the backward)
+  pp->bwd_tile = pp->fwd_tile;
   for (int d = 0; d < 4; ++d) pp->tile_s[d] = pp->fwd_tile == FA_CUDA_TILE_MASK ? pp->mask_s[d] : pp->bias_s[d];
   const char *order = getenv("FLASHATTN_CUDA_WS_ORDER");
   pp->ws_order = !order ? 0 : strcmp(order, "heads") == 0 ? 1 : strcmp(order, "rows") == 0 ? 2 : 0;
@@ -359,6 +359,36 @@ fa_status cuda_forward(const fa__problem *p, fa__err *err) {
   return fa__cuda_generic_fwd(pp, s, err);
 }
 
+// dBias after the backward. On Hopper, a bias the warp-specialized kernels
+// take (p.bwd_tile) whose dBias sums over no dim and is contiguous: the
+// wgmma dS kernel, each element stored once into the zeroed tensor
+// (launch_bwd_wgmma.cuh launch_dbias_wgmma); otherwise the SIMT kernel that
+// recomputes every dS element and sums the broadcast dims in a fixed order.
+fa_status dbias(const fa__problem *p, fa__cuda_params *pp, bool fast, int dmax, cudaStream_t s, fa__err *err) {
+  const fa_tensor &db = p->dbias;
+#if defined(FA_HAVE_SM90A)
+  const int64_t logical[4] = {pp->B, pp->Hq, pp->Lq, pp->Lk};
+  bool direct = pp->bwd_tile == FA_CUDA_TILE_BIAS && db.dtype == p->dtype;
+  int64_t numel = 1;
+  for (int d = 3; d >= 0; --d) {
+    direct = direct && db.shape[d] == logical[d] && db.stride[d] == numel;
+    numel *= db.shape[d];
+  }
+  const int kd = bucket_of(dmax);
+  const char *env = getenv("FLASHATTN_CUDA_DBIAS_WGMMA");
+  if (fast && direct && wgmma_bwd_ok(kd) && !(env && strcmp(env, "0") == 0)) {
+    FA_CUDA_TRY(cudaMemsetAsync(db.data, 0, static_cast<size_t>(numel) * fa_dtype_size(db.dtype), s), "zeroing dBias");
+    pp->dbias = db.data;
+    for (int d = 0; d < 4; ++d) pp->dbias_s[d] = db.stride[d];
+    return p->dtype == FA_BF16 ? fa__cuda_wgmma_dbias_bf16(*pp, kd, s, err) : fa__cuda_wgmma_dbias_f16(*pp, kd, s, err);
+  }
+#else
+  (void)fast;
+  (void)dmax;
+#endif
+  return fa__cuda_dbias(*pp, db.data, db.dtype, db.shape, db.stride, s, err);
+}
+
 fa_status cuda_backward(const fa__problem *p, fa__err *err) {
   device_guard dg;
   fa_status st = dg.enter(p->q.data, err);
@@ -438,10 +468,7 @@ fa_status cuda_backward(const fa__problem *p, fa__err *err) {
     st = fa__cuda_generic_bwd(pp, s, err);
     if (st != FA_OK) return st;
   }
-  if (p->dbias.data) {
-    st = fa__cuda_dbias(pp, p->dbias.data, p->dbias.dtype, p->dbias.shape, p->dbias.stride, s, err);
-    if (st != FA_OK) return st;
-  }
+  if (p->dbias.data) return dbias(p, &pp, fast, dmax, s, err);
   return FA_OK;
 }
 

@@ -21,6 +21,27 @@
 
 namespace fa_cuda {
 
+// A warp's dS of one key tile into p.dbias at the thread's rows i0, i0 + 8
+// and columns n0 + 8 nb + 2 t, + 1 (the sequence's positions; none past it).
+template <typename E, int kNB>
+__device__ __forceinline__ void bwd_store_dbias(const fa__cuda_params &p, const seq_ctx &c, int64_t h, int64_t i0,
+                                                int64_t n0, const float (&s)[kNB][4], int t) {
+  using T = typename E::storage;
+  T *base = static_cast<T *>(p.dbias) + c.b * p.dbias_s[0] + h * p.dbias_s[1];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t i = i0 + 8 * r;
+    if (i >= c.seq.lq) continue;
+#pragma unroll
+    for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+      for (int x = 0; x < 2; ++x) {
+        const int64_t j = n0 + nb * 8 + 2 * t + x;
+        if (j < c.seq.lk) base[i * p.dbias_s[2] + j * p.dbias_s[3]] = E::from_float(s[nb][2 * r + x]);
+      }
+  }
+}
+
 template <int kD, int kBN>
 struct dq_wgmma_cfg {
   static constexpr int kBM = 128, kThreads = 256, kVSlots = kD > 128 ? 1 : 2;
@@ -31,8 +52,11 @@ struct dq_wgmma_cfg {
 // kFull: every per-element option (bwd_ds_rows); kArith (not with kFull):
 // softcap and ALiBi only, p.arith_only (bwd_ds_rows_arith), and with kTile
 // (FA_CUDA_TILE_BIAS, _MASK: p.bwd_tile) one bias or mask too, read from
-// global memory (score_global.cuh); neither: the band.
-template <typename E, int kD, int kBN, bool kFull, bool kArith = false, int kTile = 0>
+// global memory (score_global.cuh); neither: the band. kDBias (with kArith
+// and a bias): dBias instead of dQ, each tile's dS (without the softcap's
+// derivative) stored into p.dbias, whose elements outside the tiles the band
+// lets a block see the caller has zeroed.
+template <typename E, int kD, int kBN, bool kFull, bool kArith = false, int kTile = 0, bool kDBias = false>
 __global__ void __launch_bounds__(256, 1) bwd_dq_wgmma_kernel(const fa__cuda_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = typename E::storage;
@@ -133,6 +157,13 @@ __global__ void __launch_bounds__(256, 1) bwd_dq_wgmma_kernel(const fa__cuda_par
     }
 
     const int64_t n0 = static_cast<int64_t>(fb.nb_lo + it) * kBN;
+    if constexpr (kDBias) {
+      static_assert(kArith && kTile == FA_CUDA_TILE_BIAS, "dBias needs the bias reader");
+      bwd_ds_rows_arith<true>(p, c.bd, arith_score(p, alibi_slope(p, h)), s, dp, lse2, dsum, m0 + wrow, n0, g, t,
+                              global_score_tile_of<T, kTile>(p, c.seq, c.b, h, m0 + wrow, n0));
+      bwd_store_dbias<E>(p, c, h, m0 + wrow + g, n0, s, t);
+      continue;
+    }
     if constexpr (kArith && kTile != 0)
       bwd_ds_rows_arith(p, c.bd, arith_score(p, alibi_slope(p, h)), s, dp, lse2, dsum, m0 + wrow, n0, g, t,
                         global_score_tile_of<T, kTile>(p, c.seq, c.b, h, m0 + wrow, n0));
@@ -155,6 +186,7 @@ __global__ void __launch_bounds__(256, 1) bwd_dq_wgmma_kernel(const fa__cuda_par
     fence_regs(dq);
   }
   cp_async_wait<0>();
+  if constexpr (kDBias) return;
 
   T *gdq = static_cast<T *>(p.dq) + c.seq.bidx * p.dqs.b + h * p.dqs.h + c.seq.q_row0 * p.dqs.r;
 #pragma unroll

@@ -283,7 +283,9 @@ __device__ __forceinline__ void bwd_ds_rows(const fa__cuda_params &p, const seq_
 // keys; the ALiBi distance diag(i) - j a row's float minus the key's offset
 // in the tile (exact: backend.cu keeps such a call's distances under 2^24);
 // a bias or mask (x: rows g, g + 8 of the warp's tile) added after them.
-template <bool kCap, bool kMasked, int kNB, typename X>
+// kRaw: dS without the softcap's derivative (dBias: the bias is added after
+// the softcap).
+template <bool kCap, bool kMasked, bool kRaw, int kNB, typename X>
 __device__ __forceinline__ void bwd_ds_rows_arith_el(const fa__band &bd, const arith_score &a, float (&s)[kNB][4],
                                                      const float (&dp)[kNB][4], const float (&lse2)[2],
                                                      const float (&dsum)[2], int64_t r0, int64_t n0, int g, int t,
@@ -317,7 +319,7 @@ __device__ __forceinline__ void bwd_ds_rows_arith_el(const fa__band &bd, const a
         float pr = fast_exp2(sx[c] - lse2[r]);
         if (kMasked && (d < lo[r] || d >= hi[r])) pr = 0.f;
         float ds = pr * (dp[nb][2 * r + c] - dsum[r]);
-        if (kCap) ds *= fmaf(-tc[c], tc[c], 1.f);
+        if (kCap && !kRaw) ds *= fmaf(-tc[c], tc[c], 1.f);
         s[nb][2 * r + c] = ds;
       }
     }
@@ -325,7 +327,7 @@ __device__ __forceinline__ void bwd_ds_rows_arith_el(const fa__band &bd, const a
 
 // x: a bias or mask reader at the warp's tile (row r0, key n0; score_global.cuh),
 // no_score_tile without.
-template <int kNB, typename X = no_score_tile>
+template <bool kRaw = false, int kNB, typename X = no_score_tile>
 __device__ __forceinline__ void bwd_ds_rows_arith(const fa__cuda_params &p, const fa__band &bd, const arith_score &a,
                                                   float (&s)[kNB][4], const float (&dp)[kNB][4], const float (&lse2)[2],
                                                   const float (&dsum)[2], int64_t r0, int64_t n0, int g, int t,
@@ -333,14 +335,14 @@ __device__ __forceinline__ void bwd_ds_rows_arith(const fa__cuda_params &p, cons
   const bool full = fa__band_tile_full(&bd, r0, r0 + 16, n0, n0 + 8 * kNB);
   if (p.softcap > 0.f) {
     if (full)
-      bwd_ds_rows_arith_el<true, false>(bd, a, s, dp, lse2, dsum, r0, n0, g, t, x);
+      bwd_ds_rows_arith_el<true, false, kRaw>(bd, a, s, dp, lse2, dsum, r0, n0, g, t, x);
     else
-      bwd_ds_rows_arith_el<true, true>(bd, a, s, dp, lse2, dsum, r0, n0, g, t, x);
+      bwd_ds_rows_arith_el<true, true, kRaw>(bd, a, s, dp, lse2, dsum, r0, n0, g, t, x);
   } else {
     if (full)
-      bwd_ds_rows_arith_el<false, false>(bd, a, s, dp, lse2, dsum, r0, n0, g, t, x);
+      bwd_ds_rows_arith_el<false, false, kRaw>(bd, a, s, dp, lse2, dsum, r0, n0, g, t, x);
     else
-      bwd_ds_rows_arith_el<false, true>(bd, a, s, dp, lse2, dsum, r0, n0, g, t, x);
+      bwd_ds_rows_arith_el<false, true, kRaw>(bd, a, s, dp, lse2, dsum, r0, n0, g, t, x);
   }
 }
 

@@ -84,10 +84,10 @@ bool bwd_ws_maps(const fa__cuda_params &p, int kBM, CUtensorMap (&m)[6]) {
 
 // The deterministic mode's dQ on wgmma (bwd_dq_wgmma_kernel.cuh): two
 // warpgroups x 64 query rows, key tiles of kDqBN.
-template <typename E, int kD, int kDqBN, bool kFull, bool kArith = false, int kTile = 0>
+template <typename E, int kD, int kDqBN, bool kFull, bool kArith = false, int kTile = 0, bool kDBias = false>
 fa_status launch_dq_wgmma(const fa__cuda_params &p, cudaStream_t s, fa__err *err) {
   using dcfg = dq_wgmma_cfg<kD, kDqBN>;
-  auto dq_kernel = bwd_dq_wgmma_kernel<E, kD, kDqBN, kFull, kArith, kTile>;
+  auto dq_kernel = bwd_dq_wgmma_kernel<E, kD, kDqBN, kFull, kArith, kTile, kDBias>;
   FA_CUDA_TRY(fa__cuda_smem_optin(dq_kernel, dcfg::smem_bytes), "backward dq (wgmma): shared memory limit");
   FA_CUDA_ROWS_GRID(dgrid, p.B * p.Hq, p.Lq, dcfg::kBM, "backward dQ (wgmma)");
   dq_kernel<<<dgrid, dcfg::kThreads, dcfg::smem_bytes, s>>>(p);
@@ -168,6 +168,21 @@ fa_status launch_bwd_wgmma_full(const fa__cuda_params &p, int kd, int det, cudaS
     case 128: return launch_bwd_wgmma_cfg<E, 128, 64, kFull>(p, det, s, err);
     case 256: return launch_bwd_wide_wgmma<E, kFull>(p, det, s, err);
     default: fa__err_set(err, "cuda: no wgmma backward kernel for head-dim bucket %d", kd); return FA_ERR_INTERNAL;
+  }
+}
+
+// dBias on tensor cores (p.dbias: a bias of the inputs' dtype, p.bwd_tile,
+// no summed dim): the wgmma dQ kernel's S, dP and dS, the bias read from
+// global memory, each dS stored once, instead of dQ += dS K; the dQ kernel's
+// tiles (kDqBN keys) per bucket.
+template <typename E>
+fa_status launch_dbias_wgmma(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err) {
+  constexpr int kBias = FA_CUDA_TILE_BIAS;
+  switch (kd) {
+    case 64: return launch_dq_wgmma<E, 64, 128, false, true, kBias, true>(p, s, err);
+    case 128: return launch_dq_wgmma<E, 128, 64, false, true, kBias, true>(p, s, err);
+    case 256: return launch_dq_wgmma<E, 256, 64, false, true, kBias, true>(p, s, err);
+    default: fa__err_set(err, "cuda: no wgmma dBias kernel for head-dim bucket %d", kd); return FA_ERR_INTERNAL;
   }
 }
 

@@ -4,3 +4,7 @@
 fa_status fa__cuda_wgmma_bwd_f16(const fa__cuda_params &p, int kd, int deterministic, cudaStream_t s, fa__err *err) {
   return fa_cuda::launch_bwd_wgmma<fa_cuda::f16_t>(p, kd, deterministic, s, err);
 }
+
+fa_status fa__cuda_wgmma_dbias_f16(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err) {
+  return fa_cuda::launch_dbias_wgmma<fa_cuda::f16_t>(p, kd, s, err);
+}

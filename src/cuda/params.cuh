@@ -78,17 +78,19 @@ struct fa__cuda_params {
   uint32_t offset, threshold;
   float dscale;
 
-  int has_extras;     // mask, bias, alibi, softcap or dropout: the per-element path
-  int arith_only;     // the extras are softcap and / or ALiBi only: the warp-specialized kernels take them
-                      // (score_arith.cuh) unless FLASHATTN_CUDA_WS_ARITH=0
-  int fwd_tile;       // the forward's one per-element tensor, when the warp-specialized forward may copy it
-                      // tile by tile (fwd_ws_kernel.cuh's kScoreTile): FA_CUDA_TILE_BIAS or _MASK, else 0
-  int bwd_tile;       // the same for the warp-specialized backward: fwd_tile where no dBias is asked for
-  int64_t tile_s[4];  // with fwd_tile: that tensor's element strides (mask_s or bias_s; 0: broadcast)
-  int ws_order;       // FLASHATTN_CUDA_WS_ORDER=heads|rows: the warp-specialized forwards' work order for every
-                      // call (A/B timing in one process); 0: fa__cuda_ws_grid_of's rule
-  int variant;        // FLASHATTN_CUDA_VARIANT: selects alternative tile configurations, when a
-                      // launch file compiles some, for A/B timing in one process (anchors.py --variants)
+  int has_extras;      // mask, bias, alibi, softcap or dropout: the per-element path
+  int arith_only;      // the extras are softcap and / or ALiBi only: the warp-specialized kernels take them
+                       // (score_arith.cuh) unless FLASHATTN_CUDA_WS_ARITH=0
+  int fwd_tile;        // the forward's one per-element tensor, when the warp-specialized forward may copy it
+                       // tile by tile (fwd_ws_kernel.cuh's kScoreTile): FA_CUDA_TILE_BIAS or _MASK, else 0
+  int bwd_tile;        // the same for the backward (dBias, when asked for, by a kernel of its own)
+  int64_t tile_s[4];   // with fwd_tile: that tensor's element strides (mask_s or bias_s; 0: broadcast)
+  void *dbias;         // the wgmma dBias kernel's output (launch_bwd_wgmma.cuh launch_dbias_wgmma), else NULL:
+  int64_t dbias_s[4];  // [B, Hq, Lq, Lk] of the inputs' dtype, no dim summed
+  int ws_order;        // FLASHATTN_CUDA_WS_ORDER=heads|rows: the warp-specialized forwards' work order for every
+                       // call (A/B timing in one process); 0: fa__cuda_ws_grid_of's rule
+  int variant;         // FLASHATTN_CUDA_VARIANT: selects alternative tile configurations, when a
+                       // launch file compiles some, for A/B timing in one process (anchors.py --variants)
 };
 
 // The batches the tensors store: packed sequences (cu_seqlens) share one.
