@@ -172,14 +172,27 @@ def problem_tensors(B, H, L, D):
     return q, k, v, do, o, lse, torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
-def time_ours(ours, tensors, opt, reps, env=None):
-    """Our forward and backward on problem_tensors' tensors with options opt, the library's switches set
-    as env says ({name: value}; it reads them at each call) and restored after: (forward ms, backward ms,
-    copies of o, dq, dk, dv)."""
-    q, k, v, do, o, lse, dq, dk, dv = tensors
+def with_env(env, fn):
+    """fn() with the library's switches set as env says ({name: value}; it reads them at each call), restored
+    after."""
     saved = {n: os.environ.get(n) for n in env or {}}
     os.environ.update(env or {})
     try:
+        return fn()
+    finally:
+        for n, x in saved.items():
+            if x is None:
+                os.environ.pop(n, None)
+            else:
+                os.environ[n] = x
+
+
+def time_ours(ours, tensors, opt, reps, env=None):
+    """Our forward and backward on problem_tensors' tensors with options opt and the switches env (with_env):
+    (forward ms, backward ms, copies of o, dq, dk, dv)."""
+    q, k, v, do, o, lse, dq, dk, dv = tensors
+
+    def run():
         fwd = ours.forward(q, k, v, o, lse, opt)
         bwd = ours.backward(q, k, v, o, do, lse, dq, dk, dv, opt)
         fwd()
@@ -188,12 +201,8 @@ def time_ours(ours, tensors, opt, reps, env=None):
         bwd()
         torch.cuda.synchronize()
         return t_fwd, t_bwd, (o.clone(), dq.clone(), dk.clone(), dv.clone())
-    finally:
-        for n, x in saved.items():
-            if x is None:
-                os.environ.pop(n, None)
-            else:
-                os.environ[n] = x
+
+    return with_env(env, run)
 
 
 def time_peer(f, inputs, do, reps):

@@ -30,20 +30,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fa_ctypes as fa  # noqa: E402
-from anchors import FlashAttn, median_ms, problem_tensors, relerr, shapes  # noqa: E402
-
-
-def with_env(env, fn):
-    saved = {n: os.environ.get(n) for n in env}
-    os.environ.update(env)
-    try:
-        return fn()
-    finally:
-        for n, x in saved.items():
-            if x is None:
-                os.environ.pop(n, None)
-            else:
-                os.environ[n] = x
+from anchors import FlashAttn, median_ms, problem_tensors, relerr, shapes, with_env  # noqa: E402
 
 
 def sdpa_dbias(q, k, v, bias, do, causal, reps):
