@@ -50,7 +50,7 @@
 // out per sequence (fa__cuda_ws_row0, bwd_ws_turn).
 // Band-only calls (kScoreBand), with kScoreArith those whose per-element options are
 // softcap and ALiBi only (bwd_tile.cuh's bwd_p_ds_arith), with kScoreTile
-// those and one bias without dBias, or one mask (p.bwd_tile): the producer
+// those and one bias or one mask (p.bwd_tile; dBias comes after): the producer
 // copies the query tile's rows of it into a ring of its own (one slot at
 // D = 64, freed as soon as the consumers have scored; score_tile.cuh
 // reads it); backend.cu (p.ws_stats, p.dq_turn) and launch_bwd_wgmma.cuh

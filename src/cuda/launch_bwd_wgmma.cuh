@@ -3,8 +3,8 @@
 // element type; launch_bwd_wgmma_<dtype>.cu instantiate it for sm_90a only.
 // Preconditions as launch_bwd: dsum filled, dq_acc zero when fused.
 // Band-only calls, per-sequence lengths too (or with softcap and ALiBi as
-// their only per-element options: p.arith_only; or those and one bias
-// without dBias or one mask: p.bwd_tile) take the warp-specialized kernel
+// their only per-element options: p.arith_only; or those and one bias or
+// one mask: p.bwd_tile; dBias comes after, backend.cu) take the warp-specialized kernel
 // (bwd_ws_kernel.cuh) where the copy engine can address the tensors;
 // deterministic ones too where backend.cu gave them p.dq_turn (and a zeroed
 // dq_acc), and then this launch also converts dq_acc into dq.
@@ -145,8 +145,8 @@ fa_status launch_bwd_wide_wgmma_as(const fa__cuda_params &p, int dq_apart, cudaS
 // Softcap and ALiBi alone (p.arith_only) take their arithmetic form of both
 // kernels; the kFull form reads every option per element and ran at
 // 0.45-0.51x the band-only backward (bench/results/2026-12-06-h100-arith-options.txt).
-// One bias or mask without dBias (p.bwd_tile; with or without softcap and
-// ALiBi) takes that form with the tensor read from global memory (kTile).
+// One bias or mask (p.bwd_tile; with or without softcap and ALiBi) takes
+// that form with the tensor read from global memory (kTile).
 template <typename E, bool kFull>
 fa_status launch_bwd_wide_wgmma(const fa__cuda_params &p, int dq_apart, cudaStream_t s, fa__err *err) {
   if constexpr (kFull) {
