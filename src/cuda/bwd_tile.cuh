@@ -182,7 +182,8 @@ __device__ __forceinline__ void bwd_p_ds_arith_el(const fa__band &bd, const arit
 }
 
 // x: score_tile.cuh's bias or mask tile of the query tile (xcol: the tile's
-// column of key jw), no_score_tile without.
+// column of key jw), or score_global.cuh's reader made at (m0, jw) (xcol 0),
+// no_score_tile without.
 template <bool kCap, int kMB, typename X = no_score_tile>
 __device__ __forceinline__ void bwd_p_ds_arith(const fa__band &bd, const arith_score &a, float (&st)[kMB][4],
                                                float (&dpt)[kMB][4], const float *l_s, const float *ds_s, int64_t m0,

@@ -82,8 +82,10 @@ bool bwd_ws_maps(const fa__cuda_params &p, int kBM, CUtensorMap (&m)[6]) {
   return !p.bwd_tile || tma_map_tile_of(p, kBM, bf, &m[5]);
 }
 
-// The deterministic mode's dQ on wgmma (bwd_dq_wgmma_kernel.cuh): two
-// warpgroups x 64 query rows, key tiles of kDqBN.
+// dQ on wgmma by a kernel of its own (bwd_dq_wgmma_kernel.cuh: the
+// deterministic mode's, and D = 256's in both modes), or with kDBias dBias
+// instead (launch_dbias_wgmma): two warpgroups x 64 query rows, key tiles of
+// kDqBN.
 template <typename E, int kD, int kDqBN, bool kFull, bool kArith = false, int kTile = 0, bool kDBias = false>
 fa_status launch_dq_wgmma(const fa__cuda_params &p, cudaStream_t s, fa__err *err) {
   using dcfg = dq_wgmma_cfg<kD, kDqBN>;
