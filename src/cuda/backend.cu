@@ -380,6 +380,7 @@ fa_status dbias(const fa__problem *p, fa__cuda_params *pp, bool fast, int dmax, 
     FA_CUDA_TRY(cudaMemsetAsync(db.data, 0, static_cast<size_t>(numel) * fa_dtype_size(db.dtype), s), "zeroing dBias");
     pp->dbias = db.data;
     for (int d = 0; d < 4; ++d) pp->dbias_s[d] = db.stride[d];
+    pp->dbias_pairs = reinterpret_cast<uintptr_t>(db.data) % 4 == 0 && db.stride[2] % 2 == 0;
     return p->dtype == FA_BF16 ? fa__cuda_wgmma_dbias_bf16(*pp, kd, s, err) : fa__cuda_wgmma_dbias_f16(*pp, kd, s, err);
   }
 #else

@@ -33,12 +33,17 @@ __device__ __forceinline__ void bwd_store_dbias(const fa__cuda_params &p, const 
     const int64_t i = i0 + 8 * r;
     if (i >= c.seq.lq) continue;
 #pragma unroll
-    for (int nb = 0; nb < kNB; ++nb)
-#pragma unroll
-      for (int x = 0; x < 2; ++x) {
-        const int64_t j = n0 + nb * 8 + 2 * t + x;
-        if (j < c.seq.lk) base[i * p.dbias_s[2] + j * p.dbias_s[3]] = E::from_float(s[nb][2 * r + x]);
+    for (int nb = 0; nb < kNB; ++nb) {
+      const int64_t j = n0 + nb * 8 + 2 * t;  // even
+      T *e = base + i * p.dbias_s[2] + j;     // (dbias_s[3] is 1)
+      if (p.dbias_pairs && j + 1 < c.seq.lk) {
+        *reinterpret_cast<uint32_t *>(e) = E::pack(s[nb][2 * r], s[nb][2 * r + 1]);
+        continue;
       }
+#pragma unroll
+      for (int x = 0; x < 2; ++x)
+        if (j + x < c.seq.lk) e[x] = E::from_float(s[nb][2 * r + x]);
+    }
   }
 }
 

@@ -87,6 +87,7 @@ struct fa__cuda_params {
   int64_t tile_s[4];   // with fwd_tile: that tensor's element strides (mask_s or bias_s; 0: broadcast)
   void *dbias;         // the wgmma dBias kernel's output (launch_bwd_wgmma.cuh launch_dbias_wgmma), else NULL:
   int64_t dbias_s[4];  // [B, Hq, Lq, Lk] of the inputs' dtype, no dim summed
+  int dbias_pairs;     // its rows start at 4-byte boundaries: two elements a store
   int ws_order;        // FLASHATTN_CUDA_WS_ORDER=heads|rows: the warp-specialized forwards' work order for every
                        // call (A/B timing in one process); 0: fa__cuda_ws_grid_of's rule
   int variant;         // FLASHATTN_CUDA_VARIANT: selects alternative tile configurations, when a

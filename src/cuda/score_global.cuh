@@ -31,6 +31,7 @@ struct global_score_tile {
   int64_t rs, cs;      // row and column strides (0: broadcast)
   int64_t i0, j0;      // the tile's origin in the sequence
   int64_t imax, jmax;  // the sequence's last row and column
+  bool pairs;          // the row walk's column pairs are whole aligned words: one load each
 
   // sequence b (seq: its lengths), query head h, the tile at (i0, j0)
   __device__ __forceinline__ global_score_tile(const fa__cuda_params &p, const fa__seq &seq, int64_t b, int64_t h,
@@ -42,7 +43,8 @@ struct global_score_tile {
         i0(i0_),
         j0(j0_),
         imax(seq.lq - 1),
-        jmax(seq.lk - 1) {}
+        jmax(seq.lk - 1),
+        pairs(cs == 1 && rs % 2 == 0 && reinterpret_cast<uintptr_t>(base) % (2 * sizeof(T)) == 0) {}
 
   __device__ __forceinline__ int64_t row_of(int64_t i) const { return (i < imax ? i : imax) * rs; }
   __device__ __forceinline__ int64_t col_of(int64_t j) const { return (j < jmax ? j : jmax) * cs; }
@@ -70,10 +72,34 @@ struct global_score_tile {
   };
   __device__ __forceinline__ row_t row(int r, int t) const { return {base + row_of(i0 + r), j0 + 2 * t}; }
   // x0, x1 (log2 units) += the terms at the row's columns 8 nb + 2 t, + 1
+  // (j is even: tiles start at multiples of 64 keys)
   __device__ __forceinline__ void apply(const row_t &rw, int nb, float &x0, float &x1) const {
     const int64_t j = rw.j + 8 * nb;
+    if (pairs && j + 1 <= jmax) {
+      float a, b;
+      pair_of(rw.p + j, &a, &b);
+      x0 += a;
+      x1 += b;
+      return;
+    }
     x0 += term_of(rw.p + col_of(j));
     x1 += term_of(rw.p + col_of(j + 1));
+  }
+  // the terms of elements e[0], e[1] in one load
+  __device__ __forceinline__ void pair_of(const T *e, float *a, float *b) const {
+    if constexpr (kMask) {
+      const uint16_t w = *reinterpret_cast<const uint16_t *>(e);
+      *a = (w & 0xff) ? 0.f : -INFINITY;
+      *b = (w >> 8) ? 0.f : -INFINITY;
+    } else if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+      const uint32_t w = *reinterpret_cast<const uint32_t *>(e);
+      *a = __uint_as_float(w << 16) * kLog2e;
+      *b = __uint_as_float(w & 0xffff0000u) * kLog2e;
+    } else {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(e));
+      *a = f.x * kLog2e;
+      *b = f.y * kLog2e;
+    }
   }
 };
 
