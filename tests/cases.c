@@ -166,6 +166,17 @@ const tcase tc_cases[] = {
      .bias = 1, .dbias = 1, .softcap = 3.0, .mag = 2.0, .alibi = 1, .dtypes = TD_F16},
     {"tile_bias_dbias_varlen_D64", .B = 3, .Hq = 2, .Hkv = 1, .D = 64, .Dv = 64, .cu_q = cu_qt, .cu_k = cu_kt,
      .bias = 1, .dbias = 1, .dtypes = TD_BF16},
+    /* dBias summed over the batch and / or the heads (cuda on Hopper: the summing kernel, one block a dBias
+     * tile, the (b, h) pairs inside): lengths that differ per sequence (each pair's band and rows), packed
+     * sequences, a stride-0 bias, softcap and ALiBi, a window, GQA, every bucket */
+    {"tile_bias_bcast_b_dbias_seqlens_causal_br_D128", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 160, .Lk = 272, .D = 128,
+     .Dv = 128, .bias = 1, .bias_bcast = BC_B, .dbias = 1, .seqlens_q = sq_tile, .seqlens_k = sk_tile, .causal = 1,
+     .align = FA_ALIGN_BOTTOM_RIGHT, .dtypes = TD_BF16},
+    {"tile_bias_bcast_bh_dbias_varlen_softcap_alibi_D64", .B = 3, .Hq = 4, .Hkv = 2, .D = 64, .Dv = 64, .cu_q = cu_qt,
+     .cu_k = cu_kt, .bias = 1, .bias_bcast = BC_B | BC_H, .bias_stride0 = 1, .dbias = 1, .softcap = 3.0, .mag = 2.0,
+     .alibi = 1, .dtypes = TD_F16},
+    {"tile_bias_bcast_h_dbias_window_D256", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 140, .Lk = 200, .D = 256, .Dv = 256,
+     .bias = 1, .bias_bcast = BC_H, .dbias = 1, .use_window = 1, .wl = 70, .wr = 30, .dtypes = TD_BF16},
     /* the D = 256 backward reads the tensor from global memory (score_global.cuh): packed sequences (the
      * sequence's lengths bound its reads), with softcap and ALiBi, GQA */
     {"tile_bias_varlen_softcap_alibi_gqa_D256", .B = 3, .Hq = 2, .Hkv = 1, .D = 256, .Dv = 256, .cu_q = cu_qt,

@@ -1,10 +1,13 @@
-"""dBias on the cuda backend: a bias [B, H, L, L] that asks for its gradient,
-in one process with PyTorch SDPA doing the same (attn_mask with
-requires_grad). Backward ms of
+"""dBias on the cuda backend: a bias that asks for its gradient, in one
+process with PyTorch SDPA doing the same (attn_mask with requires_grad).
+--bcast picks the bias's shape: none [B, H, L, L], b [1, H, L, L] (dBias
+summed over the batch), bh [1, 1, L, L] (over the batch and the heads).
+Backward ms of
 
-  ours    the default: the backward, then the wgmma dS kernel storing each
-          dBias element once (src/cuda/launch_bwd_wgmma.cuh
-          launch_dbias_wgmma; a bias that sums over no dim)
+  ours    the default: the backward, then dBias on tensor cores
+          (src/cuda/launch_bwd_wgmma.cuh launch_dbias_wgmma: the wgmma dS
+          kernel storing each element once where no dim is summed, the
+          summing kernel dbias_sum_wgmma_kernel.cuh otherwise)
   simt    FLASHATTN_CUDA_DBIAS_WGMMA=0: the SIMT kernel that recomputes every
           dS element from global memory (fewer reps: it is slow)
   nodb    ours without dBias (what dBias costs on top)
@@ -16,7 +19,7 @@ the largest magnitude. Shapes as bench/gpu/anchors.py: bf16, hidden 2048
 (H = 2048 / D), B * L = 16384; bias N(0, 1).
 
 usage: python3 bench/gpu/dbias.py --lib build-gpu/libflashattn.so
-       [--d 64,128,256] [--l 2048,4096] [--causal 0,1] [--reps 10] [--simt-reps 2]
+       [--d 64,128,256] [--l 2048,4096] [--causal 0,1] [--bcast none,b,bh] [--reps 10] [--simt-reps 2]
 """
 
 import argparse
@@ -59,20 +62,23 @@ def main():
     ap.add_argument("--d", default="64,128,256")
     ap.add_argument("--l", default="2048,4096")
     ap.add_argument("--causal", default="0,1")
+    ap.add_argument("--bcast", default="none", help="comma-separated: none, b, bh (the bias's broadcast dims)")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--simt-reps", type=int, default=2)
     a = ap.parse_args()
 
     ours = FlashAttn(a.lib)
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, lib {a.lib}")
+    print(f"# bf16, hidden 2048, B * L = 16384; backward ms, median of {a.reps} (simt {a.simt_reps})")
     print(
-        f"# bf16, hidden 2048, B * L = 16384, bias [B, H, L, L]; backward ms, median of {a.reps} (simt {a.simt_reps})"
+        f"{'D':>4} {'L':>6} c bcast |   ours    simt    nodb    sdpa | simt/ours sdpa/ours | by    | "
+        "dBias diff from ours"
     )
-    print(f"{'D':>4} {'L':>6} c |   ours    simt    nodb    sdpa | simt/ours sdpa/ours | by    | dBias diff from ours")
-    for D, H, B, L, causal in shapes(a.d, a.l, a.causal):
+    for (D, H, B, L, causal), bcast in ((s, b) for s in shapes(a.d, a.l, a.causal) for b in a.bcast.split(",")):
         q, k, v, do, o, lse, dq, dk, dv = problem_tensors(B, H, L, D)
         gen = torch.Generator(device="cuda").manual_seed(L * 1000 + D)
-        bias = torch.randn(B, H, L, L, device="cuda", generator=gen).to(torch.bfloat16)
+        bshape = {"none": (B, H), "b": (1, H), "bh": (1, 1)}[bcast] + (L, L)
+        bias = torch.randn(*bshape, device="cuda", generator=gen).to(torch.bfloat16)
         opt = ours.options(causal)
         opt.bias = fa.tensor_of(bias, fa.FA_BF16)
         ours.forward(q, k, v, o, lse, opt)()
@@ -95,7 +101,7 @@ def main():
         cols = " ".join(f"{ms[c]:7.3f}" if ms[c] is not None else f"{'-':>7}" for c in ("ours", "simt", "nodb", "sdpa"))
         vs = f"{ms['sdpa'] / ms['ours']:9.2f}" if ms["sdpa"] is not None else f"{'-':>9}"
         print(
-            f"{D:4d} {L:6d} {int(causal)} | {cols} | {ms['simt'] / ms['ours']:9.2f} {vs} | {by:5s} | "
+            f"{D:4d} {L:6d} {int(causal)} {bcast:5s} | {cols} | {ms['simt'] / ms['ours']:9.2f} {vs} | {by:5s} | "
             + "; ".join(diffs),
             flush=True,
         )

@@ -294,6 +294,13 @@ static const ccase cases[] = {
      .softcap = 3.0, .alibi = 1, .bwd = 1},
     {"bf16_d256_bias16_bcast_softcap", 1, 2, 1, 300, 336, 256, 256, FA_BF16, .bias = 1, .bias16 = 1, .bias_bcast_bh = 1,
      .softcap = 4.0},
+    /* dBias of a [1, 1, Lq, Lk] bias: the summing kernel (dbias_sum_wgmma_kernel.cuh), every bucket */
+    {"bf16_d128_bias16_bcast_dbias_causal_br", 2, 4, 2, 300, 400, 128, 128, FA_BF16, .bias = 1, .bias16 = 1,
+     .bias_bcast_bh = 1, .dbias = 1, .causal = 1, .br = 1, .bwd = 1},
+    {"f16_d64_bias16_bcast_dbias_varlen_alibi", 3, 2, 2, 0, 0, 64, 64, FA_F16, .varlen = 1, .lens_q = lq4,
+     .lens_k = lk4, .bias = 1, .bias16 = 1, .bias_bcast_bh = 1, .dbias = 1, .alibi = 1, .bwd = 1},
+    {"bf16_d256_bias16_bcast_dbias_window", 2, 2, 1, 200, 264, 256, 256, FA_BF16, .bias = 1, .bias16 = 1,
+     .bias_bcast_bh = 1, .dbias = 1, .use_window = 1, .wl = 90, .wr = 40, .bwd = 1},
     {"bf16_d128_mask_varlen_alibi", 3, 2, 2, 0, 0, 128, 128, FA_BF16, .varlen = 1, .lens_q = lq4, .lens_k = lk4,
      .mask = 1, .alibi = 1, .bwd = 1},
     {"f16_d256_mask_varlen_window", 3, 2, 2, 0, 0, 256, 256, FA_F16, .varlen = 1, .lens_q = lq4, .lens_k = lk4,

@@ -10,8 +10,9 @@
 #   lengths  per-sequence lengths (seqlens, packed) on the warp-specialized
 #          backward (bench/gpu/varlen.py; FLASHATTN_CUDA_WS_BWD=0 the cp.async
 #          backward)
-#   dbias  dBias of a bias the warp-specialized kernels take, on the wgmma
-#          dS kernel (launch_bwd_wgmma.cuh launch_dbias_wgmma;
+#   dbias  dBias of a bias the warp-specialized kernels take, on tensor
+#          cores (launch_bwd_wgmma.cuh launch_dbias_wgmma: the wgmma dS
+#          kernel, or the summing kernel for a bias broadcast over b / h;
 #          bench/gpu/dbias.py; FLASHATTN_CUDA_DBIAS_WGMMA=0 the SIMT kernel)
 # Checks: check_cuda (every built-in case against the float64 reference),
 # compute-sanitizer (memcheck, synccheck; racecheck on one tile case) on
@@ -47,8 +48,10 @@ case ${1:-} in
     ;;
   dbias)
     SWITCH=FLASHATTN_CUDA_DBIAS_WGMMA BENCH=bench/gpu/dbias.py
-    SAN_CASES="bf16_d128_bias16_dbias_causal_br f16_d256_bias16_dbias_softcap_alibi"
-    RACE_CASES=""
+    SAN_CASES="bf16_d128_bias16_dbias_causal_br f16_d256_bias16_dbias_softcap_alibi
+      bf16_d128_bias16_bcast_dbias_causal_br f16_d64_bias16_bcast_dbias_varlen_alibi"
+    # the summing kernel's two stages (refilled behind a block barrier)
+    RACE_CASES="f16_d64_bias16_bcast_dbias_varlen_alibi"
     ;;
   *)
     echo "usage: bash scripts/gpu/ws_options.sh arith|tile|lengths|dbias" >&2

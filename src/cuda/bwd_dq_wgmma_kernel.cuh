@@ -21,28 +21,28 @@
 
 namespace fa_cuda {
 
-// A warp's dS of one key tile into p.dbias at the thread's rows i0, i0 + 8
-// and columns n0 + 8 nb + 2 t, + 1 (the sequence's positions; none past it).
+// A warp's dS of one key tile into dBias at base (element (b, h, 0, 0)), the
+// thread's rows i0, i0 + 8 and columns n0 + 8 nb + 2 t, + 1: those under
+// lq rows and lk columns.
 template <typename E, int kNB>
-__device__ __forceinline__ void bwd_store_dbias(const fa__cuda_params &p, const seq_ctx &c, int64_t h, int64_t i0,
-                                                int64_t n0, const float (&s)[kNB][4], int t) {
+__device__ __forceinline__ void bwd_store_dbias(const fa__cuda_params &p, typename E::storage *base, int64_t lq,
+                                                int64_t lk, int64_t i0, int64_t n0, const float (&s)[kNB][4], int t) {
   using T = typename E::storage;
-  T *base = static_cast<T *>(p.dbias) + c.b * p.dbias_s[0] + h * p.dbias_s[1];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t i = i0 + 8 * r;
-    if (i >= c.seq.lq) continue;
+    if (i >= lq) continue;
 #pragma unroll
     for (int nb = 0; nb < kNB; ++nb) {
       const int64_t j = n0 + nb * 8 + 2 * t;  // even
       T *e = base + i * p.dbias_s[2] + j;     // (dbias_s[3] is 1)
-      if (p.dbias_pairs && j + 1 < c.seq.lk) {
+      if (p.dbias_pairs && j + 1 < lk) {
         *reinterpret_cast<uint32_t *>(e) = E::pack(s[nb][2 * r], s[nb][2 * r + 1]);
         continue;
       }
 #pragma unroll
       for (int x = 0; x < 2; ++x)
-        if (j + x < c.seq.lk) e[x] = E::from_float(s[nb][2 * r + x]);
+        if (j + x < lk) e[x] = E::from_float(s[nb][2 * r + x]);
     }
   }
 }
@@ -166,7 +166,8 @@ __global__ void __launch_bounds__(256, 1) bwd_dq_wgmma_kernel(const fa__cuda_par
       static_assert(kArith && kTile == FA_CUDA_TILE_BIAS, "dBias needs the bias reader");
       bwd_ds_rows_arith<true>(p, c.bd, arith_score(p, alibi_slope(p, h)), s, dp, lse2, dsum, m0 + wrow, n0, g, t,
                               global_score_tile_of<T, kTile>(p, c.seq, c.b, h, m0 + wrow, n0));
-      bwd_store_dbias<E>(p, c, h, m0 + wrow + g, n0, s, t);
+      bwd_store_dbias<E>(p, static_cast<T *>(p.dbias) + c.b * p.dbias_s[0] + h * p.dbias_s[1], c.seq.lq, c.seq.lk,
+                         m0 + wrow + g, n0, s, t);
       continue;
     }
     if constexpr (kArith && kTile != 0)

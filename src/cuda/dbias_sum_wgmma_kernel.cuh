@@ -1,0 +1,155 @@
+// dBias of a broadcast bias on tensor cores for Hopper (sm_90a): a bias
+// shared by the batch and / or the heads ([1, Hq, Lq, Lk], [B, 1, Lq, Lk],
+// [1, 1, Lq, Lk]) gets the sum of dS over the (b, h) pairs that read it.
+// The wgmma dQ kernel (bwd_dq_wgmma_kernel.cuh, kDBias) walks the key tiles
+// of one (b, h); here the sum is the inner loop instead, so that it stays in
+// registers: a block owns one dBias tile, kBM query rows x kBN keys, and for
+// each pair (b-major, h-minor: generic_bwd.cu's order) copies that pair's
+// Q, dO, K and V tiles, computes
+//   S = Q K^T, dP = dO V^T    wgmma ss, as the dQ kernel
+//   dS                        bwd_tile.cuh's arithmetic form, the bias read
+//                             from global memory (score_global.cuh)
+// and adds dS into its accumulators; the last pair's sum is stored once.
+// Each element has one writer and a fixed summation order (deterministic),
+// the whole tensor is written (no zeroing), and nothing is allocated.
+// The next pair's tiles are copied under this pair's products where two
+// stages fit (kD <= 128); at kD = 256 one stage, refilled after the products.
+// Pairs whose band or lengths leave the tile empty are skipped.
+#ifndef FA_CUDA_DBIAS_SUM_WGMMA_KERNEL_CUH
+#define FA_CUDA_DBIAS_SUM_WGMMA_KERNEL_CUH
+
+#include "bwd_dq_wgmma_kernel.cuh"
+#include "bwd_tile.cuh"
+#include "score_global.cuh"
+#include "wgmma.cuh"
+
+namespace fa_cuda {
+
+template <int kD>
+struct dbias_sum_cfg {
+  static constexpr int kBM = 128, kBN = 64, kThreads = 256;
+  // Q, dO (kBM rows), K, V (kBN rows)
+  static constexpr size_t stage_bytes = sizeof(uint16_t) * (size_t)(2 * (kBM + kBN) * kD);
+  static constexpr int kStages = 2 * stage_bytes + 1024 <= 227 * 1024 ? 2 : 1;
+  static constexpr size_t smem_bytes = kStages * stage_bytes + 1024;  // 1 KiB to align to 1024 bytes
+};
+
+// Grid: x = key tile + key tiles * (the bias's own (b, h) index), y = row tile.
+template <typename E, int kD>
+__global__ void __launch_bounds__(256, 1) dbias_sum_wgmma_kernel(const fa__cuda_params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using T = typename E::storage;
+  using cfg = dbias_sum_cfg<kD>;
+  constexpr int kBM = cfg::kBM, kBN = cfg::kBN, kThreads = cfg::kThreads, kStages = cfg::kStages;
+  constexpr int kNB = kBN / 8;
+  constexpr uint32_t kStage = static_cast<uint32_t>(cfg::stage_bytes);
+  static_assert(kD % 64 == 0, "wgmma tiles are whole 64-column atoms");
+
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  // a stage: Q, dO [kD / 64][kBM][64], then K, V [kD / 64][kBN][64]
+  auto stage_q = [&](int st) { return reinterpret_cast<T *>(smem + st * kStage); };
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int wg = warp >> 2, wrow = warp * 16;
+  const int64_t key_tiles = (p.Lk + kBN - 1) / kBN;
+  const int64_t own = blockIdx.x / key_tiles;  // the bias's (b, h) index: b_own * (1 or Hq) + h_own
+  const int64_t n0 = (blockIdx.x % key_tiles) * kBN, m0 = static_cast<int64_t>(blockIdx.y) * kBM;
+  const int64_t own_h = p.dbias_sum_h ? 1 : p.Hq;
+  const int64_t b_own = p.dbias_sum_b ? 0 : own / own_h, h_own = p.dbias_sum_h ? 0 : own % own_h;
+  const int64_t pairs_h = p.dbias_sum_h ? p.Hq : 1, pairs = (p.dbias_sum_b ? p.B : 1) * pairs_h;
+
+  // pair k's context; false where its band and lengths leave the tile nothing
+  auto pair_at = [&](int64_t k, seq_ctx *c) {
+    const int64_t b = p.dbias_sum_b ? k / pairs_h : b_own, h = p.dbias_sum_h ? k % pairs_h : h_own;
+    *c = make_seq_ctx(p, b, h);
+    if (m0 >= c->seq.lq || n0 >= c->seq.lk) return false;
+    int64_t j0, j1;
+    fa__band_cols(&c->bd, m0, m0 + kBM < c->seq.lq ? m0 + kBM : c->seq.lq, &j0, &j1);
+    return (j0 > n0 ? j0 : n0) < (j1 < n0 + kBN ? j1 : n0 + kBN);
+  };
+  auto next_pair = [&](int64_t k, seq_ctx *c) {
+    while (++k < pairs && !pair_at(k, c)) {
+    }
+    return k;
+  };
+  auto load_pair = [&](const seq_ctx &c, int st) {
+    T *sq = stage_q(st), *sdo = sq + kBM * kD, *sk = sdo + kBM * kD, *sv = sk + kBN * kD;
+    const int64_t row0 = c.seq.q_row0 + m0, key0 = c.seq.k_row0 + n0, kvh = c.h / p.group;
+    const int q_valid = static_cast<int>(c.seq.lq - m0 < kBM ? c.seq.lq - m0 : kBM);
+    const int k_valid = static_cast<int>(c.seq.lk - n0 < kBN ? c.seq.lk - n0 : kBN);
+    const T *gq = static_cast<const T *>(p.q) + c.seq.bidx * p.qs.b + c.h * p.qs.h + row0 * p.qs.r;
+    const T *gdo = static_cast<const T *>(p.dout) + c.seq.bidx * p.dos.b + c.h * p.dos.h + row0 * p.dos.r;
+    const T *gk = static_cast<const T *>(p.k) + c.seq.bidx * p.ks.b + kvh * p.ks.h + key0 * p.ks.r;
+    const T *gv = static_cast<const T *>(p.v) + c.seq.bidx * p.vs.b + kvh * p.vs.h + key0 * p.vs.r;
+    load_tile<kBM, kD, kThreads, true>(sq, gq, p.qs.r, q_valid, p.D, p.q, tid);
+    load_tile<kBM, kD, kThreads, true>(sdo, gdo, p.dos.r, q_valid, p.Dv, p.dout, tid);
+    load_tile<kBN, kD, kThreads, true>(sk, gk, p.ks.r, k_valid, p.D, p.k, tid);
+    load_tile<kBN, kD, kThreads, true>(sv, gv, p.vs.r, k_valid, p.Dv, p.v, tid);
+  };
+
+  float acc[kNB][4];
+#pragma unroll
+  for (int nb = 0; nb < kNB; ++nb) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.f;
+
+  seq_ctx cur, nxt;
+  int64_t k = next_pair(-1, &cur);
+  if (k < pairs) load_pair(cur, 0);
+  cp_async_commit();
+  for (int st = 0; k < pairs; st = kStages == 2 ? st ^ 1 : 0) {
+    const int64_t k_next = next_pair(k, &nxt);
+    cp_async_wait<0>();  // pair k's tiles landed; every warpgroup is done with the other stage
+    fence_proxy_async();
+    __syncthreads();
+    if (kStages == 2) {
+      if (k_next < pairs) load_pair(nxt, st ^ 1);
+      cp_async_commit();
+    }
+    float lse2[2], dsum[2];
+    bwd_row_stats(p, cur, cur.h, m0 + wrow + g, lse2, dsum);
+
+    // S = Q K^T, dP = dO V^T: kD / 16 steps of k16, 32 bytes on inside an atom
+    const uint32_t q_base = smem_addr(stage_q(st)) + wg * 64 * 128, do_base = q_base + kBM * kD * 2;
+    const uint32_t k_base = smem_addr(stage_q(st)) + 2 * kBM * kD * 2, v_base = k_base + kBN * kD * 2;
+    float s[kNB][4], dp[kNB][4];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      const uint32_t off_a = (kk >> 2) * (kBM * 128) + (kk & 3) * 32;
+      const uint32_t off_b = (kk >> 2) * (kBN * 128) + (kk & 3) * 32;
+      wgmma<E, kBN>::ss(s, sw128_desc_lo(q_base + off_a, 0), sw128_desc_lo(k_base + off_b, 0), kk > 0);
+    }
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      const uint32_t off_a = (kk >> 2) * (kBM * 128) + (kk & 3) * 32;
+      const uint32_t off_b = (kk >> 2) * (kBN * 128) + (kk & 3) * 32;
+      wgmma<E, kBN>::ss(dp, sw128_desc_lo(do_base + off_a, 0), sw128_desc_lo(v_base + off_b, 0), kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(s);
+    fence_regs(dp);
+    if (kStages == 1) {  // every warpgroup's products are done: the one stage takes the next pair
+      __syncthreads();
+      if (k_next < pairs) load_pair(nxt, 0);
+      cp_async_commit();
+    }
+
+    bwd_ds_rows_arith<true>(p, cur.bd, arith_score(p, cur.slope), s, dp, lse2, dsum, m0 + wrow, n0, g, t,
+                            global_score_tile_of<T, FA_CUDA_TILE_BIAS>(p, cur.seq, cur.b, cur.h, m0 + wrow, n0));
+#pragma unroll
+    for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[nb][e] += s[nb][e];
+    k = k_next;
+    cur = nxt;
+  }
+  cp_async_wait<0>();
+  T *base = static_cast<T *>(p.dbias) + b_own * p.dbias_s[0] + h_own * p.dbias_s[1];
+  bwd_store_dbias<E>(p, base, p.Lq, p.Lk, m0 + wrow + g, n0, acc, t);
+#endif
+}
+
+}  // namespace fa_cuda
+
+#endif
