@@ -290,7 +290,7 @@ def attention_backward(q, k, v, o, lse, do, *, layout="bhsd", **options):
     dbias = tdb = None
     bias = options.get("bias")
     if bias is not None:
-        dbias = np.zeros(bias.shape, bias.dtype)
+        dbias = np.empty(bias.shape, bias.dtype)  # (written whole: the shared suite poisons it first)
         tdb = _broadcast_tensor(dbias, "dbias")
     _capi.backward(c.ctx, c.backend, c.q, c.k, c.v, to, tdo, tl, c.opt, tdq, tdk, tdv, tdb)
     return (dq, dk, dv) if dbias is None else (dq, dk, dv, dbias)

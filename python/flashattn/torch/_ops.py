@@ -237,7 +237,8 @@ def bwd_impl(
     if cu_seqlens_q is not None:  # rows past the last packed sequence get no gradient
         for t in (dq, dk, dv):
             t.zero_()
-    dbias = torch.zeros(bias.shape, dtype=bias.dtype, device=bias.device) if want_dbias else q.new_empty(0)
+    # (every backend writes each dBias element: the shared suite poisons it first)
+    dbias = torch.empty(bias.shape, dtype=bias.dtype, device=bias.device) if want_dbias else q.new_empty(0)
     named = ((q, "q"), (k, "k"), (v, "v"), (o, "o"), (dout, "dout"), (lse, "lse"), (dq, "dq"), (dk, "dk"), (dv, "dv"))
     ts = [_tensor(ctx, i, t, n) for i, (t, n) in enumerate(named)]
     tdb = _tensor(ctx, 9, dbias, "dbias") if want_dbias else None
