@@ -47,6 +47,31 @@ __device__ __forceinline__ void bwd_store_dbias(const fa__cuda_params &p, typena
   }
 }
 
+// S = Q K^T and dP = dO V^T of a warpgroup's 64 query rows against kBN keys,
+// every operand K-major in shared memory in atoms of 64 columns (rows x 128
+// bytes): Q and dO at q, dO (the warpgroup's rows of kBM-row tiles), K and
+// V at k, v (byte addresses); issued, then waited for. kD / 16 steps of
+// k16, 32 bytes on inside an atom.
+template <typename E, int kD, int kBM, int kBN>
+__device__ __forceinline__ void wgmma_s_dp(float (&s)[kBN / 8][4], float (&dp)[kBN / 8][4], uint32_t q, uint32_t k,
+                                           uint32_t dO, uint32_t v) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    const uint32_t off_a = (kk >> 2) * (kBM * 128) + (kk & 3) * 32, off_b = (kk >> 2) * (kBN * 128) + (kk & 3) * 32;
+    wgmma<E, kBN>::ss(s, sw128_desc_lo(q + off_a, 0), sw128_desc_lo(k + off_b, 0), kk > 0);
+  }
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    const uint32_t off_a = (kk >> 2) * (kBM * 128) + (kk & 3) * 32, off_b = (kk >> 2) * (kBN * 128) + (kk & 3) * 32;
+    wgmma<E, kBN>::ss(dp, sw128_desc_lo(dO + off_a, 0), sw128_desc_lo(v + off_b, 0), kk > 0);
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_regs(s);
+  fence_regs(dp);
+}
+
 template <int kD, int kBN>
 struct dq_wgmma_cfg {
   static constexpr int kBM = 128, kThreads = 256, kVSlots = kD > 128 ? 1 : 2;
@@ -136,25 +161,8 @@ __global__ void __launch_bounds__(256, 1) bwd_dq_wgmma_kernel(const fa__cuda_par
     cp_async_commit();
     const uint32_t v_slot = v_base + (kVSlots == 2 ? slot * kSlot : 0);
 
-    // S = Q K^T, dP = dO V^T: kD / 16 steps of k16, 32 bytes on inside an atom
     float s[kNB][4], dp[kNB][4];
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      const uint32_t off_a = (kk >> 2) * (kBM * 128) + (kk & 3) * 32;
-      const uint32_t off_b = slot * kSlot + (kk >> 2) * (kBN * 128) + (kk & 3) * 32;
-      wgmma<E, kBN>::ss(s, sw128_desc_lo(q_base + off_a, 0), sw128_desc_lo(k_base + off_b, 0), kk > 0);
-    }
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      const uint32_t off_a = (kk >> 2) * (kBM * 128) + (kk & 3) * 32;
-      const uint32_t off_b = (kk >> 2) * (kBN * 128) + (kk & 3) * 32;
-      wgmma<E, kBN>::ss(dp, sw128_desc_lo(do_base + off_a, 0), sw128_desc_lo(v_slot + off_b, 0), kk > 0);
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(s);
-    fence_regs(dp);
+    wgmma_s_dp<E, kD, kBM, kBN>(s, dp, q_base, k_base + slot * kSlot, do_base, v_slot);
     if (kVSlots == 1) {  // both warpgroups' dP read V: its one slot takes the next tile
       __syncthreads();
       if (it + 1 < fb.n_tiles) load_v(it + 1, 0);

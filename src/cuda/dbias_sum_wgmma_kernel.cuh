@@ -124,27 +124,10 @@ __global__ void __launch_bounds__(256, 1) dbias_sum_wgmma_kernel(const fa__cuda_
     float lse2[2], dsum[2];
     bwd_row_stats(p, c, c.h, m0 + wrow + g, lse2, dsum);
 
-    // S = Q K^T, dP = dO V^T: kD / 16 steps of k16, 32 bytes on inside an atom
     const uint32_t q_base = smem_addr(stage_q(st)) + wg * 64 * 128, do_base = q_base + kBM * kD * 2;
     const uint32_t k_base = smem_addr(stage_q(st)) + 2 * kBM * kD * 2, v_base = k_base + kBN * kD * 2;
     float s[kNB][4], dp[kNB][4];
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      const uint32_t off_a = (kk >> 2) * (kBM * 128) + (kk & 3) * 32;
-      const uint32_t off_b = (kk >> 2) * (kBN * 128) + (kk & 3) * 32;
-      wgmma<E, kBN>::ss(s, sw128_desc_lo(q_base + off_a, 0), sw128_desc_lo(k_base + off_b, 0), kk > 0);
-    }
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      const uint32_t off_a = (kk >> 2) * (kBM * 128) + (kk & 3) * 32;
-      const uint32_t off_b = (kk >> 2) * (kBN * 128) + (kk & 3) * 32;
-      wgmma<E, kBN>::ss(dp, sw128_desc_lo(do_base + off_a, 0), sw128_desc_lo(v_base + off_b, 0), kk > 0);
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(s);
-    fence_regs(dp);
+    wgmma_s_dp<E, kD, kBM, kBN>(s, dp, q_base, k_base, do_base, v_base);
     if (kStages == 1) {  // every warpgroup's products are done: the one stage takes the next step
       __syncthreads();
       if (k_next < steps) load_step(nxt, 0);
