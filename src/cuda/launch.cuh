@@ -136,8 +136,10 @@ fa_status fa__cuda_fp8_fwd_f16(const fa__cuda_params &p, int kd, cudaStream_t s,
 // fa__cuda_fast_bwd_*; sm_90a code (FA_HAVE_SM90A, a 9.0 device); kd 64, 128 or 256.
 fa_status fa__cuda_wgmma_bwd_bf16(const fa__cuda_params &p, int kd, int deterministic, cudaStream_t s, fa__err *err);
 fa_status fa__cuda_wgmma_bwd_f16(const fa__cuda_params &p, int kd, int deterministic, cudaStream_t s, fa__err *err);
-// dBias on wgmma into p.dbias (zeroed by the caller; see params.cuh) after
-// the backward (dsum filled); sm_90a code; kd 64, 128 or 256.
+// dBias on wgmma into p.dbias after the backward (dsum filled): unsummed,
+// the elements no block writes (a band, lengths) zeroed by the caller
+// (backend.cu dbias); summed over b and / or h (p.dbias_sum_b, _h), every
+// element written; sm_90a code; kd 64, 128 or 256.
 fa_status fa__cuda_wgmma_dbias_bf16(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err);
 fa_status fa__cuda_wgmma_dbias_f16(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err);
 // deterministic: dQ by its own kernel (no atomics); else fused with f32
