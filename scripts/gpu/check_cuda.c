@@ -230,7 +230,8 @@ typedef struct ccase {
   const int32_t *lens_q, *lens_k;
   int seqlens; /* padded layout with these lengths */
   int mask, bias, bias_bcast_bh, alibi, dbias;
-  int bias16; /* the bias in the case's dtype (else f32): the warp-specialized forward's tiles take it */
+  int bias_keys; /* the bias [B, 1, 1, Lk] (a key bias) */
+  int bias16;    /* the bias in the case's dtype (else f32): the warp-specialized forward's tiles take it */
   double softcap, dropout;
   int bwd;
   int unaligned; /* offset q by one element: forces the generic path */
@@ -301,6 +302,11 @@ static const ccase cases[] = {
      .lens_k = lk4, .bias = 1, .bias16 = 1, .bias_bcast_bh = 1, .dbias = 1, .alibi = 1, .bwd = 1},
     {"bf16_d256_bias16_bcast_dbias_window", 2, 2, 1, 200, 264, 256, 256, FA_BF16, .bias = 1, .bias16 = 1,
      .bias_bcast_bh = 1, .dbias = 1, .use_window = 1, .wl = 90, .wr = 40, .bwd = 1},
+    /* a key bias [B, 1, 1, Lk]: its dBias sums the rows too */
+    {"f16_d128_bias16_keys_dbias_causal_gqa", 2, 4, 2, 300, 400, 128, 128, FA_F16, .bias = 1, .bias16 = 1,
+     .bias_keys = 1, .dbias = 1, .causal = 1, .bwd = 1},
+    {"bf16_d64_bias16_keys_dbias_varlen_softcap", 3, 2, 2, 0, 0, 64, 64, FA_BF16, .varlen = 1, .lens_q = lq4,
+     .lens_k = lk4, .bias = 1, .bias16 = 1, .bias_keys = 1, .dbias = 1, .softcap = 3.0, .bwd = 1},
     {"bf16_d128_mask_varlen_alibi", 3, 2, 2, 0, 0, 128, 128, FA_BF16, .varlen = 1, .lens_q = lq4, .lens_k = lk4,
      .mask = 1, .alibi = 1, .bwd = 1},
     {"f16_d256_mask_varlen_window", 3, 2, 2, 0, 0, 256, 256, FA_F16, .varlen = 1, .lens_q = lq4, .lens_k = lk4,
@@ -458,13 +464,15 @@ static void run_case(const ccase *c) {
   }
   if (c->bias) {
     const fa_dtype bdt = c->bias16 ? dt : FA_F32;
-    bias = c->bias_bcast_bh ? mk(bdt, 1, 1, mq, mk_, 0) : mk(bdt, B, c->Hq, mq, mk_, 0);
+    bias = c->bias_bcast_bh ? mk(bdt, 1, 1, mq, mk_, 0)
+           : c->bias_keys   ? mk(bdt, B, 1, 1, mk_, 0)
+                            : mk(bdt, B, c->Hq, mq, mk_, 0);
     randn(&bias, 1.f);
     od.bias = devt(&bias);
     oh.bias = host_t(&bias);
     if (c->dbias) {
-      dbias = mk(bdt, bias.shape[0], bias.shape[1], mq, mk_, 0); /* bias16: the wgmma dBias kernel's */
-      dbias_ref = mk(FA_F32, bias.shape[0], bias.shape[1], mq, mk_, 0);
+      dbias = mk(bdt, bias.shape[0], bias.shape[1], bias.shape[2], mk_, 0); /* bias16: the wgmma dBias kernel's */
+      dbias_ref = mk(FA_F32, bias.shape[0], bias.shape[1], bias.shape[2], mk_, 0);
     }
   }
   float slopes[64];

@@ -12,7 +12,8 @@
 #          backward)
 #   dbias  dBias of a bias the warp-specialized kernels take, on tensor
 #          cores (launch_bwd_wgmma.cuh launch_dbias_wgmma: the wgmma dS
-#          kernel, or the summing kernel for a bias broadcast over b / h;
+#          kernel, or the summing kernel for a bias broadcast over b / h
+#          and / or the rows;
 #          bench/gpu/dbias.py; FLASHATTN_CUDA_DBIAS_WGMMA=0 the SIMT kernel)
 # Checks: check_cuda (every built-in case against the float64 reference),
 # compute-sanitizer (memcheck, synccheck; racecheck on one tile case) on
@@ -49,9 +50,10 @@ case ${1:-} in
   dbias)
     SWITCH=FLASHATTN_CUDA_DBIAS_WGMMA BENCH=bench/gpu/dbias.py
     SAN_CASES="bf16_d128_bias16_dbias_causal_br f16_d256_bias16_dbias_softcap_alibi
-      bf16_d128_bias16_bcast_dbias_causal_br f16_d64_bias16_bcast_dbias_varlen_alibi"
-    # the summing kernel's two stages (refilled behind a block barrier)
-    RACE_CASES="f16_d64_bias16_bcast_dbias_varlen_alibi"
+      bf16_d128_bias16_bcast_dbias_causal_br f16_d64_bias16_bcast_dbias_varlen_alibi
+      f16_d128_bias16_keys_dbias_causal_gqa bf16_d64_bias16_keys_dbias_varlen_softcap"
+    # the summing kernel's two stages (refilled behind a block barrier) and its sum over rows
+    RACE_CASES="bf16_d64_bias16_keys_dbias_varlen_softcap"
     ;;
   *)
     echo "usage: bash scripts/gpu/ws_options.sh arith|tile|lengths|dbias" >&2

@@ -361,21 +361,22 @@ fa_status cuda_forward(const fa__problem *p, fa__err *err) {
 
 // dBias after the backward. On Hopper, a bias the warp-specialized kernels
 // take (p.bwd_tile) whose dBias is contiguous and sums over no dim but maybe
-// the batch and / or the heads: tensor cores (launch_bwd_wgmma.cuh
+// the batch, the heads and / or the rows: tensor cores (launch_bwd_wgmma.cuh
 // launch_dbias_wgmma): with no dim summed the wgmma dS kernel, each element
 // stored once (into the zeroed tensor where a band or lengths leave some
-// unwritten); summed over b and / or h the summing kernel, which writes
-// every element. Otherwise the SIMT kernel that recomputes every dS element
-// and sums the broadcast dims in a fixed order.
+// unwritten); otherwise the summing kernel, which writes every element. A
+// dBias summed over the keys (or on other GPUs, or FLASHATTN_CUDA_DBIAS_WGMMA=0):
+// the SIMT kernel that recomputes every dS element and sums the broadcast
+// dims in a fixed order.
 fa_status dbias(const fa__problem *p, fa__cuda_params *pp, bool fast, int dmax, cudaStream_t s, fa__err *err) {
   const fa_tensor &db = p->dbias;
 #if defined(FA_HAVE_SM90A)
   const int64_t logical[4] = {pp->B, pp->Hq, pp->Lq, pp->Lk};
   bool direct = pp->bwd_tile == FA_CUDA_TILE_BIAS && db.dtype == p->dtype;
-  bool summed[2] = {false, false};
+  bool summed[3] = {false, false, false};
   int64_t numel = 1;
   for (int d = 3; d >= 0; --d) {
-    if (d < 2 && db.shape[d] == 1 && logical[d] > 1)
+    if (d < 3 && db.shape[d] == 1 && logical[d] > 1)
       summed[d] = true;
     else
       direct = direct && db.shape[d] == logical[d];
@@ -385,7 +386,7 @@ fa_status dbias(const fa__problem *p, fa__cuda_params *pp, bool fast, int dmax, 
   const int kd = bucket_of(dmax);
   const char *env = getenv("FLASHATTN_CUDA_DBIAS_WGMMA");
   if (fast && direct && wgmma_bwd_ok(kd) && !(env && strcmp(env, "0") == 0)) {
-    const bool sum = summed[0] || summed[1];
+    const bool sum = summed[0] || summed[1] || summed[2];
     const bool every = pp->wl < 0 && pp->wr < 0 && !pp->seqlens_q && !pp->seqlens_k && !pp->varlen;
     if (!sum && !every)
       FA_CUDA_TRY(cudaMemsetAsync(db.data, 0, static_cast<size_t>(numel) * fa_dtype_size(db.dtype), s),
@@ -394,6 +395,7 @@ fa_status dbias(const fa__problem *p, fa__cuda_params *pp, bool fast, int dmax, 
     for (int d = 0; d < 4; ++d) pp->dbias_s[d] = db.shape[d] == 1 ? 0 : db.stride[d];
     pp->dbias_sum_b = summed[0];
     pp->dbias_sum_h = summed[1];
+    pp->dbias_sum_i = summed[2];
     pp->dbias_pairs = reinterpret_cast<uintptr_t>(db.data) % 4 == 0 && pp->dbias_s[0] % 2 == 0 &&
                       pp->dbias_s[1] % 2 == 0 && pp->dbias_s[2] % 2 == 0;
     return p->dtype == FA_BF16 ? fa__cuda_wgmma_dbias_bf16(*pp, kd, s, err) : fa__cuda_wgmma_dbias_f16(*pp, kd, s, err);

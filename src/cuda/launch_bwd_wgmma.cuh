@@ -174,15 +174,16 @@ fa_status launch_bwd_wgmma_full(const fa__cuda_params &p, int kd, int det, cudaS
   }
 }
 
-// dBias of a bias summed over the batch and / or the heads
-// (dbias_sum_wgmma_kernel.cuh): one block a dBias tile, the pairs inside.
+// dBias of a bias summed over the batch and / or the heads, and maybe the
+// rows (dbias_sum_wgmma_kernel.cuh): one block a dBias tile, the pairs (and
+// row tiles) inside.
 template <typename E, int kD>
 fa_status launch_dbias_sum_wgmma(const fa__cuda_params &p, cudaStream_t s, fa__err *err) {
   using cfg = dbias_sum_cfg<kD>;
   auto kernel = dbias_sum_wgmma_kernel<E, kD>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "dBias (wgmma, summed): shared memory limit");
   const int64_t own = (p.dbias_sum_b ? 1 : p.B) * (p.dbias_sum_h ? 1 : p.Hq);
-  const int64_t x = own * ((p.Lk + cfg::kBN - 1) / cfg::kBN), y = (p.Lq + cfg::kBM - 1) / cfg::kBM;
+  const int64_t x = own * ((p.Lk + cfg::kBN - 1) / cfg::kBN), y = p.dbias_sum_i ? 1 : (p.Lq + cfg::kBM - 1) / cfg::kBM;
   if (x > INT32_MAX || y > 65535) {
     fa__err_set(err, "cuda: dBias (summed) grid of %lld x %lld blocks is too large", (long long)x, (long long)y);
     return FA_ERR_UNSUPPORTED;
@@ -195,12 +196,12 @@ fa_status launch_dbias_sum_wgmma(const fa__cuda_params &p, cudaStream_t s, fa__e
 // dBias on tensor cores (p.dbias: a bias of the inputs' dtype, p.bwd_tile).
 // No dim summed: the wgmma dQ kernel's S, dP and dS, the bias read from
 // global memory, each dS stored once, instead of dQ += dS K; the dQ
-// kernel's tiles (kDqBN keys) per bucket. Summed over b and / or h:
-// launch_dbias_sum_wgmma.
+// kernel's tiles (kDqBN keys) per bucket. Summed over b, h and / or the
+// rows: launch_dbias_sum_wgmma.
 template <typename E>
 fa_status launch_dbias_wgmma(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err) {
   constexpr int kBias = FA_CUDA_TILE_BIAS;
-  const bool sum = p.dbias_sum_b || p.dbias_sum_h;
+  const bool sum = p.dbias_sum_b || p.dbias_sum_h || p.dbias_sum_i;
   switch (kd) {
     case 64:
       return sum ? launch_dbias_sum_wgmma<E, 64>(p, s, err)

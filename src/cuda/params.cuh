@@ -86,9 +86,10 @@ struct fa__cuda_params {
   int bwd_tile;        // the same for the backward (dBias, when asked for, by a kernel of its own)
   int64_t tile_s[4];   // with fwd_tile: that tensor's element strides (mask_s or bias_s; 0: broadcast)
   void *dbias;         // the wgmma dBias kernel's output (launch_bwd_wgmma.cuh launch_dbias_wgmma), else NULL:
-  int64_t dbias_s[4];  // [B, Hq, Lq, Lk] of the inputs' dtype; dims 0, 1 may be summed:
+  int64_t dbias_s[4];  // [B, Hq, Lq, Lk] of the inputs' dtype; dims 0, 1, 2 may be summed:
   int dbias_sum_b;     // dBias is [1, ...]: the sum over the batch (dbias_sum_wgmma_kernel.cuh)
   int dbias_sum_h;     // dBias is [., 1, ...]: the sum over the query heads
+  int dbias_sum_i;     // dBias is [., ., 1, Lk]: the sum over the rows too
   int dbias_pairs;     // its rows start at 4-byte boundaries: two elements a store
   int ws_order;        // FLASHATTN_CUDA_WS_ORDER=heads|rows: the warp-specialized forwards' work order for every
                        // call (A/B timing in one process); 0: fa__cuda_ws_grid_of's rule
