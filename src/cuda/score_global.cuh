@@ -85,21 +85,14 @@ struct global_score_tile {
     x0 += term_of(rw.p + col_of(j));
     x1 += term_of(rw.p + col_of(j + 1));
   }
-  // the terms of elements e[0], e[1] in one load
+  // the terms of elements e[0], e[1] in one load (term_of's rule on each)
   __device__ __forceinline__ void pair_of(const T *e, float *a, float *b) const {
-    if constexpr (kMask) {
-      const uint16_t w = *reinterpret_cast<const uint16_t *>(e);
-      *a = (w & 0xff) ? 0.f : -INFINITY;
-      *b = (w >> 8) ? 0.f : -INFINITY;
-    } else if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-      const uint32_t w = *reinterpret_cast<const uint32_t *>(e);
-      *a = __uint_as_float(w << 16) * kLog2e;
-      *b = __uint_as_float(w & 0xffff0000u) * kLog2e;
-    } else {
-      const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(e));
-      *a = f.x * kLog2e;
-      *b = f.y * kLog2e;
-    }
+    struct alignas(2 * sizeof(T)) two {
+      T v[2];
+    };
+    const two w = *reinterpret_cast<const two *>(e);
+    *a = term_of(&w.v[0]);
+    *b = term_of(&w.v[1]);
   }
 };
 
