@@ -134,6 +134,28 @@ const tcase tc_cases[] = {
      .softcap = 3.0, .mag = 2.0, .alibi = 1, .deterministic = 1, .dtypes = TD_BF16},
     {"deterministic_arith_alibi_causal_D64", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 290, .Lk = 290, .D = 64, .Dv = 64,
      .causal = 1, .alibi = 1, .deterministic = 1, .dtypes = TD_F16},
+    /* ---- dropout over several tiles, alone or with softcap and ALiBi (cuda on Hopper: the warp-specialized
+     * kernels' keep bits, dropout_tile.cuh, where k_offset is a multiple of 4; otherwise, and with
+     * FLASHATTN_CUDA_WS_DROP=0, the per-element kernels): both alignments, GQA, a window with offsets (aligned and
+     * not), lengths, packed sequences, bucket 256 (its backward per element), deterministic ---- */
+    {"drop_causal_br_gqa_D64", .B = 1, .Hq = 4, .Hkv = 2, .Lq = 300, .Lk = 270, .D = 64, .Dv = 64, .causal = 1,
+     .align = FA_ALIGN_BOTTOM_RIGHT, .dropout_p = 0.2, .seed = 41, .dtypes = TD_BF16},
+    {"drop_softcap_alibi_window_offsets_D128", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 200, .Lk = 330, .D = 128, .Dv = 128,
+     .use_window = 1, .wl = 90, .wr = 20, .alibi = 1, .softcap = 3.0, .mag = 2.0, .q_offset = 40, .k_offset = 8,
+     .dropout_p = 0.3, .seed = 42, .dtypes = TD_F16},
+    {"drop_window_offsets_unaligned_D128", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 150, .Lk = 260, .D = 128, .Dv = 128,
+     .use_window = 1, .wl = 70, .wr = 30, .q_offset = 21, .k_offset = 6, .dropout_p = 0.25, .seed = 43,
+     .dtypes = TD_BF16},
+    {"drop_varlen_D64", .B = 3, .Hq = 2, .Hkv = 1, .D = 64, .Dv = 64, .cu_q = cu_qt, .cu_k = cu_kt, .dropout_p = 0.25,
+     .seed = 44, .dtypes = TD_BF16},
+    {"drop_seqlens_causal_D128", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 160, .Lk = 272, .D = 128, .Dv = 128,
+     .seqlens_q = sq_tile, .seqlens_k = sk_tile, .causal = 1, .dropout_p = 0.1, .seed = 45, .dtypes = TD_F16},
+    {"drop_causal_D256", .B = 1, .Hq = 2, .Hkv = 1, .Lq = 140, .Lk = 200, .D = 256, .Dv = 256, .causal = 1,
+     .dropout_p = 0.2, .seed = 46, .dtypes = TD_BF16},
+    {"deterministic_drop_gqa_D128", .B = 1, .Hq = 4, .Hkv = 2, .Lq = 200, .Lk = 300, .D = 128, .Dv = 128,
+     .dropout_p = 0.2, .seed = 47, .deterministic = 1, .dtypes = TD_BF16},
+    {"deterministic_drop_causal_D64", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 290, .Lk = 290, .D = 64, .Dv = 64, .causal = 1,
+     .dropout_p = 0.15, .seed = 48, .deterministic = 1, .dtypes = TD_F16},
     /* packed sequences over several tiles, deterministic (cuda on Hopper: the warp-specialized backward's dQ turns
      * per sequence, its tiles past a sequence zeroed) */
     {"deterministic_varlen_causal_br_gqa_D64", .B = 3, .Hq = 2, .Hkv = 1, .D = 64, .Dv = 64, .cu_q = cu_qt,

@@ -10,6 +10,10 @@
 #   lengths  per-sequence lengths (seqlens, packed) on the warp-specialized
 #          backward (bench/gpu/varlen.py; FLASHATTN_CUDA_WS_BWD=0 the cp.async
 #          backward)
+#   drop   dropout (with or without softcap and ALiBi) on the
+#          warp-specialized kernels (src/cuda/dropout_tile.cuh;
+#          bench/gpu/dropout.py; FLASHATTN_CUDA_WS_DROP=0 the per-element
+#          kernels)
 #   dbias  dBias of a bias the warp-specialized kernels take, on tensor
 #          cores (launch_bwd_wgmma.cuh launch_dbias_wgmma: the wgmma dS
 #          kernel, or the summing kernel for a bias broadcast over b / h
@@ -47,6 +51,13 @@ case ${1:-} in
     # the zeroed rows (generic stores, then wgmma) and the packed dQ reductions
     RACE_CASES="f16_d128_varlen_gqa_causal_br"
     ;;
+  drop)
+    SWITCH=FLASHATTN_CUDA_WS_DROP BENCH=bench/gpu/dropout.py
+    SAN_CASES="bf16_d128_dropout f16_d64_dropout_varlen_gqa f16_d128_dropout_causal_br_gqa
+      bf16_d64_dropout_softcap_alibi_window bf16_d256_dropout_causal"
+    # the keep bits' shuffles between the products' issue and wait
+    RACE_CASES="f16_d128_dropout_causal_br_gqa"
+    ;;
   dbias)
     SWITCH=FLASHATTN_CUDA_DBIAS_WGMMA BENCH=bench/gpu/dbias.py
     SAN_CASES="bf16_d128_bias16_dbias_causal_br f16_d256_bias16_dbias_softcap_alibi
@@ -56,7 +67,7 @@ case ${1:-} in
     RACE_CASES="bf16_d64_bias16_keys_dbias_varlen_softcap"
     ;;
   *)
-    echo "usage: bash scripts/gpu/ws_options.sh arith|tile|lengths|dbias" >&2
+    echo "usage: bash scripts/gpu/ws_options.sh arith|tile|lengths|drop|dbias" >&2
     exit 2
     ;;
 esac

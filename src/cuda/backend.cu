@@ -251,6 +251,14 @@ void params_init(fa__cuda_params *pp, const fa__problem *p) {
   const bool exact_span = span < (int64_t(1) << 24);
   pp->arith_only = (p->alibi_slopes || p->softcap > 0) && !p->mask.data && !p->bias.data && !pp->has_dropout &&
                    exact_span && !(arith && strcmp(arith, "0") == 0);
+  // Dropout with or without those (no bias or mask): kernels of their own
+  // (kScoreDrop), the keep bits one Philox call per four elements
+  // (dropout_tile.cuh), where the key offset keeps the rule's groups of four
+  // columns aligned with the tiles'; FLASHATTN_CUDA_WS_DROP=0 keeps the
+  // per-element kernels for it.
+  const char *drop = getenv("FLASHATTN_CUDA_WS_DROP");
+  pp->arith_drop = pp->has_dropout && !p->mask.data && !p->bias.data && p->k_offset % 4 == 0 && exact_span &&
+                   !(drop && strcmp(drop, "0") == 0);
   // One bias of the inputs' dtype or one mask (with or without softcap and
   // ALiBi, no dropout): the warp-specialized forward may copy it tile by
   // tile (launch_fwd_wgmma.cuh decides whether the copy engine can address

@@ -6,6 +6,7 @@
 #ifndef FA_CUDA_BWD_TILE_CUH
 #define FA_CUDA_BWD_TILE_CUH
 
+#include "dropout_tile.cuh"
 #include "grid_order.cuh"
 #include "mma.cuh"
 #include "rules.cuh"
@@ -140,10 +141,10 @@ __device__ __forceinline__ void bwd_p_ds(const fa__cuda_params &p, const fa__ban
 // keys x 8 kMB queries, as the query interval that sees each of the
 // thread's two keys; the ALiBi distance diag(i) - j a key's float plus the
 // query's offset; a bias or mask (x) read from the query tile's shared tile.
-template <bool kCap, bool kMasked, int kMB, typename X>
+template <bool kCap, bool kMasked, int kMB, typename X, typename Drop>
 __device__ __forceinline__ void bwd_p_ds_arith_el(const fa__band &bd, const arith_score &a, float (&st)[kMB][4],
                                                   float (&dpt)[kMB][4], const float *l_s, const float *ds_s, int64_t m0,
-                                                  int64_t jw, int g, int t, const X &x, int xcol) {
+                                                  int64_t jw, int g, int t, const X &x, int xcol, const Drop &dr) {
   int lo[2] = {0, 0}, hi[2] = {8 * kMB, 8 * kMB};
   float diag[2];
   decltype(x.col(0, 0)) xc[2][2];  // [key r][query c]: the tile's column xcol + g + 8 r at rows 2 t + c + 8 mb
@@ -173,8 +174,11 @@ __device__ __forceinline__ void bwd_p_ds_arith_el(const fa__band &bd, const arit
       const float sx = a.at<kCap>(st[mb][e], diag[r] + static_cast<float>(q), &tc) + x.term(xc[r][c], mb);
       float pr = fast_exp2(sx + nl[c]);
       if (kMasked && (q < lo[r] || q >= hi[r])) pr = 0.f;
-      float ds = pr * (dpt[mb][e] - dsum[c]);
+      float dp = dpt[mb][e];
+      if constexpr (Drop::kOn) dp = dr.at(mb, e) ? dp * dr.dscale : 0.f;
+      float ds = pr * (dp - dsum[c]);
       if (kCap) ds *= fmaf(-tc, tc, 1.f);
+      if constexpr (Drop::kOn) pr = dr.at(mb, e) ? pr * dr.dscale : 0.f;
       st[mb][e] = pr;
       dpt[mb][e] = ds;
     }
@@ -183,15 +187,17 @@ __device__ __forceinline__ void bwd_p_ds_arith_el(const fa__band &bd, const arit
 
 // x: score_tile.cuh's bias or mask tile of the query tile (xcol: the tile's
 // column of key jw), or score_global.cuh's reader made at (m0, jw) (xcol 0),
-// no_score_tile without.
-template <bool kCap, int kMB, typename X = no_score_tile>
+// no_score_tile without. dr: dropout_tile.cuh's keep bits of the fragment
+// (dP and P^T dropped and scaled as bwd_p_ds does), no_drop without.
+template <bool kCap, int kMB, typename X = no_score_tile, typename Drop = no_drop>
 __device__ __forceinline__ void bwd_p_ds_arith(const fa__band &bd, const arith_score &a, float (&st)[kMB][4],
                                                float (&dpt)[kMB][4], const float *l_s, const float *ds_s, int64_t m0,
-                                               int64_t jw, int g, int t, const X &x = X{}, int xcol = 0) {
+                                               int64_t jw, int g, int t, const X &x = X{}, int xcol = 0,
+                                               const Drop &dr = Drop{}) {
   if (fa__band_tile_full(&bd, m0, m0 + 8 * kMB, jw, jw + 16))
-    bwd_p_ds_arith_el<kCap, false>(bd, a, st, dpt, l_s, ds_s, m0, jw, g, t, x, xcol);
+    bwd_p_ds_arith_el<kCap, false>(bd, a, st, dpt, l_s, ds_s, m0, jw, g, t, x, xcol, dr);
   else
-    bwd_p_ds_arith_el<kCap, true>(bd, a, st, dpt, l_s, ds_s, m0, jw, g, t, x, xcol);
+    bwd_p_ds_arith_el<kCap, true>(bd, a, st, dpt, l_s, ds_s, m0, jw, g, t, x, xcol, dr);
 }
 
 // LSE (as bwd_lse2) and dsum of query rows i0 and i0 + 8 of head h; rows

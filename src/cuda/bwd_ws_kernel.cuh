@@ -326,6 +326,9 @@ __global__ void __launch_bounds__(384, 1)
       bwd_wgmma_kt<E, kD, kBM, kBN>(dpt, sv, do_st, wg);
       uint32_t ap[kBM / 16][4], as[kBM / 16][4];
       if constexpr (kEarlyDs || kScore != kScoreBand) {
+        // dropout's keep bits while the products run (dropout_tile.cuh)
+        bwd_keep<kMB> keep;
+        if constexpr (kScore == kScoreDrop) keep = bwd_keep_bits<kMB>(p, blk.b * p.Hq + h, m0, blk.n0 + wkey, g, t);
         // P^T and dS^T both before dV: S^T and dP^T die sooner (and the
         // softcap's tanh is at hand for dS^T)
         wgmma_wait<0>();
@@ -333,11 +336,17 @@ __global__ void __launch_bounds__(384, 1)
         fence_regs(dpt);
         if constexpr (kScore != kScoreBand) {
           const arith_score a(p, alibi_slope(p, h));
-          auto p_ds = [&](const auto &x) {
+          auto p_ds_as = [&](const auto &x, const auto &dr) {
             if (p.softcap > 0.f)
-              bwd_p_ds_arith<true>(blk.bd, a, st, dpt, l_s, ds_s, m0, blk.n0 + wkey, g, t, x, wkey);
+              bwd_p_ds_arith<true>(blk.bd, a, st, dpt, l_s, ds_s, m0, blk.n0 + wkey, g, t, x, wkey, dr);
             else
-              bwd_p_ds_arith<false>(blk.bd, a, st, dpt, l_s, ds_s, m0, blk.n0 + wkey, g, t, x, wkey);
+              bwd_p_ds_arith<false>(blk.bd, a, st, dpt, l_s, ds_s, m0, blk.n0 + wkey, g, t, x, wkey, dr);
+          };
+          auto p_ds = [&](const auto &x) {
+            if constexpr (kScore == kScoreDrop)
+              p_ds_as(x, keep);
+            else
+              p_ds_as(x, no_drop{});
           };
           if constexpr (kTile) {
             const int xs_slot = it % cfg::kXSlots;

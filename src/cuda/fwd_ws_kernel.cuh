@@ -33,6 +33,7 @@
 #ifndef FA_CUDA_FWD_WS_KERNEL_CUH
 #define FA_CUDA_FWD_WS_KERNEL_CUH
 
+#include "dropout_tile.cuh"
 #include "fwd_tile.cuh"
 #include "fwd_wgmma_step.cuh"
 #include "tma.cuh"
@@ -273,6 +274,7 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
             scores(no_score_tile{});
           }
           fwd_softmax<false>(p, c, s, alpha, row_m, row_l, m0 + wrow, n0, g, t);
+          if constexpr (kScore == kScoreDrop) fwd_drop(p, c.bh, s[0], m0 + wrow, n0, g, t);
         } else {
           fwd_scores<false, true>(p, c, s, m0 + wrow, n0, g, t);
           fwd_softmax<false, 0, true>(p, c, s, alpha, row_m, row_l, m0 + wrow, n0, g, t, p.scale_log2);

@@ -26,7 +26,7 @@ inline fa_status fa__cuda_fail(cudaError_t e, const char *what, fa__err *err) {
 #define FA_CUDA_CHECK_LAUNCH(what) FA_CUDA_TRY(cudaGetLastError(), what)
 
 // Whether a Hopper backward call has the shape the warp-specialized kernel
-// takes (bwd_ws_kernel.cuh: band-only options, p.arith_only or p.bwd_tile;
+// takes (bwd_ws_kernel.cuh: band-only options, p.arith_only, p.bwd_tile or p.arith_drop;
 // per-sequence lengths, padded or packed, too) and the switches allow it
 // (FLASHATTN_CUDA_WS=0, FLASHATTN_CUDA_WS_BWD=0, FLASHATTN_CUDA_VARIANT=2 keep
 // bwd_wgmma_kernel; FLASHATTN_CUDA_WS_LENGTHS=0 for calls with lengths).
@@ -38,7 +38,7 @@ inline bool fa__cuda_ws_bwd_shape(const fa__cuda_params &p) {
   if ((all && strcmp(all, "0") == 0) || (bwd && strcmp(bwd, "0") == 0) || p.variant == 2) return false;
   const char *lengths = getenv("FLASHATTN_CUDA_WS_LENGTHS");
   if ((p.seqlens_q || p.seqlens_k || p.cu_q || p.cu_k) && lengths && strcmp(lengths, "0") == 0) return false;
-  return !p.has_extras || p.arith_only || p.bwd_tile;
+  return !p.has_extras || p.arith_only || p.bwd_tile || p.arith_drop;
 }
 
 // The grid of a row-tiled kernel: (sequences x heads) blocks along x, tiles of

@@ -4,7 +4,8 @@
 // Preconditions as launch_bwd: dsum filled, dq_acc zero when fused.
 // Band-only calls, per-sequence lengths too (or with softcap and ALiBi as
 // their only per-element options: p.arith_only; or those and one bias or
-// one mask: p.bwd_tile; dBias comes after, backend.cu) take the warp-specialized kernel
+// one mask: p.bwd_tile; dBias comes after, backend.cu; or those and dropout:
+// p.arith_drop) take the warp-specialized kernel
 // (bwd_ws_kernel.cuh) where the copy engine can address the tensors;
 // deterministic ones too where backend.cu gave them p.dq_turn (and a zeroed
 // dq_acc), and then this launch also converts dq_acc into dq.
@@ -57,6 +58,7 @@ template <typename E, int kD, int kBM, int kStages, bool kDet>
 fa_status launch_bwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&m)[6], cudaStream_t s, fa__err *err) {
   if (p.bwd_tile) return launch_bwd_ws_score<E, kD, kBM, kStages, kDet, kScoreTile>(p, m, s, err);
   if (p.arith_only) return launch_bwd_ws_score<E, kD, kBM, kStages, kDet, kScoreArith>(p, m, s, err);
+  if (p.arith_drop) return launch_bwd_ws_score<E, kD, kBM, kStages, kDet, kScoreDrop>(p, m, s, err);
   return launch_bwd_ws_score<E, kD, kBM, kStages, kDet, kScoreBand>(p, m, s, err);
 }
 
@@ -100,9 +102,9 @@ fa_status launch_dq_wgmma(const fa__cuda_params &p, cudaStream_t s, fa__err *err
 
 template <typename E, int kD, int kBM, bool kFull>
 fa_status launch_bwd_wgmma_cfg(const fa__cuda_params &p, int deterministic, cudaStream_t s, fa__err *err) {
-  // (per-element options: the arithmetic ones, p.arith_only, or those and a bias or mask, p.bwd_tile, where
-  // backend.cu gave the call p.ws_stats)
-  if (!kFull || p.arith_only || p.bwd_tile) {
+  // (per-element options: the arithmetic ones, p.arith_only, or those and a bias or mask, p.bwd_tile, or
+  // those and dropout, p.arith_drop, where backend.cu gave the call p.ws_stats)
+  if (!kFull || p.arith_only || p.bwd_tile || p.arith_drop) {
     CUtensorMap maps[6];
     if ((!deterministic || p.dq_turn) && bwd_ws_maps<E>(p, kBM, maps)) {
       // (3 slots measured no better than 2: bench/results/2026-12-01-h200-ws-bwd.txt; that A/B

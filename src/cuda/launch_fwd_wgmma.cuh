@@ -43,11 +43,14 @@ fa_status launch_fwd_ws_score(const fa__cuda_params &p, const CUtensorMap (&maps
   return FA_OK;
 }
 
-// kTile: the configuration takes a bias or mask too (p.fwd_tile)
+// kTile: the configuration takes a bias or mask (p.fwd_tile) and dropout
+// (p.arith_drop) too
 template <typename E, int kD, int kBN, int kStages, int kCWG, bool kTile>
 fa_status launch_fwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&maps)[4], cudaStream_t s, fa__err *err) {
-  if constexpr (kTile)
+  if constexpr (kTile) {
     if (p.fwd_tile) return launch_fwd_ws_score<E, kD, kBN, kStages, kCWG, kScoreTile>(p, maps, s, err);
+    if (p.arith_drop) return launch_fwd_ws_score<E, kD, kBN, kStages, kCWG, kScoreDrop>(p, maps, s, err);
+  }
   if (p.arith_only) return launch_fwd_ws_score<E, kD, kBN, kStages, kCWG, kScoreArith>(p, maps, s, err);
   return launch_fwd_ws_score<E, kD, kBN, kStages, kCWG, kScoreBand>(p, maps, s, err);
 }
@@ -66,7 +69,7 @@ template <typename E>
 bool fwd_ws_maps(const fa__cuda_params &p, int kBM, int kBN, CUtensorMap (&maps)[4]) {
   const char *env = getenv("FLASHATTN_CUDA_WS");
   if ((env && strcmp(env, "0") == 0) || p.variant != 0) return false;
-  if (p.has_extras ? !(p.arith_only || p.fwd_tile) : !(p.scale_log2 > 0.f)) return false;
+  if (p.has_extras ? !(p.arith_only || p.fwd_tile || p.arith_drop) : !(p.scale_log2 > 0.f)) return false;
   const int64_t B = fa__cuda_stored_batch(p);
   if (!tma_addressable(p.q, p.qs, B, p.Hq, p.Lq_rows, p.D) || !tma_addressable(p.k, p.ks, B, p.Hkv, p.Lk_rows, p.D) ||
       !tma_addressable(p.v, p.vs, B, p.Hkv, p.Lk_rows, p.Dv))
@@ -127,7 +130,10 @@ fa_status launch_fwd_wgmma(const fa__cuda_params &p, int kd, cudaStream_t s, fa_
     // a bias or mask: 2 x 128 (the tile's reads on 3 x 128's 160 registers spilled 1.1 KiB)
     if (p.fwd_tile && fwd_ws_maps<E>(p, 128, 128, maps))
       return launch_fwd_ws_score<E, 64, 128, 3, 2, kScoreTile>(p, maps, s, err);
-    if (!p.fwd_tile && fwd_ws_maps<E>(p, 192, 128, maps))
+    // dropout: 2 x 128 too (its keep bits on 3 x 128's 160 registers spilled 0.5 KiB)
+    if (p.arith_drop && fwd_ws_maps<E>(p, 128, 128, maps))
+      return launch_fwd_ws_score<E, 64, 128, 3, 2, kScoreDrop>(p, maps, s, err);
+    if (!p.fwd_tile && !p.arith_drop && fwd_ws_maps<E>(p, 192, 128, maps))
       return launch_fwd_ws_cfg<E, 64, 128, 3, 3, false>(p, maps, s, err);
     if (p.has_extras) return launch_fwd_wgmma_cfg<E, 64, 2, 128, 2, false, true>(p, s, err);
     return band ? launch_fwd_wgmma_cfg<E, 64, 3, 128, 3, false, false, true>(p, s, err)
