@@ -104,7 +104,6 @@ def main():
                 + ("; ".join(diffs) if p == "fwd" else ""),
                 flush=True,
             )
-        del tensors, q, k, v, do, ref, other
         torch.cuda.empty_cache()
 
 
