@@ -2,7 +2,7 @@
 # Runs on the GPU machine (the device tool's `run`, in the repository root):
 # the checks and the timing of the per-element options that the
 # warp-specialized kernels take, on a build made on the dev machine by
-# scripts/gpu/prebuild.sh, for one of
+# scripts/gpu/prebuild.sh, for one or more of
 #   arith  softcap and ALiBi (src/cuda/score_arith.cuh; bench/gpu/arith.py;
 #          FLASHATTN_CUDA_WS_ARITH=0 the per-element kernels)
 #   tile   one bias or mask (src/cuda/score_tile.cuh; bench/gpu/score_tile.py;
@@ -19,58 +19,65 @@
 #          kernel, or the summing kernel for a bias broadcast over b / h
 #          and / or the rows;
 #          bench/gpu/dbias.py; FLASHATTN_CUDA_DBIAS_WGMMA=0 the SIMT kernel)
-# Checks: check_cuda (every built-in case against the float64 reference),
-# compute-sanitizer (memcheck, synccheck; racecheck on one tile case) on
-# that option's check_cuda cases, the shared suite
-# (test_backend_cuda) as built and with the option's switch at 0; then the
-# bench with WS_ARGS (WS_BENCH_S seconds at most; WS_SKIP_CHECKS=1 leaves the
-# checks out; WS_SAN / WS_RACE name other check_cuda cases for the
-# sanitizers, WS_RACE="" none for racecheck).
+# Checks, once for all the modes named: check_cuda (every built-in case
+# against the float64 reference), the shared suite (test_backend_cuda) as
+# built; per mode: compute-sanitizer (memcheck, synccheck; racecheck on one
+# case) on that option's check_cuda cases, the suite with the option's
+# switch at 0; then each mode's bench with WS_ARGS_<mode>, or WS_ARGS
+# (WS_BENCH_S seconds at most each; WS_SKIP_CHECKS=1 leaves the checks out;
+# WS_SAN / WS_RACE, or WS_SAN_<mode> / WS_RACE_<mode>, name other
+# check_cuda cases for the sanitizers, WS_RACE="" none for racecheck).
 #   carry:   [".gpu-deps", ".gpu-build.tar.xz"]
 #   command: WS_ARGS="--d 64,128 --l 2048,8192" bash scripts/gpu/ws_options.sh arith
+#            WS_ARGS_drop="--l 2048" WS_ARGS_dbias="--bcast keys" bash scripts/gpu/ws_options.sh drop dbias
 # Results: $OUT/summary.txt and the logs next to it.
 # shellcheck source=scripts/gpu/summary.sh
 . "$(dirname "${BASH_SOURCE[0]}")/summary.sh"
 
-case ${1:-} in
-  arith)
-    SWITCH=FLASHATTN_CUDA_WS_ARITH BENCH=bench/gpu/arith.py
-    SAN_CASES="f16_d128_softcap_window_gqa bf16_d64_alibi_softcap_causal bf16_d256_alibi_softcap_causal"
-    RACE_CASES=""
-    ;;
-  tile)
-    SWITCH=FLASHATTN_CUDA_WS_TILE BENCH=bench/gpu/score_tile.py
-    SAN_CASES="bf16_d128_bias16_causal_br_gqa f16_d64_mask_window f16_d64_bias16_causal_gqa bf16_d256_bias16_bcast_softcap"
-    # the tiles' rings: one case (racecheck is the slow one; its report on the backward's LSE / dsum bulk
-    # copies is the known one, bench/results/2026-12-01-h200-ws-bwd.txt)
-    RACE_CASES="f16_d64_mask_window"
-    ;;
-  lengths)
-    SWITCH=FLASHATTN_CUDA_WS_BWD BENCH=bench/gpu/varlen.py
-    SAN_CASES="f16_d128_varlen_gqa_causal_br bf16_d64_varlen_window_softcap f16_d64_seqlens_mask_gqa"
-    # the zeroed rows (generic stores, then wgmma) and the packed dQ reductions
-    RACE_CASES="f16_d128_varlen_gqa_causal_br"
-    ;;
-  drop)
-    SWITCH=FLASHATTN_CUDA_WS_DROP BENCH=bench/gpu/dropout.py
-    SAN_CASES="bf16_d128_dropout f16_d64_dropout_varlen_gqa f16_d128_dropout_causal_br_gqa
-      bf16_d64_dropout_softcap_alibi_window bf16_d256_dropout_causal"
-    # the keep bits' shuffles between the products' issue and wait
-    RACE_CASES="f16_d128_dropout_causal_br_gqa"
-    ;;
-  dbias)
-    SWITCH=FLASHATTN_CUDA_DBIAS_WGMMA BENCH=bench/gpu/dbias.py
-    SAN_CASES="bf16_d128_bias16_dbias_causal_br f16_d256_bias16_dbias_softcap_alibi
-      bf16_d128_bias16_bcast_dbias_causal_br f16_d64_bias16_bcast_dbias_varlen_alibi
-      f16_d128_bias16_keys_dbias_causal_gqa bf16_d64_bias16_keys_dbias_varlen_softcap"
-    # the summing kernel's two stages (refilled behind a block barrier) and its sum over rows
-    RACE_CASES="bf16_d64_bias16_keys_dbias_varlen_softcap"
-    ;;
-  *)
-    echo "usage: bash scripts/gpu/ws_options.sh arith|tile|lengths|drop|dbias" >&2
-    exit 2
-    ;;
-esac
+# mode_of MODE: that mode's SWITCH, BENCH, SAN_CASES and RACE_CASES
+mode_of() {
+  case $1 in
+    arith)
+      SWITCH=FLASHATTN_CUDA_WS_ARITH BENCH=bench/gpu/arith.py
+      SAN_CASES="f16_d128_softcap_window_gqa bf16_d64_alibi_softcap_causal bf16_d256_alibi_softcap_causal"
+      RACE_CASES=""
+      ;;
+    tile)
+      SWITCH=FLASHATTN_CUDA_WS_TILE BENCH=bench/gpu/score_tile.py
+      SAN_CASES="bf16_d128_bias16_causal_br_gqa f16_d64_mask_window f16_d64_bias16_causal_gqa bf16_d256_bias16_bcast_softcap"
+      # the tiles' rings: one case (racecheck is the slow one; its report on the backward's LSE / dsum bulk
+      # copies is the known one, bench/results/2026-12-01-h200-ws-bwd.txt)
+      RACE_CASES="f16_d64_mask_window"
+      ;;
+    lengths)
+      SWITCH=FLASHATTN_CUDA_WS_BWD BENCH=bench/gpu/varlen.py
+      SAN_CASES="f16_d128_varlen_gqa_causal_br bf16_d64_varlen_window_softcap f16_d64_seqlens_mask_gqa"
+      # the zeroed rows (generic stores, then wgmma) and the packed dQ reductions
+      RACE_CASES="f16_d128_varlen_gqa_causal_br"
+      ;;
+    drop)
+      SWITCH=FLASHATTN_CUDA_WS_DROP BENCH=bench/gpu/dropout.py
+      SAN_CASES="bf16_d128_dropout f16_d64_dropout_varlen_gqa f16_d128_dropout_causal_br_gqa
+        bf16_d64_dropout_softcap_alibi_window bf16_d256_dropout_causal"
+      # the keep bits' shuffles between the products' issue and wait
+      RACE_CASES="f16_d128_dropout_causal_br_gqa"
+      ;;
+    dbias)
+      SWITCH=FLASHATTN_CUDA_DBIAS_WGMMA BENCH=bench/gpu/dbias.py
+      SAN_CASES="bf16_d128_bias16_dbias_causal_br f16_d256_bias16_dbias_softcap_alibi
+        bf16_d128_bias16_bcast_dbias_causal_br f16_d64_bias16_bcast_dbias_varlen_alibi
+        f16_d128_bias16_keys_dbias_causal_gqa bf16_d64_bias16_keys_dbias_varlen_softcap"
+      # the summing kernel's two stages (refilled behind a block barrier) and its sum over rows
+      RACE_CASES="bf16_d64_bias16_keys_dbias_varlen_softcap"
+      ;;
+    *)
+      echo "usage: bash scripts/gpu/ws_options.sh arith|tile|lengths|drop|dbias..." >&2
+      exit 2
+      ;;
+  esac
+}
+[ $# -gt 0 ] || mode_of ""
+for m in "$@"; do mode_of "$m"; done
 
 [ -f "$ROOT/.gpu-build.tar.xz" ] || { say "missing .gpu-build.tar.xz: carry it"; exit 1; }
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader | tee -a "$SUMMARY"
@@ -84,22 +91,31 @@ if [ "${WS_SKIP_CHECKS:-0}" != 1 ]; then
   timeout 200 "$B/check_cuda" >"$OUT/check.log" 2>&1
   say "check_cuda exit $?: $(tail -1 "$OUT/check.log")"
   grep -E "FAIL" "$OUT/check.log" | head -20 | tee -a "$SUMMARY"
-  # shellcheck disable=SC2086
-  sanitize "$B/check_cuda" "memcheck synccheck" ${WS_SAN:-$SAN_CASES}
-  RACE_CASES=${WS_RACE-$RACE_CASES}
-  # shellcheck disable=SC2086
-  [ -n "$RACE_CASES" ] && sanitize "$B/check_cuda" racecheck $RACE_CASES
   timeout 300 "$B/tests/test_backend_cuda" >"$OUT/suite_cuda.log" 2>&1
   say "test_backend_cuda exit $?: $(counts "$OUT/suite_cuda.log")"
-  env "$SWITCH=0" timeout 300 "$B/tests/test_backend_cuda" >"$OUT/suite_cuda_elem.log" 2>&1
-  say "test_backend_cuda ($SWITCH=0) exit $?: $(counts "$OUT/suite_cuda_elem.log")"
+  for m in "$@"; do
+    mode_of "$m"
+    san_var=WS_SAN_$m race_var=WS_RACE_$m
+    # shellcheck disable=SC2086
+    sanitize "$B/check_cuda" "memcheck synccheck" ${!san_var:-${WS_SAN:-$SAN_CASES}}
+    RACE_CASES=${!race_var-${WS_RACE-$RACE_CASES}}
+    # shellcheck disable=SC2086
+    [ -n "$RACE_CASES" ] && sanitize "$B/check_cuda" racecheck $RACE_CASES
+    env "$SWITCH=0" timeout 300 "$B/tests/test_backend_cuda" >"$OUT/suite_cuda_$m.log" 2>&1
+    say "test_backend_cuda ($SWITCH=0) exit $?: $(counts "$OUT/suite_cuda_$m.log")"
+  done
   grep -h '^\[  FAILED  \] [^0-9]' "$OUT"/suite_cuda*.log | head -20 | tee -a "$SUMMARY"
 fi
 
-say "== $BENCH ${WS_ARGS:-} ($(date -u +%T))"
 export PYTHONUNBUFFERED=1
-# shellcheck disable=SC2086
-timeout "${WS_BENCH_S:-300}" python3 "$BENCH" --lib "$B/libflashattn.so" ${WS_ARGS:-} >"$OUT/bench.txt" 2>&1
-say "exit $?"
-tee -a "$SUMMARY" <"$OUT/bench.txt"
+for m in "$@"; do
+  mode_of "$m"
+  args_var=WS_ARGS_$m
+  args=${!args_var:-${WS_ARGS:-}}
+  say "== $BENCH $args ($(date -u +%T))"
+  # shellcheck disable=SC2086
+  timeout "${WS_BENCH_S:-300}" python3 "$BENCH" --lib "$B/libflashattn.so" $args >"$OUT/bench_$m.txt" 2>&1
+  say "exit $?"
+  tee -a "$SUMMARY" <"$OUT/bench_$m.txt"
+done
 say "== done ($(date -u +%T))"
