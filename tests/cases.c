@@ -137,7 +137,7 @@ const tcase tc_cases[] = {
     /* ---- dropout over several tiles, alone or with softcap and ALiBi (cuda on Hopper: the warp-specialized
      * kernels' keep bits, dropout_tile.cuh, where k_offset is a multiple of 4; otherwise, and with
      * FLASHATTN_CUDA_WS_DROP=0, the per-element kernels): both alignments, GQA, a window with offsets (aligned and
-     * not), lengths, packed sequences, bucket 256 (its backward per element), deterministic ---- */
+     * not), lengths, packed sequences, bucket 256 (the backward's wide kernel and dQ kernel), deterministic ---- */
     {"drop_causal_br_gqa_D64", .B = 1, .Hq = 4, .Hkv = 2, .Lq = 300, .Lk = 270, .D = 64, .Dv = 64, .causal = 1,
      .align = FA_ALIGN_BOTTOM_RIGHT, .dropout_p = 0.2, .seed = 41, .dtypes = TD_BF16},
     {"drop_softcap_alibi_window_offsets_D128", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 200, .Lk = 330, .D = 128, .Dv = 128,
@@ -152,6 +152,26 @@ const tcase tc_cases[] = {
      .seqlens_q = sq_tile, .seqlens_k = sk_tile, .causal = 1, .dropout_p = 0.1, .seed = 45, .dtypes = TD_F16},
     {"drop_causal_D256", .B = 1, .Hq = 2, .Hkv = 1, .Lq = 140, .Lk = 200, .D = 256, .Dv = 256, .causal = 1,
      .dropout_p = 0.2, .seed = 46, .dtypes = TD_BF16},
+    {"deterministic_drop_softcap_alibi_window_offsets_D256",
+     .B = 1,
+     .Hq = 4,
+     .Hkv = 2,
+     .Lq = 130,
+     .Lk = 190,
+     .D = 256,
+     .Dv = 256,
+     .use_window = 1,
+     .wl = 60,
+     .wr = 10,
+     .softcap = 3.0,
+     .mag = 2.0,
+     .alibi = 1,
+     .q_offset = 20,
+     .k_offset = 12,
+     .dropout_p = 0.25,
+     .seed = 49,
+     .deterministic = 1,
+     .dtypes = TD_F16},
     {"deterministic_drop_gqa_D128", .B = 1, .Hq = 4, .Hkv = 2, .Lq = 200, .Lk = 300, .D = 128, .Dv = 128,
      .dropout_p = 0.2, .seed = 47, .deterministic = 1, .dtypes = TD_BF16},
     {"deterministic_drop_causal_D64", .B = 1, .Hq = 2, .Hkv = 2, .Lq = 290, .Lk = 290, .D = 64, .Dv = 64, .causal = 1,

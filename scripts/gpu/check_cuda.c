@@ -281,8 +281,8 @@ static const ccase cases[] = {
     {"bf16_d128_dropout", 2, 2, 2, 300, 300, 128, 128, FA_BF16, .dropout = 0.2, .bwd = 1},
     {"f16_d64_dropout_varlen_gqa", 3, 4, 2, 0, 0, 64, 64, FA_F16, .varlen = 1, .lens_q = lq3, .lens_k = lk3,
      .dropout = 0.3, .bwd = 1},
-    /* dropout without a bias or mask: the warp-specialized kernels' keep bits (dropout_tile.cuh; the D = 256
-     * backward per element) */
+    /* dropout without a bias or mask: the warp-specialized kernels' keep bits (dropout_tile.cuh; at D = 256 the
+     * backward's wide kernel and dQ kernel) */
     {"f16_d128_dropout_causal_br_gqa", 2, 4, 2, 400, 520, 128, 128, FA_F16, .dropout = 0.25, .causal = 1, .br = 1,
      .bwd = 1},
     {"bf16_d64_dropout_softcap_alibi_window", 1, 4, 4, 300, 400, 64, 64, FA_BF16, .dropout = 0.15, .softcap = 3.0,
@@ -290,6 +290,8 @@ static const ccase cases[] = {
     {"bf16_d128_dropout_seqlens", 2, 2, 2, 256, 300, 128, 128, FA_BF16, .seqlens = 1, .lens_q = lq2, .lens_k = lk2,
      .dropout = 0.3, .bwd = 1},
     {"bf16_d256_dropout_causal", 1, 2, 1, 300, 330, 256, 256, FA_BF16, .dropout = 0.2, .causal = 1, .bwd = 1},
+    {"f16_d256_dropout_softcap_alibi_window", 1, 4, 2, 260, 330, 256, 256, FA_F16, .dropout = 0.3, .softcap = 4.0,
+     .alibi = 1, .use_window = 1, .wl = 100, .wr = 20, .bwd = 1},
     {"bf16_d256_everything", 1, 2, 1, 130, 140, 256, 256, FA_BF16, .mask = 1, .bias = 1, .alibi = 1, .softcap = 4.0,
      .dropout = 0.1, .causal = 1, .br = 1, .dbias = 1, .bwd = 1},
     /* one bias (in the inputs' dtype) or mask: the warp-specialized kernels' tiles (score_tile.cuh) */

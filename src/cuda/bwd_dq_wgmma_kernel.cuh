@@ -85,8 +85,10 @@ struct dq_wgmma_cfg {
 // global memory (score_global.cuh); neither: the band. kDBias (with kArith
 // and a bias): dBias instead of dQ, each tile's dS (without the softcap's
 // derivative) stored into p.dbias, whose elements outside the tiles the band
-// lets a block see the caller has zeroed.
-template <typename E, int kD, int kBN, bool kFull, bool kArith = false, int kTile = 0, bool kDBias = false>
+// lets a block see the caller has zeroed. kDrop (with kArith, not kTile):
+// dropout too (p.arith_drop; dropout_tile.cuh's keep bits).
+template <typename E, int kD, int kBN, bool kFull, bool kArith = false, int kTile = 0, bool kDBias = false,
+          bool kDrop = false>
 __global__ void __launch_bounds__(256, 1) bwd_dq_wgmma_kernel(const fa__cuda_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = typename E::storage;
@@ -181,6 +183,9 @@ __global__ void __launch_bounds__(256, 1) bwd_dq_wgmma_kernel(const fa__cuda_par
     if constexpr (kArith && kTile != 0)
       bwd_ds_rows_arith(p, c.bd, arith_score(p, alibi_slope(p, h)), s, dp, lse2, dsum, m0 + wrow, n0, g, t,
                         global_score_tile_of<T, kTile>(p, c.seq, c.b, h, m0 + wrow, n0));
+    else if constexpr (kArith && kDrop)
+      bwd_ds_rows_arith(p, c.bd, arith_score(p, alibi_slope(p, h)), s, dp, lse2, dsum, m0 + wrow, n0, g, t,
+                        no_score_tile{}, rows_keep_bits<kNB>(p, c.bh, m0 + wrow, n0, g, t));
     else if constexpr (kArith)
       bwd_ds_rows_arith(p, c.bd, arith_score(p, alibi_slope(p, h)), s, dp, lse2, dsum, m0 + wrow, n0, g, t);
     else

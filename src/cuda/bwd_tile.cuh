@@ -292,11 +292,11 @@ __device__ __forceinline__ void bwd_ds_rows(const fa__cuda_params &p, const seq_
 // a bias or mask (x: rows g, g + 8 of the warp's tile) added after them.
 // kRaw: dS without the softcap's derivative (dBias: the bias is added after
 // the softcap).
-template <bool kCap, bool kMasked, bool kRaw, int kNB, typename X>
+template <bool kCap, bool kMasked, bool kRaw, int kNB, typename X, typename Drop>
 __device__ __forceinline__ void bwd_ds_rows_arith_el(const fa__band &bd, const arith_score &a, float (&s)[kNB][4],
                                                      const float (&dp)[kNB][4], const float (&lse2)[2],
                                                      const float (&dsum)[2], int64_t r0, int64_t n0, int g, int t,
-                                                     const X &x) {
+                                                     const X &x, const Drop &dr) {
   int lo[2] = {0, 0}, hi[2] = {8 * kNB, 8 * kNB};
   float diag[2];
   decltype(x.row(0, 0)) xr[2];
@@ -325,7 +325,9 @@ __device__ __forceinline__ void bwd_ds_rows_arith_el(const fa__band &bd, const a
         const int d = nb * 8 + c;
         float pr = fast_exp2(sx[c] - lse2[r]);
         if (kMasked && (d < lo[r] || d >= hi[r])) pr = 0.f;
-        float ds = pr * (dp[nb][2 * r + c] - dsum[r]);
+        float dpv = dp[nb][2 * r + c];
+        if constexpr (Drop::kOn) dpv = dr.at(nb, 2 * r + c) ? dpv * dr.dscale : 0.f;
+        float ds = pr * (dpv - dsum[r]);
         if (kCap && !kRaw) ds *= fmaf(-tc[c], tc[c], 1.f);
         s[nb][2 * r + c] = ds;
       }
@@ -333,23 +335,24 @@ __device__ __forceinline__ void bwd_ds_rows_arith_el(const fa__band &bd, const a
 }
 
 // x: a bias or mask reader at the warp's tile (row r0, key n0; score_global.cuh),
-// no_score_tile without.
-template <bool kRaw = false, int kNB, typename X = no_score_tile>
+// no_score_tile without. dr: dropout_tile.cuh's keep bits of the fragment
+// (rows_keep: dP dropped and scaled as bwd_ds_rows does), no_drop without.
+template <bool kRaw = false, int kNB, typename X = no_score_tile, typename Drop = no_drop>
 __device__ __forceinline__ void bwd_ds_rows_arith(const fa__cuda_params &p, const fa__band &bd, const arith_score &a,
                                                   float (&s)[kNB][4], const float (&dp)[kNB][4], const float (&lse2)[2],
                                                   const float (&dsum)[2], int64_t r0, int64_t n0, int g, int t,
-                                                  const X &x = X{}) {
+                                                  const X &x = X{}, const Drop &dr = Drop{}) {
   const bool full = fa__band_tile_full(&bd, r0, r0 + 16, n0, n0 + 8 * kNB);
   if (p.softcap > 0.f) {
     if (full)
-      bwd_ds_rows_arith_el<true, false, kRaw>(bd, a, s, dp, lse2, dsum, r0, n0, g, t, x);
+      bwd_ds_rows_arith_el<true, false, kRaw>(bd, a, s, dp, lse2, dsum, r0, n0, g, t, x, dr);
     else
-      bwd_ds_rows_arith_el<true, true, kRaw>(bd, a, s, dp, lse2, dsum, r0, n0, g, t, x);
+      bwd_ds_rows_arith_el<true, true, kRaw>(bd, a, s, dp, lse2, dsum, r0, n0, g, t, x, dr);
   } else {
     if (full)
-      bwd_ds_rows_arith_el<false, false, kRaw>(bd, a, s, dp, lse2, dsum, r0, n0, g, t, x);
+      bwd_ds_rows_arith_el<false, false, kRaw>(bd, a, s, dp, lse2, dsum, r0, n0, g, t, x, dr);
     else
-      bwd_ds_rows_arith_el<false, true, kRaw>(bd, a, s, dp, lse2, dsum, r0, n0, g, t, x);
+      bwd_ds_rows_arith_el<false, true, kRaw>(bd, a, s, dp, lse2, dsum, r0, n0, g, t, x, dr);
   }
 }
 

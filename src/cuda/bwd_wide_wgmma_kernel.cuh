@@ -22,7 +22,9 @@
 // option (bwd_p_ds); kArith (not with kFull): softcap and ALiBi only,
 // p.arith_only (bwd_p_ds_arith), and with kTile those and one bias or mask
 // (p.bwd_tile), read from global memory (score_global.cuh: no shared
-// memory is left for a tile).
+// memory is left for a tile), or with kDrop (not with kTile) those and
+// dropout (p.arith_drop: dropout_tile.cuh's keep bits, made while the
+// products run).
 #ifndef FA_CUDA_BWD_WIDE_WGMMA_KERNEL_CUH
 #define FA_CUDA_BWD_WIDE_WGMMA_KERNEL_CUH
 
@@ -49,7 +51,7 @@ __device__ __forceinline__ void lds_a_atoms(uint32_t (&a)[4], const T *s, int m0
   ldmatrix_x4(a, smem_addr(s + swz_atoms<kRows>(m0 + (lane & 15), k0 + ((lane >> 4) << 3))));
 }
 
-template <typename E, bool kFull, bool kArith = false, int kTile = 0>
+template <typename E, bool kFull, bool kArith = false, int kTile = 0, bool kDrop = false>
 __global__ void __launch_bounds__(256, 1) bwd_wide_wgmma_kernel(const fa__cuda_params p, const int fuse_dq) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = typename E::storage;
@@ -110,6 +112,9 @@ __global__ void __launch_bounds__(256, 1) bwd_wide_wgmma_kernel(const fa__cuda_p
 
     float s[kMB][4];  // warpgroup 0: S^T; warpgroup 1: dP^T
     bwd_wgmma_kt<E, kD, kBM, kBN>(s, wg == 0 ? k_base : v_base, wg == 0 ? q_st : do_st, 0);
+    // the keep bits of the warpgroup's query half while the product runs
+    bwd_keep<kMBh> keep;
+    if constexpr (kDrop) keep = bwd_keep_bits<kMBh>(p, blk.b * p.Hq + h, m0 + wg * (kBM / 2), blk.n0 + wkey, g, t);
     wgmma_wait<0>();
     fence_regs(s);
     // each warpgroup hands the other the half of its product that the
@@ -140,10 +145,16 @@ __global__ void __launch_bounds__(256, 1) bwd_wide_wgmma_kernel(const fa__cuda_p
         else
           return X{};
       }();
-      if (p.softcap > 0.f)
-        bwd_p_ds_arith<true>(blk.bd, a, x, y, l_s + qh, ds_s + qh, m0 + qh, blk.n0 + wkey, g, t, xt, 0);
+      auto p_ds = [&](const auto &dr) {
+        if (p.softcap > 0.f)
+          bwd_p_ds_arith<true>(blk.bd, a, x, y, l_s + qh, ds_s + qh, m0 + qh, blk.n0 + wkey, g, t, xt, 0, dr);
+        else
+          bwd_p_ds_arith<false>(blk.bd, a, x, y, l_s + qh, ds_s + qh, m0 + qh, blk.n0 + wkey, g, t, xt, 0, dr);
+      };
+      if constexpr (kDrop)
+        p_ds(keep);
       else
-        bwd_p_ds_arith<false>(blk.bd, a, x, y, l_s + qh, ds_s + qh, m0 + qh, blk.n0 + wkey, g, t, xt, 0);
+        p_ds(no_drop{});
     } else {
       bwd_p_ds<kFull>(p, blk.bd, blk.b, h, x, y, l_s + qh, ds_s + qh, m0 + qh, blk.n0 + wkey, g, t);
     }

@@ -32,40 +32,56 @@ __device__ __forceinline__ uint32_t keep_nibble(const fa__cuda_params &p, int64_
          static_cast<uint32_t>(r.v[2] < p.threshold) << 2 | static_cast<uint32_t>(r.v[3] < p.threshold) << 3;
 }
 
-// Forward: P of one m-tile (s[nb][2 r + c]: row r0 + g + 8 r, column n0 +
-// 8 nb + 2 t + c of the sequence) with the dropped elements set to 0 (after
-// the row sums: the softmax is that of the undropped P; fwd_store scales by
-// 1 / (1 - p)). Lane t makes the calls of row half r = t & 1, its partner
-// t ^ 1 those of the other; element (r, c) is bit 2 (t & 1) + c of either.
+// The keep bits of a fragment held as S (rows are queries: element
+// s[nb][2 r + c] at row r0 + g + 8 r, column n0 + 8 nb + 2 t + c of the
+// sequence): the forward's P and the dQ kernels' dS (bwd_tile.cuh's
+// bwd_ds_rows_arith). Lane t makes the calls of row half r = t & 1, its
+// partner t ^ 1 those of the other; element (r, c) is bit 2 (t & 1) + c of
+// either. at(nb, e): element s[nb][e].
+template <int kNB>
+struct rows_keep {
+  static_assert(kNB % 8 == 0, "eight calls a word");
+  static constexpr bool kOn = true;
+  static constexpr int kW = kNB / 8;
+  uint32_t h[2][kW];  // row half r's words, shifted to this lane's two bits of each nibble
+  float dscale;       // 1 / (1 - p)
+  __device__ __forceinline__ bool at(int nb, int e) const {
+    return (h[e >> 1][nb / 8] >> (4 * (nb % 8) + (e & 1))) & 1u;
+  }
+};
+
+template <int kNB>
+__device__ __forceinline__ rows_keep<kNB> rows_keep_bits(const fa__cuda_params &p, int64_t bh, int64_t r0, int64_t n0,
+                                                         int g, int t) {
+  constexpr int kW = rows_keep<kNB>::kW;
+  const int v = t & 1;
+  const int64_t i = r0 + g + 8 * v, j = n0 + 2 * t;
+  rows_keep<kNB> k;
+  k.dscale = p.dscale;
+#pragma unroll
+  for (int w = 0; w < kW; ++w) {
+    uint32_t own = 0u;
+#pragma unroll
+    for (int x = 0; x < 8; ++x) own |= keep_nibble(p, bh, i, j + 8 * (8 * w + x)) << (4 * x);
+    const uint32_t other = __shfl_xor_sync(0xffffffffu, own, 1);
+    k.h[0][w] = (v ? other : own) >> (2 * v);
+    k.h[1][w] = (v ? own : other) >> (2 * v);
+  }
+  return k;
+}
+
+// Forward: P of one m-tile (rows_keep's layout) with the dropped elements
+// set to 0 (after the row sums: the softmax is that of the undropped P;
+// fwd_store scales by 1 / (1 - p)).
 template <int kNB>
 __device__ __forceinline__ void fwd_drop(const fa__cuda_params &p, int64_t bh, float (&s)[kNB][4], int64_t r0,
                                          int64_t n0, int g, int t) {
-  static_assert(kNB % 8 == 0, "eight calls a word");
-  constexpr int kW = kNB / 8;
-  const int v = t & 1;
-  const int64_t i = r0 + g + 8 * v, j = n0 + 2 * t;
-  uint32_t own[kW], other[kW];
+  const rows_keep<kNB> k = rows_keep_bits<kNB>(p, bh, r0, n0, g, t);
 #pragma unroll
-  for (int w = 0; w < kW; ++w) {
-    own[w] = 0u;
+  for (int nb = 0; nb < kNB; ++nb)
 #pragma unroll
-    for (int x = 0; x < 8; ++x) own[w] |= keep_nibble(p, bh, i, j + 8 * (8 * w + x)) << (4 * x);
-  }
-#pragma unroll
-  for (int w = 0; w < kW; ++w) other[w] = __shfl_xor_sync(0xffffffffu, own[w], 1);
-#pragma unroll
-  for (int w = 0; w < kW; ++w) {
-    // row half r's words, shifted to this lane's two bits of each nibble
-    const uint32_t h0 = (v ? other[w] : own[w]) >> (2 * v), h1 = (v ? own[w] : other[w]) >> (2 * v);
-#pragma unroll
-    for (int x = 0; x < 8; ++x) {
-      float(&e)[4] = s[8 * w + x];
-      if (!((h0 >> (4 * x)) & 1u)) e[0] = 0.f;
-      if (!((h0 >> (4 * x + 1)) & 1u)) e[1] = 0.f;
-      if (!((h1 >> (4 * x)) & 1u)) e[2] = 0.f;
-      if (!((h1 >> (4 * x + 1)) & 1u)) e[3] = 0.f;
-    }
-  }
+    for (int e = 0; e < 4; ++e)
+      if (!k.at(nb, e)) s[nb][e] = 0.f;
 }
 
 // Backward: the keep bits of a thread's S^T fragment (st[mb][e], e = 2 r +
@@ -82,7 +98,7 @@ struct bwd_keep {
   __device__ __forceinline__ bool at(int mb, int e) const { return (bits[e][mb / 8] >> (4 * (mb % 8))) & 1u; }
 };
 
-// No dropout (bwd_tile.cuh's bwd_p_ds_arith without it).
+// No dropout (bwd_tile.cuh's bwd_p_ds_arith, bwd_ds_rows_arith without it).
 struct no_drop {
   static constexpr bool kOn = false;
   float dscale = 1.f;

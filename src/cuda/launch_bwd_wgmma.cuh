@@ -89,10 +89,11 @@ bool bwd_ws_maps(const fa__cuda_params &p, int kBM, CUtensorMap (&m)[6]) {
 // deterministic mode's, and D = 256's in both modes), or with kDBias dBias
 // instead (launch_dbias_wgmma): two warpgroups x 64 query rows, key tiles of
 // kDqBN.
-template <typename E, int kD, int kDqBN, bool kFull, bool kArith = false, int kTile = 0, bool kDBias = false>
+template <typename E, int kD, int kDqBN, bool kFull, bool kArith = false, int kTile = 0, bool kDBias = false,
+          bool kDrop = false>
 fa_status launch_dq_wgmma(const fa__cuda_params &p, cudaStream_t s, fa__err *err) {
   using dcfg = dq_wgmma_cfg<kD, kDqBN>;
-  auto dq_kernel = bwd_dq_wgmma_kernel<E, kD, kDqBN, kFull, kArith, kTile, kDBias>;
+  auto dq_kernel = bwd_dq_wgmma_kernel<E, kD, kDqBN, kFull, kArith, kTile, kDBias, kDrop>;
   FA_CUDA_TRY(fa__cuda_smem_optin(dq_kernel, dcfg::smem_bytes), "backward dq (wgmma): shared memory limit");
   FA_CUDA_ROWS_GRID(dgrid, p.B * p.Hq, p.Lq, dcfg::kBM, "backward dQ (wgmma)");
   dq_kernel<<<dgrid, dcfg::kThreads, dcfg::smem_bytes, s>>>(p);
@@ -132,17 +133,17 @@ fa_status launch_bwd_wgmma_cfg(const fa__cuda_params &p, int deterministic, cuda
 // 64-key tiles (FLASHATTN_CUDA_DQ_WGMMA=0: the mma.sync dQ kernel,
 // launch_bwd.cuh's, compiled with the sm_80 / sm_90 kernels; an A/B switch);
 // without, it fuses dQ (f32 atomics).
-template <typename E, bool kFull, bool kArith, int kTile = 0>
+template <typename E, bool kFull, bool kArith, int kTile = 0, bool kDrop = false>
 fa_status launch_bwd_wide_wgmma_as(const fa__cuda_params &p, int dq_apart, cudaStream_t s, fa__err *err) {
   using cfg = bwd_wide_wgmma_cfg;
-  auto kernel = bwd_wide_wgmma_kernel<E, kFull, kArith, kTile>;
+  auto kernel = bwd_wide_wgmma_kernel<E, kFull, kArith, kTile, kDrop>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "backward (wgmma, D = 256): shared memory limit");
   FA_CUDA_ROWS_GRID(grid, p.B * p.Hkv, p.Lk, cfg::kBN, "backward dK/dV (wgmma, D = 256)");
   kernel<<<grid, cfg::kThreads, cfg::smem_bytes, s>>>(p, dq_apart ? 0 : 1);
   FA_CUDA_CHECK_LAUNCH("backward (wgmma, D = 256) kernel launch");
   if (!dq_apart) return FA_OK;
   const char *env = getenv("FLASHATTN_CUDA_DQ_WGMMA");
-  if (!env || atoi(env) != 0) return launch_dq_wgmma<E, 256, 64, kFull, kArith, kTile>(p, s, err);
+  if (!env || atoi(env) != 0) return launch_dq_wgmma<E, 256, 64, kFull, kArith, kTile, false, kDrop>(p, s, err);
   return std::is_same<E, bf16_t>::value ? fa__cuda_fast_bwd_dq_bf16(p, 256, s, err)
                                         : fa__cuda_fast_bwd_dq_f16(p, 256, s, err);
 }
@@ -151,11 +152,13 @@ fa_status launch_bwd_wide_wgmma_as(const fa__cuda_params &p, int dq_apart, cudaS
 // kernels; the kFull form reads every option per element and ran at
 // 0.45-0.51x the band-only backward (bench/results/2026-12-06-h100-arith-options.txt).
 // One bias or mask (p.bwd_tile; with or without softcap and ALiBi) takes
-// that form with the tensor read from global memory (kTile).
+// that form with the tensor read from global memory (kTile); dropout (with
+// or without softcap and ALiBi: p.arith_drop) with the keep bits (kDrop).
 template <typename E, bool kFull>
 fa_status launch_bwd_wide_wgmma(const fa__cuda_params &p, int dq_apart, cudaStream_t s, fa__err *err) {
   if constexpr (kFull) {
     if (p.arith_only) return launch_bwd_wide_wgmma_as<E, false, true>(p, dq_apart, s, err);
+    if (p.arith_drop) return launch_bwd_wide_wgmma_as<E, false, true, 0, true>(p, dq_apart, s, err);
     if (p.bwd_tile == FA_CUDA_TILE_BIAS)
       return launch_bwd_wide_wgmma_as<E, false, true, FA_CUDA_TILE_BIAS>(p, dq_apart, s, err);
     if (p.bwd_tile == FA_CUDA_TILE_MASK)
