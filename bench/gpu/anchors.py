@@ -218,6 +218,12 @@ def time_peer(f, inputs, do, reps):
     return t_fwd, t_bwd, out.detach(), grads
 
 
+def tflops(B, H, L, D, causal, ms, bwd=False):
+    """TFLOP/s of a call that took ms: 4 B H L^2 D FLOPs forward, halved under causal; the backward 2.5x."""
+    f = 4.0 * B * H * L * L * D * (0.5 if causal else 1.0) * (2.5 if bwd else 1.0)
+    return f / (ms * 1e-3) / 1e12
+
+
 def relerr(x, r):
     return ((x.float() - r.float()).abs().max() / r.float().abs().max().clamp_min(1e-30)).item()
 

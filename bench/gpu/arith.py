@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from anchors import FlashAttn, problem_tensors, relerr, shapes, time_ours, time_peer  # noqa: E402
+from anchors import FlashAttn, problem_tensors, relerr, shapes, tflops, time_ours, time_peer  # noqa: E402
 
 CAP = 50.0
 
@@ -53,11 +53,6 @@ def alibi_bias(slopes, L, causal):
     if causal:
         bias = bias.masked_fill(i[None, :] > i[:, None], float("-inf"))
     return bias[None].to(torch.bfloat16)
-
-
-def tflops(B, H, L, D, causal, ms, bwd=False):
-    f = 4.0 * B * H * L * L * D * (0.5 if causal else 1.0) * (2.5 if bwd else 1.0)
-    return f / (ms * 1e-3) / 1e12
 
 
 def main():
