@@ -83,7 +83,7 @@ struct bwd_ws_cfg {
   // at D = 64 (kBM = 128, 32 KiB a slot) one slot, which the consumers free
   // as soon as they have scored (a second did not fit beside the rest)
   static constexpr uint32_t kXAtomBytes = kBM * 128;
-  static constexpr uint32_t kXBytes = score_has_tile(kScore) ? 2 * kXAtomBytes : 0;
+  static constexpr uint32_t kXBytes = kScore == kScoreTile ? 2 * kXAtomBytes : 0;
   static constexpr int kXSlots = kD == 64 ? 1 : kStages;
   // K, V, the Q and dO rings, dS^T, the dQ tiles, the bias / mask ring, the
   // row statistics, the barriers; 1 KiB to align the tiles to 1024 bytes
@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(384, 1)
                   const __grid_constant__ CUtensorMap tx) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using cfg = bwd_ws_cfg<kD, kBM, kStages, kDet, kScore>;
-  constexpr bool kTile = score_has_tile(kScore);
+  constexpr bool kTile = kScore == kScoreTile;
   constexpr int kBN = cfg::kBN, kMB = kBM / 8, kDB = kD / 8, kAtoms = kD / 64;
   static_assert((kBM == 128 && kD == 64) || (kBM == 64 && kD == 128), "tile shapes with a 64 x 64 dQ block each");
   // D = 64 (128 query rows): S^T and dP^T are 64 registers each, so P^T and
@@ -328,7 +328,7 @@ __global__ void __launch_bounds__(384, 1)
       if constexpr (kEarlyDs || kScore != kScoreBand) {
         // dropout's keep bits while the products run (dropout_tile.cuh)
         bwd_keep<kMB> keep;
-        if constexpr (score_has_drop(kScore)) keep = bwd_keep_bits<kMB>(p, blk.b * p.Hq + h, m0, blk.n0 + wkey, g, t);
+        if constexpr (kScore == kScoreDrop) keep = bwd_keep_bits<kMB>(p, blk.b * p.Hq + h, m0, blk.n0 + wkey, g, t);
         // P^T and dS^T both before dV: S^T and dP^T die sooner (and the
         // softcap's tanh is at hand for dS^T)
         wgmma_wait<0>();
@@ -343,7 +343,7 @@ __global__ void __launch_bounds__(384, 1)
               bwd_p_ds_arith<false>(blk.bd, a, st, dpt, l_s, ds_s, m0, blk.n0 + wkey, g, t, x, wkey, dr);
           };
           auto p_ds = [&](const auto &x) {
-            if constexpr (score_has_drop(kScore))
+            if constexpr (kScore == kScoreDrop)
               p_ds_as(x, keep);
             else
               p_ds_as(x, no_drop{});
