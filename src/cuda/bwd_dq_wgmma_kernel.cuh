@@ -93,6 +93,7 @@ __global__ void __launch_bounds__(256, 1) bwd_dq_wgmma_kernel(const fa__cuda_par
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = typename E::storage;
   using cfg = dq_wgmma_cfg<kD, kBN>;
+  static_assert(!kDrop || (kArith && kTile == 0 && !kDBias), "the keep bits go with the arithmetic form, alone");
   constexpr int kBM = cfg::kBM, kThreads = cfg::kThreads, kVSlots = cfg::kVSlots;
   constexpr int kNB = kBN / 8, kDB = kD / 8;
   static_assert(kD % 64 == 0 && kBN % 64 == 0, "wgmma tiles are whole 64-column atoms");

@@ -56,6 +56,7 @@ __global__ void __launch_bounds__(256, 1) bwd_wide_wgmma_kernel(const fa__cuda_p
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = typename E::storage;
   using cfg = bwd_wide_wgmma_cfg;
+  static_assert(!kDrop || (kArith && kTile == 0), "the keep bits go with the arithmetic form, without a tile");
   constexpr int kD = cfg::kD, kBN = cfg::kBN, kBM = cfg::kBM, kThreads = cfg::kThreads;
   constexpr int kMB = kBM / 8, kKS = kBM / 16;  // 8-query blocks of S^T; 16-query k steps
   constexpr int kMBh = kMB / 2;                 // a warpgroup's query half
@@ -113,8 +114,12 @@ __global__ void __launch_bounds__(256, 1) bwd_wide_wgmma_kernel(const fa__cuda_p
     float s[kMB][4];  // warpgroup 0: S^T; warpgroup 1: dP^T
     bwd_wgmma_kt<E, kD, kBM, kBN>(s, wg == 0 ? k_base : v_base, wg == 0 ? q_st : do_st, 0);
     // the keep bits of the warpgroup's query half while the product runs
-    bwd_keep<kMBh> keep;
-    if constexpr (kDrop) keep = bwd_keep_bits<kMBh>(p, blk.b * p.Hq + h, m0 + wg * (kBM / 2), blk.n0 + wkey, g, t);
+    const auto keep = [&] {
+      if constexpr (kDrop)
+        return bwd_keep_bits<kMBh>(p, blk.b * p.Hq + h, m0 + wg * (kBM / 2), blk.n0 + wkey, g, t);
+      else
+        return no_drop{};
+    }();
     wgmma_wait<0>();
     fence_regs(s);
     // each warpgroup hands the other the half of its product that the
@@ -145,16 +150,10 @@ __global__ void __launch_bounds__(256, 1) bwd_wide_wgmma_kernel(const fa__cuda_p
         else
           return X{};
       }();
-      auto p_ds = [&](const auto &dr) {
-        if (p.softcap > 0.f)
-          bwd_p_ds_arith<true>(blk.bd, a, x, y, l_s + qh, ds_s + qh, m0 + qh, blk.n0 + wkey, g, t, xt, 0, dr);
-        else
-          bwd_p_ds_arith<false>(blk.bd, a, x, y, l_s + qh, ds_s + qh, m0 + qh, blk.n0 + wkey, g, t, xt, 0, dr);
-      };
-      if constexpr (kDrop)
-        p_ds(keep);
+      if (p.softcap > 0.f)
+        bwd_p_ds_arith<true>(blk.bd, a, x, y, l_s + qh, ds_s + qh, m0 + qh, blk.n0 + wkey, g, t, xt, 0, keep);
       else
-        p_ds(no_drop{});
+        bwd_p_ds_arith<false>(blk.bd, a, x, y, l_s + qh, ds_s + qh, m0 + qh, blk.n0 + wkey, g, t, xt, 0, keep);
     } else {
       bwd_p_ds<kFull>(p, blk.bd, blk.b, h, x, y, l_s + qh, ds_s + qh, m0 + qh, blk.n0 + wkey, g, t);
     }

@@ -49,7 +49,8 @@
 // are, in any order. Packed sequences' LSE / dsum rows and dQ turns are laid
 // out per sequence (fa__cuda_ws_row0, bwd_ws_turn).
 // Band-only calls (kScoreBand), with kScoreArith those whose per-element options are
-// softcap and ALiBi only (bwd_tile.cuh's bwd_p_ds_arith), with kScoreTile
+// softcap and ALiBi only (bwd_tile.cuh's bwd_p_ds_arith; with kScoreDrop
+// also dropout, dropout_tile.cuh's keep bits), with kScoreTile
 // those and one bias or one mask (p.bwd_tile; dBias comes after): the producer
 // copies the query tile's rows of it into a ring of its own (one slot at
 // D = 64, freed as soon as the consumers have scored; score_tile.cuh
@@ -327,8 +328,12 @@ __global__ void __launch_bounds__(384, 1)
       uint32_t ap[kBM / 16][4], as[kBM / 16][4];
       if constexpr (kEarlyDs || kScore != kScoreBand) {
         // dropout's keep bits while the products run (dropout_tile.cuh)
-        bwd_keep<kMB> keep;
-        if constexpr (kScore == kScoreDrop) keep = bwd_keep_bits<kMB>(p, blk.b * p.Hq + h, m0, blk.n0 + wkey, g, t);
+        const auto keep = [&] {
+          if constexpr (kScore == kScoreDrop)
+            return bwd_keep_bits<kMB>(p, blk.b * p.Hq + h, m0, blk.n0 + wkey, g, t);
+          else
+            return no_drop{};
+        }();
         // P^T and dS^T both before dV: S^T and dP^T die sooner (and the
         // softcap's tanh is at hand for dS^T)
         wgmma_wait<0>();
@@ -336,17 +341,11 @@ __global__ void __launch_bounds__(384, 1)
         fence_regs(dpt);
         if constexpr (kScore != kScoreBand) {
           const arith_score a(p, alibi_slope(p, h));
-          auto p_ds_as = [&](const auto &x, const auto &dr) {
-            if (p.softcap > 0.f)
-              bwd_p_ds_arith<true>(blk.bd, a, st, dpt, l_s, ds_s, m0, blk.n0 + wkey, g, t, x, wkey, dr);
-            else
-              bwd_p_ds_arith<false>(blk.bd, a, st, dpt, l_s, ds_s, m0, blk.n0 + wkey, g, t, x, wkey, dr);
-          };
           auto p_ds = [&](const auto &x) {
-            if constexpr (kScore == kScoreDrop)
-              p_ds_as(x, keep);
+            if (p.softcap > 0.f)
+              bwd_p_ds_arith<true>(blk.bd, a, st, dpt, l_s, ds_s, m0, blk.n0 + wkey, g, t, x, wkey, keep);
             else
-              p_ds_as(x, no_drop{});
+              bwd_p_ds_arith<false>(blk.bd, a, st, dpt, l_s, ds_s, m0, blk.n0 + wkey, g, t, x, wkey, keep);
           };
           if constexpr (kTile) {
             const int xs_slot = it % cfg::kXSlots;

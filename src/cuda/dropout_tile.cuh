@@ -1,5 +1,6 @@
 // The dropout keep bits of a thread's score fragment, for the
-// warp-specialized kernels (fwd_ws_kernel.cuh, bwd_ws_kernel.cuh), made
+// warp-specialized kernels (fwd_ws_kernel.cuh, bwd_ws_kernel.cuh) and the
+// D = 256 backward's (bwd_wide_wgmma_kernel.cuh, bwd_dq_wgmma_kernel.cuh), made
 // with one Philox call per four elements instead of one per element or
 // pair. The rule is src/rules/dropout.h's (rules.cuh's keep_one): one call
 // decides the four columns 4 (jg >> 2) .. + 3 of a row, jg = j + k_off.
@@ -14,7 +15,7 @@
 // half of what keep_pair's do: Philox's twenty 32 x 32 -> 64-bit multiplies
 // a call are what dropout costs on the GPU.
 // The columns must start groups where the thread's start them: k_off a
-// multiple of 4 (backend.cu: p.ws_drop), tiles at multiples of 16 keys.
+// multiple of 4 (backend.cu: p.arith_drop), tiles at multiples of 16 keys.
 #ifndef FA_CUDA_DROPOUT_TILE_CUH
 #define FA_CUDA_DROPOUT_TILE_CUH
 
@@ -31,6 +32,13 @@ __device__ __forceinline__ uint32_t keep_nibble(const fa__cuda_params &p, int64_
   return static_cast<uint32_t>(r.v[0] < p.threshold) | static_cast<uint32_t>(r.v[1] < p.threshold) << 1 |
          static_cast<uint32_t>(r.v[2] < p.threshold) << 2 | static_cast<uint32_t>(r.v[3] < p.threshold) << 3;
 }
+
+// No dropout (bwd_tile.cuh's bwd_p_ds_arith, bwd_ds_rows_arith without it).
+struct no_drop {
+  static constexpr bool kOn = false;
+  float dscale = 1.f;
+  __device__ __forceinline__ bool at(int, int) const { return true; }
+};
 
 // The keep bits of a fragment held as S (rows are queries: element
 // s[nb][2 r + c] at row r0 + g + 8 r, column n0 + 8 nb + 2 t + c of the
@@ -96,13 +104,6 @@ struct bwd_keep {
   uint32_t bits[4][kW];
   float dscale;  // 1 / (1 - p)
   __device__ __forceinline__ bool at(int mb, int e) const { return (bits[e][mb / 8] >> (4 * (mb % 8))) & 1u; }
-};
-
-// No dropout (bwd_tile.cuh's bwd_p_ds_arith, bwd_ds_rows_arith without it).
-struct no_drop {
-  static constexpr bool kOn = false;
-  float dscale = 1.f;
-  __device__ __forceinline__ bool at(int, int) const { return true; }
 };
 
 template <int kMB>

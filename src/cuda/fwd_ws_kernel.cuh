@@ -22,7 +22,9 @@
 // options (causal, window, lengths: seqlens and packed sequences too) and a
 // positive scale (kScoreBand); with kScoreArith the arithmetic options too
 // (softcap, ALiBi: score_arith.cuh, the scale applied before the softcap, so
-// any scale); with kScoreTile also one bias or mask, which the producer
+// any scale; with kScoreDrop also dropout: P's dropped elements zeroed
+// after the row sums, dropout_tile.cuh's keep bits); with kScoreTile
+// also one bias or mask, which the producer
 // copies tile by tile (kBM rows x kBN keys, or one row where the tensor is
 // the same for every row) into a ring of two slots of its own, read by the
 // consumers' scoring (score_tile.cuh), so that S need not wait for it;

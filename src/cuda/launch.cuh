@@ -138,8 +138,8 @@ fa_status fa__cuda_wgmma_bwd_bf16(const fa__cuda_params &p, int kd, int determin
 fa_status fa__cuda_wgmma_bwd_f16(const fa__cuda_params &p, int kd, int deterministic, cudaStream_t s, fa__err *err);
 // dBias on wgmma into p.dbias after the backward (dsum filled): unsummed,
 // the elements no block writes (a band, lengths) zeroed by the caller
-// (backend.cu dbias); summed over b and / or h (p.dbias_sum_b, _h), every
-// element written; sm_90a code; kd 64, 128 or 256.
+// (backend.cu dbias); summed over b, h and / or the rows (p.dbias_sum_b,
+// _h, _i), every element written; sm_90a code; kd 64, 128 or 256.
 fa_status fa__cuda_wgmma_dbias_bf16(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err);
 fa_status fa__cuda_wgmma_dbias_f16(const fa__cuda_params &p, int kd, cudaStream_t s, fa__err *err);
 // deterministic: dQ by its own kernel (no atomics); else fused with f32

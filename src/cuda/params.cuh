@@ -80,8 +80,9 @@ struct fa__cuda_params {
 
   int has_extras;      // mask, bias, alibi, softcap or dropout: the per-element path
   int arith_only;      // the extras are softcap and / or ALiBi only: the warp-specialized kernels take them
-  int arith_drop;      // the same with dropout (dropout_tile.cuh's keep bits: k_off a multiple of 4)
                        // (score_arith.cuh) unless FLASHATTN_CUDA_WS_ARITH=0
+  int arith_drop;      // those and dropout (dropout_tile.cuh's keep bits: k_off a multiple of 4), unless
+                       // FLASHATTN_CUDA_WS_DROP=0
   int fwd_tile;        // the forward's one per-element tensor, when the warp-specialized forward may copy it
                        // tile by tile (fwd_ws_kernel.cuh's kScoreTile): FA_CUDA_TILE_BIAS or _MASK, else 0
   int bwd_tile;        // the same for the backward (dBias, when asked for, by a kernel of its own)
