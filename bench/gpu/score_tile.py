@@ -30,8 +30,13 @@ as anchors.py counts them (4 B H L^2 D, halved under causal; backward 2.5x).
 The bias asks for no gradient (no dBias: that backward is the per-element
 kernels' either way).
 
+With --dropout P every call (ours, plain, SDPA) also drops with probability
+P: ours then runs the tiles and the keep bits together (kScoreTileDrop;
+elem: the per-element kernels), and SDPA's outputs are not compared (other
+random numbers).
+
 usage: python3 bench/gpu/score_tile.py --lib build-gpu/libflashattn.so
-       [--d 64,128,256] [--l 2048,8192] [--causal 0,1] [--options bias,mask,...] [--reps 10]
+       [--d 64,128,256] [--l 2048,8192] [--causal 0,1] [--options bias,mask,...] [--reps 10] [--dropout 0.1]
 """
 
 import argparse
@@ -86,11 +91,19 @@ def main():
     ap.add_argument("--causal", default="0,1")
     ap.add_argument("--options", default=",".join(SHAPES))
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument(
+        "--dropout",
+        type=float,
+        default=0.0,
+        help="every call with this dropout too (ours: the tiles and the keep bits together, src/cuda/"
+        "dropout_tile.cuh; plain: dropout without the tensor; SDPA: dropout_p; peers' outputs not compared: other "
+        "random numbers)",
+    )
     a = ap.parse_args()
 
     ours = FlashAttn(a.lib)
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, lib {a.lib}")
-    print(f"# bf16, hidden 2048, B * L = 16384, TFLOP/s, median of {a.reps} after 3 warm-ups")
+    print(f"# bf16, hidden 2048, B * L = 16384, dropout {a.dropout:g}, TFLOP/s, median of {a.reps} after 3 warm-ups")
     cols = ["ws", "elem", "plain", "sdpa"]
     print(
         f"{'option':>10} {'D':>4} {'L':>6} {'c':>1} {'pass'} | "
@@ -102,6 +115,7 @@ def main():
         gen = torch.Generator(device="cuda").manual_seed(L * 1000 + D)
         flops = 4.0 * B * H * L * L * D * (0.5 if causal else 1.0)
         plain = ours.options(causal)
+        plain.dropout_p, plain.dropout_seed = a.dropout, 1234
         fwd = ours.forward(q, k, v, o, lse, plain)
         fwd()
         plain_ms = {
@@ -113,6 +127,7 @@ def main():
                 sys.exit(f"unknown option {opt_name}; known: {','.join(SHAPES)}")
             t = make_tensor(opt_name, B, H, L, gen)
             opt = ours.options(causal)
+            opt.dropout_p, opt.dropout_seed = a.dropout, 1234
             is_mask = t.dtype == torch.bool
             if is_mask:
                 opt.mask = fa.tensor_of(t.view(torch.uint8), fa.FA_BOOL)
@@ -132,9 +147,12 @@ def main():
             for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("eff", SDPBackend.EFFICIENT_ATTENTION)):
                 try:
                     with sdpa_kernel([backend]):
-                        sdpa = lambda qq, kk, vv: F.scaled_dot_product_attention(qq, kk, vv, attn_mask=m)  # noqa: E731
+                        sdpa = lambda qq, kk, vv: F.scaled_dot_product_attention(  # noqa: E731
+                            qq, kk, vv, attn_mask=m, dropout_p=a.dropout
+                        )
                         res[("sdpa", "fwd")], res[("sdpa", "bwd")], out, grads = time_peer(sdpa, (q, k, v), do, a.reps)
-                    diffs.append("sdpa " + "/".join(f"{relerr(x, r):.0e}" for x, r in zip((out, *grads), ref)))
+                    if not a.dropout:
+                        diffs.append("sdpa " + "/".join(f"{relerr(x, r):.0e}" for x, r in zip((out, *grads), ref)))
                     by = name
                     del out, grads
                     break

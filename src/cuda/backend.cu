@@ -251,25 +251,26 @@ void params_init(fa__cuda_params *pp, const fa__problem *p) {
   const bool exact_span = span < (int64_t(1) << 24);
   pp->arith_only = (p->alibi_slopes || p->softcap > 0) && !p->mask.data && !p->bias.data && !pp->has_dropout &&
                    exact_span && !(arith && strcmp(arith, "0") == 0);
-  // Dropout with or without those (no bias or mask): kernels of their own
-  // (kScoreDrop), the keep bits one Philox call per four elements
+  // Dropout with or without those (no bias or mask: kScoreDrop; with one:
+  // kScoreTileDrop, below), the keep bits one Philox call per four elements
   // (dropout_tile.cuh), where the key offset keeps the rule's groups of four
   // columns aligned with the tiles'; FLASHATTN_CUDA_WS_DROP=0 keeps the
   // per-element kernels for it.
   const char *drop = getenv("FLASHATTN_CUDA_WS_DROP");
-  pp->arith_drop = pp->has_dropout && !p->mask.data && !p->bias.data && p->k_offset % 4 == 0 && exact_span &&
-                   !(drop && strcmp(drop, "0") == 0);
-  // One bias of the inputs' dtype or one mask (with or without softcap and
-  // ALiBi, no dropout): the warp-specialized forward may copy it tile by
-  // tile (launch_fwd_wgmma.cuh decides whether the copy engine can address
-  // it); FLASHATTN_CUDA_WS_TILE=0 keeps the per-element kernels.
+  const bool drop_ok = p->k_offset % 4 == 0 && !(drop && strcmp(drop, "0") == 0);
+  pp->arith_drop = pp->has_dropout && !p->mask.data && !p->bias.data && drop_ok && exact_span;
+  // One bias of the inputs' dtype or one mask (with or without softcap,
+  // ALiBi and dropout, dropout where drop_ok): the
+  // warp-specialized forward may copy it tile by tile (launch_fwd_wgmma.cuh
+  // decides whether the copy engine can address it); FLASHATTN_CUDA_WS_TILE=0
+  // keeps the per-element kernels.
   const char *tile = getenv("FLASHATTN_CUDA_WS_TILE");
   const bool one_bias = p->bias.data && !p->mask.data && p->bias.dtype == p->dtype;
   const bool one_mask = p->mask.data && !p->bias.data;
-  pp->fwd_tile =
-      (one_bias || one_mask) && is_half(p->dtype) && !pp->has_dropout && exact_span && !(tile && strcmp(tile, "0") == 0)
-          ? (one_bias ? FA_CUDA_TILE_BIAS : FA_CUDA_TILE_MASK)
-          : 0;
+  pp->fwd_tile = (one_bias || one_mask) && is_half(p->dtype) && (!pp->has_dropout || drop_ok) && exact_span &&
+                         !(tile && strcmp(tile, "0") == 0)
+                     ? (one_bias ? FA_CUDA_TILE_BIAS : FA_CUDA_TILE_MASK)
+                     : 0;
   // (dBias, dS summed over the bias's broadcast dims, has kernels of its own, after the backward)
   pp->bwd_tile = pp->fwd_tile;
   for (int d = 0; d < 4; ++d) pp->tile_s[d] = pp->fwd_tile == FA_CUDA_TILE_MASK ? pp->mask_s[d] : pp->bias_s[d];
@@ -380,7 +381,8 @@ fa_status dbias(const fa__problem *p, fa__cuda_params *pp, bool fast, int dmax, 
   const fa_tensor &db = p->dbias;
 #if defined(FA_HAVE_SM90A)
   const int64_t logical[4] = {pp->B, pp->Hq, pp->Lq, pp->Lk};
-  bool direct = pp->bwd_tile == FA_CUDA_TILE_BIAS && db.dtype == p->dtype;
+  // (with dropout: the SIMT kernel; the tensor-core dS kernels make no keep bits)
+  bool direct = pp->bwd_tile == FA_CUDA_TILE_BIAS && db.dtype == p->dtype && !pp->has_dropout;
   bool summed[3] = {false, false, false};
   int64_t numel = 1;
   for (int d = 3; d >= 0; --d) {

@@ -84,7 +84,7 @@ struct bwd_ws_cfg {
   // at D = 64 (kBM = 128, 32 KiB a slot) one slot, which the consumers free
   // as soon as they have scored (a second did not fit beside the rest)
   static constexpr uint32_t kXAtomBytes = kBM * 128;
-  static constexpr uint32_t kXBytes = kScore == kScoreTile ? 2 * kXAtomBytes : 0;
+  static constexpr uint32_t kXBytes = score_has_tile(kScore) ? 2 * kXAtomBytes : 0;
   static constexpr int kXSlots = kD == 64 ? 1 : kStages;
   // K, V, the Q and dO rings, dS^T, the dQ tiles, the bias / mask ring, the
   // row statistics, the barriers; 1 KiB to align the tiles to 1024 bytes
@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(384, 1)
                   const __grid_constant__ CUtensorMap tx) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using cfg = bwd_ws_cfg<kD, kBM, kStages, kDet, kScore>;
-  constexpr bool kTile = kScore == kScoreTile;
+  constexpr bool kTile = score_has_tile(kScore);
   constexpr int kBN = cfg::kBN, kMB = kBM / 8, kDB = kD / 8, kAtoms = kD / 64;
   static_assert((kBM == 128 && kD == 64) || (kBM == 64 && kD == 128), "tile shapes with a 64 x 64 dQ block each");
   // D = 64 (128 query rows): S^T and dP^T are 64 registers each, so P^T and
@@ -329,7 +329,7 @@ __global__ void __launch_bounds__(384, 1)
       if constexpr (kEarlyDs || kScore != kScoreBand) {
         // dropout's keep bits while the products run (dropout_tile.cuh)
         const auto keep = [&] {
-          if constexpr (kScore == kScoreDrop)
+          if constexpr (score_has_drop(kScore))
             return bwd_keep_bits<kMB>(p, blk.b * p.Hq + h, m0, blk.n0 + wkey, g, t);
           else
             return no_drop{};

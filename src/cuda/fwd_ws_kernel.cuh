@@ -54,7 +54,7 @@ struct fwd_ws_cfg {
   // kScoreTile: a slot of the bias / mask ring holds kBM rows of kBN 16-bit
   // elements (a mask's bytes take half), in atoms of 64 columns. Two slots
   // whatever kStages (three would not fit beside D = 64's three K/V slots).
-  static constexpr int kXSlots = kScore == kScoreTile ? 2 : 0;
+  static constexpr int kXSlots = score_has_tile(kScore) ? 2 : 0;
   static constexpr uint32_t kXAtomBytes = kBM * 128, kXBytes = kBN / 64 * kXAtomBytes;
   // Q, the K and V rings, the bias / mask ring, the barriers, and 1 KiB to
   // align the tiles to 1024 bytes (the swizzle pattern's period).
@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
                   const __grid_constant__ CUtensorMap tx, int64_t row_tiles, bool heads_inner) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using cfg = fwd_ws_cfg<kD, kBN, kStages, kCWG, kScore>;
-  constexpr bool kTile = kScore == kScoreTile;
+  constexpr bool kTile = score_has_tile(kScore);
   constexpr int kBM = cfg::kBM, kNB = kBN / 8, kDB = kD / 8, kAtoms = kD / 64;
   static_assert(kD % 64 == 0 && kBN % 16 == 0 && kBN <= 256, "wgmma tiles");
 
@@ -276,7 +276,7 @@ __global__ void __launch_bounds__(128 * (kCWG + 1), 1)
             scores(no_score_tile{});
           }
           fwd_softmax<false>(p, c, s, alpha, row_m, row_l, m0 + wrow, n0, g, t);
-          if constexpr (kScore == kScoreDrop) fwd_drop(p, c.bh, s[0], m0 + wrow, n0, g, t);
+          if constexpr (score_has_drop(kScore)) fwd_drop(p, c.bh, s[0], m0 + wrow, n0, g, t);
         } else {
           fwd_scores<false, true>(p, c, s, m0 + wrow, n0, g, t);
           fwd_softmax<false, 0, true>(p, c, s, alpha, row_m, row_l, m0 + wrow, n0, g, t, p.scale_log2);

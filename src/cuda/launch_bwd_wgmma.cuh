@@ -56,6 +56,7 @@ fa_status launch_bwd_ws_score(const fa__cuda_params &p, const CUtensorMap (&m)[6
 
 template <typename E, int kD, int kBM, int kStages, bool kDet>
 fa_status launch_bwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&m)[6], cudaStream_t s, fa__err *err) {
+  if (p.bwd_tile && p.has_dropout) return launch_bwd_ws_score<E, kD, kBM, kStages, kDet, kScoreTileDrop>(p, m, s, err);
   if (p.bwd_tile) return launch_bwd_ws_score<E, kD, kBM, kStages, kDet, kScoreTile>(p, m, s, err);
   if (p.arith_only) return launch_bwd_ws_score<E, kD, kBM, kStages, kDet, kScoreArith>(p, m, s, err);
   if (p.arith_drop) return launch_bwd_ws_score<E, kD, kBM, kStages, kDet, kScoreDrop>(p, m, s, err);
@@ -159,6 +160,8 @@ fa_status launch_bwd_wide_wgmma(const fa__cuda_params &p, int dq_apart, cudaStre
   if constexpr (kFull) {
     if (p.arith_only) return launch_bwd_wide_wgmma_as<E, false, true>(p, dq_apart, s, err);
     if (p.arith_drop) return launch_bwd_wide_wgmma_as<E, false, true, 0, true>(p, dq_apart, s, err);
+    // (a bias or mask with dropout: the per-element kernels, below)
+    if (p.has_dropout) return launch_bwd_wide_wgmma_as<E, kFull, false>(p, dq_apart, s, err);
     if (p.bwd_tile == FA_CUDA_TILE_BIAS)
       return launch_bwd_wide_wgmma_as<E, false, true, FA_CUDA_TILE_BIAS>(p, dq_apart, s, err);
     if (p.bwd_tile == FA_CUDA_TILE_MASK)

@@ -48,6 +48,8 @@ fa_status launch_fwd_ws_score(const fa__cuda_params &p, const CUtensorMap (&maps
 template <typename E, int kD, int kBN, int kStages, int kCWG, bool kTile>
 fa_status launch_fwd_ws_cfg(const fa__cuda_params &p, const CUtensorMap (&maps)[4], cudaStream_t s, fa__err *err) {
   if constexpr (kTile) {
+    if (p.fwd_tile && p.has_dropout)
+      return launch_fwd_ws_score<E, kD, kBN, kStages, kCWG, kScoreTileDrop>(p, maps, s, err);
     if (p.fwd_tile) return launch_fwd_ws_score<E, kD, kBN, kStages, kCWG, kScoreTile>(p, maps, s, err);
     if (p.arith_drop) return launch_fwd_ws_score<E, kD, kBN, kStages, kCWG, kScoreDrop>(p, maps, s, err);
   }
@@ -129,7 +131,8 @@ fa_status launch_fwd_wgmma(const fa__cuda_params &p, int kd, cudaStream_t s, fa_
   if (kd == 64) {
     // a bias or mask: 2 x 128 (the tile's reads on 3 x 128's 160 registers spilled 1.1 KiB)
     if (p.fwd_tile && fwd_ws_maps<E>(p, 128, 128, maps))
-      return launch_fwd_ws_score<E, 64, 128, 3, 2, kScoreTile>(p, maps, s, err);
+      return p.has_dropout ? launch_fwd_ws_score<E, 64, 128, 3, 2, kScoreTileDrop>(p, maps, s, err)
+                           : launch_fwd_ws_score<E, 64, 128, 3, 2, kScoreTile>(p, maps, s, err);
     // dropout: 2 x 128 too (its keep bits on 3 x 128's 160 registers spilled 0.5 KiB)
     if (p.arith_drop && fwd_ws_maps<E>(p, 128, 128, maps))
       return launch_fwd_ws_score<E, 64, 128, 3, 2, kScoreDrop>(p, maps, s, err);

@@ -26,9 +26,16 @@ namespace fa_cuda {
 
 // How the warp-specialized kernels' consumers score (a template argument):
 // the band only, the arithmetic options (score_arith.cuh; p.arith_only),
-// those and a bias or mask tile (p.fwd_tile, p.bwd_tile), or the
-// arithmetic options and dropout (dropout_tile.cuh; p.arith_drop).
-enum { kScoreBand = 0, kScoreArith = 1, kScoreTile = 2, kScoreDrop = 3 };
+// those and a bias or mask tile (p.fwd_tile, p.bwd_tile), the arithmetic
+// options and dropout (dropout_tile.cuh; p.arith_drop), or all of them (a
+// tile and dropout: p.fwd_tile, p.bwd_tile with p.has_dropout).
+enum { kScoreBand = 0, kScoreArith = 1, kScoreTile = 2, kScoreDrop = 3, kScoreTileDrop = 4 };
+constexpr bool score_has_tile(int k) {
+  return k == kScoreTile || k == kScoreTileDrop;
+}
+constexpr bool score_has_drop(int k) {
+  return k == kScoreDrop || k == kScoreTileDrop;
+}
 
 // A reader's per-row part: the row's address at the thread's first column
 // and its swizzle key ((row % 8) << 4), computed once per row.
