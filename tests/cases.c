@@ -243,13 +243,15 @@ const tcase tc_cases[] = {
     {"deterministic_tile_bias_causal_D128", .B = 1, .Hq = 2, .Hkv = 1, .Lq = 150, .Lk = 264, .D = 128, .Dv = 128,
      .bias = 1, .causal = 1, .align = FA_ALIGN_BOTTOM_RIGHT, .deterministic = 1, .dtypes = TD_BF16},
     /* a bias or mask with dropout (cuda on Hopper: the tiles and the keep bits together, kScoreTileDrop; the D = 256
-     * backward per element; dBias with dropout on the SIMT kernel) */
+     * backward: the wide and dQ kernels' arithmetic form with the keep bits; dBias with dropout on the SIMT kernel) */
     {"tile_mask_keys_dropout_causal_gqa_D64", .B = 2, .Hq = 4, .Hkv = 2, .Lq = 200, .Lk = 272, .D = 64, .Dv = 64,
      .mask = 1, .mask_bcast = BC_H | BC_Q, .causal = 1, .dropout_p = 0.2, .seed = 51, .dtypes = TD_BF16},
     {"tile_bias_dbias_dropout_softcap_alibi_D128", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 150, .Lk = 272, .D = 128, .Dv = 128,
      .bias = 1, .dbias = 1, .softcap = 3.0, .mag = 2.0, .alibi = 1, .dropout_p = 0.3, .seed = 52, .dtypes = TD_F16},
     {"tile_mask_dropout_window_D256", .B = 1, .Hq = 2, .Hkv = 1, .Lq = 200, .Lk = 336, .D = 256, .Dv = 256, .mask = 1,
      .use_window = 1, .wl = 90, .wr = 20, .dropout_p = 0.25, .seed = 53, .dtypes = TD_BF16},
+    {"tile_bias_bcast_h_dropout_causal_gqa_D256", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 150, .Lk = 272, .D = 256, .Dv = 256,
+     .bias = 1, .bias_bcast = BC_H, .causal = 1, .dropout_p = 0.2, .seed = 55, .dtypes = TD_F16},
     {"deterministic_tile_bias_dropout_seqlens_D128", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 160, .Lk = 272, .D = 128,
      .Dv = 128, .bias = 1, .seqlens_q = sq_tile, .seqlens_k = sk_tile, .dropout_p = 0.2, .seed = 54, .deterministic = 1,
      .dtypes = TD_BF16},

@@ -292,13 +292,16 @@ static const ccase cases[] = {
     {"bf16_d256_dropout_causal", 1, 2, 1, 300, 330, 256, 256, FA_BF16, .dropout = 0.2, .causal = 1, .bwd = 1},
     {"f16_d256_dropout_softcap_alibi_window", 1, 4, 2, 260, 330, 256, 256, FA_F16, .dropout = 0.3, .softcap = 4.0,
      .alibi = 1, .use_window = 1, .wl = 100, .wr = 20, .bwd = 1},
-    /* a bias or mask with dropout: the tiles and the keep bits together (the D = 256 backward per element) */
+    /* a bias or mask with dropout: the tiles and the keep bits together (the D = 256 backward: the wide and dQ
+     * kernels' arithmetic form, the tensor from global memory, with the keep bits) */
     {"bf16_d128_bias16_dropout_causal_gqa", 2, 4, 2, 400, 512, 128, 128, FA_BF16, .bias = 1, .bias16 = 1,
      .dropout = 0.2, .causal = 1, .bwd = 1},
     {"f16_d64_mask_dropout_window", 1, 4, 4, 300, 400, 64, 64, FA_F16, .mask = 1, .dropout = 0.25, .use_window = 1,
      .wl = 120, .wr = 30, .bwd = 1},
     {"bf16_d256_mask_dropout_causal", 1, 2, 1, 300, 336, 256, 256, FA_BF16, .mask = 1, .dropout = 0.2, .causal = 1,
      .bwd = 1},
+    {"f16_d256_bias16_bcast_dropout_alibi_gqa", 2, 4, 2, 260, 400, 256, 256, FA_F16, .bias = 1, .bias16 = 1,
+     .bias_bcast_bh = 1, .alibi = 1, .dropout = 0.3, .bwd = 1},
     {"bf16_d256_everything", 1, 2, 1, 130, 140, 256, 256, FA_BF16, .mask = 1, .bias = 1, .alibi = 1, .softcap = 4.0,
      .dropout = 0.1, .causal = 1, .br = 1, .dbias = 1, .bwd = 1},
     /* one bias (in the inputs' dtype) or mask: the warp-specialized kernels' tiles (score_tile.cuh) */

@@ -85,15 +85,16 @@ struct dq_wgmma_cfg {
 // global memory (score_global.cuh); neither: the band. kDBias (with kArith
 // and a bias): dBias instead of dQ, each tile's dS (without the softcap's
 // derivative) stored into p.dbias, whose elements outside the tiles the band
-// lets a block see the caller has zeroed. kDrop (with kArith, not kTile):
-// dropout too (p.arith_drop; dropout_tile.cuh's keep bits).
+// lets a block see the caller has zeroed. kDrop (with kArith, with or
+// without kTile, not kDBias): dropout too (p.arith_drop, or p.bwd_tile with
+// p.has_dropout; dropout_tile.cuh's keep bits).
 template <typename E, int kD, int kBN, bool kFull, bool kArith = false, int kTile = 0, bool kDBias = false,
           bool kDrop = false>
 __global__ void __launch_bounds__(256, 1) bwd_dq_wgmma_kernel(const fa__cuda_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = typename E::storage;
   using cfg = dq_wgmma_cfg<kD, kBN>;
-  static_assert(!kDrop || (kArith && kTile == 0 && !kDBias), "the keep bits go with the arithmetic form, alone");
+  static_assert(!kDrop || (kArith && !kDBias), "the keep bits go with the arithmetic form, without dBias");
   constexpr int kBM = cfg::kBM, kThreads = cfg::kThreads, kVSlots = cfg::kVSlots;
   constexpr int kNB = kBN / 8, kDB = kD / 8;
   static_assert(kD % 64 == 0 && kBN % 64 == 0, "wgmma tiles are whole 64-column atoms");
@@ -181,7 +182,11 @@ __global__ void __launch_bounds__(256, 1) bwd_dq_wgmma_kernel(const fa__cuda_par
                          m0 + wrow + g, n0, s, t);
       continue;
     }
-    if constexpr (kArith && kTile != 0)
+    if constexpr (kArith && kTile != 0 && kDrop)
+      bwd_ds_rows_arith(p, c.bd, arith_score(p, alibi_slope(p, h)), s, dp, lse2, dsum, m0 + wrow, n0, g, t,
+                        global_score_tile_of<T, kTile>(p, c.seq, c.b, h, m0 + wrow, n0),
+                        rows_keep_bits<kNB>(p, c.bh, m0 + wrow, n0, g, t));
+    else if constexpr (kArith && kTile != 0)
       bwd_ds_rows_arith(p, c.bd, arith_score(p, alibi_slope(p, h)), s, dp, lse2, dsum, m0 + wrow, n0, g, t,
                         global_score_tile_of<T, kTile>(p, c.seq, c.b, h, m0 + wrow, n0));
     else if constexpr (kArith && kDrop)

@@ -22,9 +22,9 @@
 // option (bwd_p_ds); kArith (not with kFull): softcap and ALiBi only,
 // p.arith_only (bwd_p_ds_arith), and with kTile those and one bias or mask
 // (p.bwd_tile), read from global memory (score_global.cuh: no shared
-// memory is left for a tile), or with kDrop (not with kTile) those and
-// dropout (p.arith_drop: dropout_tile.cuh's keep bits, made while the
-// products run).
+// memory is left for a tile); kDrop, with or without kTile: dropout too
+// (p.arith_drop, or p.bwd_tile with p.has_dropout: dropout_tile.cuh's keep
+// bits, made while the products run).
 #ifndef FA_CUDA_BWD_WIDE_WGMMA_KERNEL_CUH
 #define FA_CUDA_BWD_WIDE_WGMMA_KERNEL_CUH
 
@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(256, 1) bwd_wide_wgmma_kernel(const fa__cuda_p
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = typename E::storage;
   using cfg = bwd_wide_wgmma_cfg;
-  static_assert(!kDrop || (kArith && kTile == 0), "the keep bits go with the arithmetic form, without a tile");
+  static_assert(!kDrop || kArith, "the keep bits go with the arithmetic form");
   constexpr int kD = cfg::kD, kBN = cfg::kBN, kBM = cfg::kBM, kThreads = cfg::kThreads;
   constexpr int kMB = kBM / 8, kKS = kBM / 16;  // 8-query blocks of S^T; 16-query k steps
   constexpr int kMBh = kMB / 2;                 // a warpgroup's query half

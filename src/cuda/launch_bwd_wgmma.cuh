@@ -154,14 +154,19 @@ fa_status launch_bwd_wide_wgmma_as(const fa__cuda_params &p, int dq_apart, cudaS
 // 0.45-0.51x the band-only backward (bench/results/2026-12-06-h100-arith-options.txt).
 // One bias or mask (p.bwd_tile; with or without softcap and ALiBi) takes
 // that form with the tensor read from global memory (kTile); dropout (with
-// or without softcap and ALiBi: p.arith_drop) with the keep bits (kDrop).
+// or without softcap and ALiBi: p.arith_drop; with a bias or mask too:
+// p.bwd_tile) with the keep bits (kDrop).
 template <typename E, bool kFull>
 fa_status launch_bwd_wide_wgmma(const fa__cuda_params &p, int dq_apart, cudaStream_t s, fa__err *err) {
   if constexpr (kFull) {
     if (p.arith_only) return launch_bwd_wide_wgmma_as<E, false, true>(p, dq_apart, s, err);
     if (p.arith_drop) return launch_bwd_wide_wgmma_as<E, false, true, 0, true>(p, dq_apart, s, err);
-    // (a bias or mask with dropout: the per-element kernels, below)
-    if (p.has_dropout) return launch_bwd_wide_wgmma_as<E, kFull, false>(p, dq_apart, s, err);
+    const bool drop = p.has_dropout;  // (p.bwd_tile is set with dropout only where the keep bits can be made)
+    if (drop && p.bwd_tile == FA_CUDA_TILE_BIAS)
+      return launch_bwd_wide_wgmma_as<E, false, true, FA_CUDA_TILE_BIAS, true>(p, dq_apart, s, err);
+    if (drop && p.bwd_tile == FA_CUDA_TILE_MASK)
+      return launch_bwd_wide_wgmma_as<E, false, true, FA_CUDA_TILE_MASK, true>(p, dq_apart, s, err);
+    if (drop) return launch_bwd_wide_wgmma_as<E, kFull, false>(p, dq_apart, s, err);
     if (p.bwd_tile == FA_CUDA_TILE_BIAS)
       return launch_bwd_wide_wgmma_as<E, false, true, FA_CUDA_TILE_BIAS>(p, dq_apart, s, err);
     if (p.bwd_tile == FA_CUDA_TILE_MASK)
