@@ -5,8 +5,9 @@
 # scripts/gpu/prebuild.sh, for one or more of
 #   arith  softcap and ALiBi (src/cuda/score_arith.cuh; bench/gpu/arith.py;
 #          FLASHATTN_CUDA_WS_ARITH=0 the per-element kernels)
-#   tile   one bias or mask (src/cuda/score_tile.cuh; bench/gpu/score_tile.py;
-#          FLASHATTN_CUDA_WS_TILE=0 the per-element kernels)
+#   tile   one bias or mask, with dropout too (src/cuda/score_tile.cuh;
+#          bench/gpu/score_tile.py [--dropout P]; FLASHATTN_CUDA_WS_TILE=0 the
+#          per-element kernels)
 #   lengths  per-sequence lengths (seqlens, packed) on the warp-specialized
 #          backward (bench/gpu/varlen.py; FLASHATTN_CUDA_WS_BWD=0 the cp.async
 #          backward)
@@ -44,7 +45,8 @@ mode_of() {
       ;;
     tile)
       SWITCH=FLASHATTN_CUDA_WS_TILE BENCH=bench/gpu/score_tile.py
-      SAN_CASES="bf16_d128_bias16_causal_br_gqa f16_d64_mask_window f16_d64_bias16_causal_gqa bf16_d256_bias16_bcast_softcap"
+      SAN_CASES="bf16_d128_bias16_causal_br_gqa f16_d64_mask_window f16_d64_bias16_causal_gqa bf16_d256_bias16_bcast_softcap
+        bf16_d128_bias16_dropout_causal_gqa f16_d256_bias16_bcast_dropout_alibi_gqa"
       # the tiles' rings: one case (racecheck is the slow one; its report on the backward's LSE / dsum bulk
       # copies is the known one, bench/results/2026-12-01-h200-ws-bwd.txt)
       RACE_CASES="f16_d64_mask_window"
