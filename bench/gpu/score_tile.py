@@ -27,8 +27,8 @@ ws's, relative to the largest magnitude. Shapes as bench/gpu/anchors.py: bf16, h
 Causal calls give ours the band and SDPA the band inside its tensor (-inf
 or False above the diagonal, materialized at [B or 1, H or 1, L, L]). FLOPs
 as anchors.py counts them (4 B H L^2 D, halved under causal; backward 2.5x).
-The bias asks for no gradient (no dBias: that backward is the per-element
-kernels' either way).
+The bias asks for no gradient (dBias has a bench of its own:
+bench/gpu/dbias.py).
 
 With --dropout P every call (ours, plain, SDPA) also drops with probability
 P: ours then runs the tiles and the keep bits together (kScoreTileDrop;

@@ -84,7 +84,7 @@ struct fa__cuda_params {
   int arith_drop;      // those and dropout (dropout_tile.cuh's keep bits: k_off a multiple of 4), unless
                        // FLASHATTN_CUDA_WS_DROP=0
   int fwd_tile;        // the forward's one per-element tensor, when the warp-specialized forward may copy it
-                       // tile by tile (fwd_ws_kernel.cuh's kScoreTile): FA_CUDA_TILE_BIAS or _MASK, else 0
+                       // tile by tile (fwd_ws_kernel.cuh's kScoreTile[Drop]): FA_CUDA_TILE_BIAS or _MASK, else 0
   int bwd_tile;        // the same for the backward (dBias, when asked for, by a kernel of its own)
   int64_t tile_s[4];   // with fwd_tile: that tensor's element strides (mask_s or bias_s; 0: broadcast)
   void *dbias;         // the wgmma dBias kernel's output (launch_bwd_wgmma.cuh launch_dbias_wgmma), else NULL:
