@@ -28,6 +28,10 @@
 # (WS_BENCH_S seconds at most each; WS_SKIP_CHECKS=1 leaves the checks out;
 # WS_SAN / WS_RACE, or WS_SAN_<mode> / WS_RACE_<mode>, name other
 # check_cuda cases for the sanitizers, WS_RACE="" none for racecheck).
+# WS_AB_LIB=FILE (a baseline libflashattn.so, or FILE.xz, carried): each
+# mode's bench then runs WS_AB_ROUNDS times (default 2) with this build's
+# library and with FILE in turn, each in its own process (A/B of a kernel
+# change whose baseline differs in one object: link it on the dev machine).
 #   carry:   [".gpu-deps", ".gpu-build.tar.xz"]
 #   command: WS_ARGS="--d 64,128 --l 2048,8192" bash scripts/gpu/ws_options.sh arith
 #            WS_ARGS_drop="--l 2048" WS_ARGS_dbias="--bcast keys" bash scripts/gpu/ws_options.sh drop dbias
@@ -110,14 +114,33 @@ if [ "${WS_SKIP_CHECKS:-0}" != 1 ]; then
 fi
 
 export PYTHONUNBUFFERED=1
+# the libraries each bench runs with: this build's (B), then the baseline (A)
+LIBS=("B=$B/libflashattn.so")
+ROUNDS=1
+if [ -n "${WS_AB_LIB:-}" ]; then
+  A=$ROOT/build-a-lib/libflashattn.so
+  mkdir -p "$(dirname "$A")"
+  case $WS_AB_LIB in
+    *.xz) xz -dc "$ROOT/$WS_AB_LIB" >"$A" ;;
+    *) cp "$ROOT/$WS_AB_LIB" "$A" ;;
+  esac || { say "cannot read WS_AB_LIB $WS_AB_LIB"; exit 1; }
+  LIBS+=("A=$A")
+  ROUNDS=${WS_AB_ROUNDS:-2}
+fi
 for m in "$@"; do
   mode_of "$m"
   args_var=WS_ARGS_$m
   args=${!args_var:-${WS_ARGS:-}}
-  say "== $BENCH $args ($(date -u +%T))"
-  # shellcheck disable=SC2086
-  timeout "${WS_BENCH_S:-300}" python3 "$BENCH" --lib "$B/libflashattn.so" $args >"$OUT/bench_$m.txt" 2>&1
-  say "exit $?"
-  tee -a "$SUMMARY" <"$OUT/bench_$m.txt"
+  for ((r = 1; r <= ROUNDS; ++r)); do
+    for lib in "${LIBS[@]}"; do
+      tag=${lib%%=*} log=$OUT/bench_$m.txt
+      [ "$ROUNDS" -gt 1 ] || [ ${#LIBS[@]} -gt 1 ] && log=$OUT/bench_${m}_${tag}$r.txt
+      say "== $BENCH $args [${tag}, round $r] ($(date -u +%T))"
+      # shellcheck disable=SC2086
+      timeout "${WS_BENCH_S:-300}" python3 "$BENCH" --lib "${lib#*=}" $args >"$log" 2>&1
+      say "exit $?"
+      tee -a "$SUMMARY" <"$log"
+    done
+  done
 done
 say "== done ($(date -u +%T))"
