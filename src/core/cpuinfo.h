@@ -14,7 +14,8 @@ typedef struct fa__cpuinfo {
   size_t l2_bytes;    /* per core */
   size_t l3_bytes;    /* shared; 0 if unknown */
   int vendor_amd;     /* AMD (or Hygon, the same cores) x86: where a tuning is vendor-specific (cpu backend:
-                         prefetchnta fills L1 only on Zen, which its decode tiles are sized for; on Intel it skips L2) */
+                         prefetchnta fills L1 only on Zen, which its decode tiles are sized for where L1d is 48 KiB;
+                         on Intel it skips L2) */
   int logical_cpus;
   char model[64];
 } fa__cpuinfo;

@@ -71,9 +71,9 @@
  * GQA 32/8 paged 256 ran 78 -> 88-100% at 32768 keys with t1 instead of t0;
  * f32 MHA paged 256 (one row) 56-58 -> 77% with 4x DEC_REGION_BYTES (16
  * keys: the 4-key block of all heads is 64 KiB, already more than L1; 8 or
- * 32 keys measured 65-68%, t1 63%). So on any x86 CPU that is not AMD's
- * (fa__cpuinfo vendor_amd) the read-once hint is t1 and one-row region tiles
- * are 4x; AMD keeps the Zen tuning.
+ * 32 keys measured 65-68%, t1 63%). So on Intel the read-once hint is t1
+ * and one-row region tiles are 4x; Zen 5 keeps the Zen tuning (and Zen 4
+ * takes Intel's: dec_l1_tuning below).
  *
  * Later on the same Xeon (bench/results/2026-12-01-cpu-decode-xeon-2.txt;
  * the bench's caches sit on 4 KiB pages): one row per kv head streamed at
@@ -134,6 +134,27 @@
  * 69 -> 75%, f32 GQA 86 -> 92%). So an item there carries at least this
  * much K and V, while every thread still gets one. */
 #define DEC_SPLIT_BYTES_INTEL ((int64_t)16 << 20)
+/* Which of the two tunings a CPU takes. The Zen one reads the NT rows' next
+ * tile into L1 only (prefetchnta) and sizes the tiles so that this tile and
+ * the next fit beside each other in a 48 KiB L1 (Zen 5's). On Zen 4 (L1d
+ * 32 KiB; a 2-vCPU EPYC guest, 2026-12-07, bench/results/2026-12-07-cpu-
+ * decode-zen4-tuning.txt: alternating processes, 3 rounds, 2 threads) Intel's
+ * (prefetcht1 into L2, DEC_BK tiles, DEC_SPLIT_BYTES_INTEL items) ran every
+ * shape faster, 8k / 32k keys, medians: contiguous f32 GQA 32/8 1.32 /
+ * 1.51x, bf16 GQA 1.02 / 1.35x, f32 MHA 1.48 / 1.43x, bf16 MHA 1.83 /
+ * 1.86x, f16 GQA 1.13 / 1.16x; pages of 256 1.08-1.38x (f32 GQA's rounds
+ * overlapping). Forcing prefetcht0 alone was no faster there than nta, t1
+ * alone 1.5-1.8x on f32 GQA. So the Zen tuning is kept for AMD cores whose
+ * L1d holds 48 KiB; every other x86 core takes Intel's. (Zen 3, also 32
+ * KiB, was not measured with either.) */
+static int dec_l1_tuning(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  const fa__cpuinfo *ci = fa__cpuinfo_get();
+  return ci->vendor_amd && ci->l1d_bytes >= 48 * 1024;
+#else
+  return 1; /* not x86: as tuned */
+#endif
+}
 
 typedef struct dec_ctx {
   const fa__problem *p;
@@ -438,12 +459,8 @@ fa_status fa__cpu_decode(const fa__problem *p, const fa__cpu_kernels *kt, fa__er
                 rs = p->k.stride[2] < 0 ? -p->k.stride[2] : p->k.stride[2];
   c.hg = p->Hkv > 1 && hs < rs ? (int)p->Hkv : 1;
   c.pf_keep = c.hg > 1 || c.R < 2 || c.R > DEC_NT_ROWS;
-  const int ntrows = !c.pf_keep; /* the read-once rows of DEC_NT_ROWS */
-#if defined(__x86_64__) || defined(__i386__)
-  const int zen = fa__cpuinfo_get()->vendor_amd; /* the Zen tuning above, or Intel's (DEC_PF_L2) */
-#else
-  const int zen = 1; /* not x86: as tuned */
-#endif
+  const int ntrows = !c.pf_keep;                                      /* the read-once rows of DEC_NT_ROWS */
+  const int zen = dec_l1_tuning();                                    /* the Zen tuning above, or Intel's (DEC_PF_L2) */
   if (!zen && c.hg == 1 && c.R <= DEC_NT_ROWS) c.pf_keep = DEC_PF_L2; /* the NT rows, and one row (above) */
   const int64_t kes = (int64_t)fa_dtype_size(p->k.dtype);
   c.region = c.hg > 1 && c.hg == p->Hkv && c.R >= 1 && c.R <= DEC_NT_ROWS && (kes == 2 || c.R == 1) &&
