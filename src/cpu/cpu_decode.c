@@ -134,7 +134,7 @@
  * 69 -> 75%, f32 GQA 86 -> 92%). So an item there carries at least this
  * much K and V, while every thread still gets one. */
 #define DEC_SPLIT_BYTES_INTEL ((int64_t)16 << 20)
-/* Which of the two tunings a CPU takes. The Zen one reads the NT rows' next
+/* Which tuning a CPU takes. The Zen one reads the NT rows' next
  * tile into L1 only (prefetchnta) and sizes the tiles so that this tile and
  * the next fit beside each other in a 48 KiB L1 (Zen 5's). On Zen 4 (L1d
  * 32 KiB; a 2-vCPU EPYC guest, 2026-12-07, bench/results/2026-12-07-cpu-
@@ -146,13 +146,26 @@
  * overlapping). Forcing prefetcht0 alone was no faster there than nta, t1
  * alone 1.5-1.8x on f32 GQA. So the Zen tuning is kept for AMD cores whose
  * L1d holds 48 KiB; every other x86 core takes Intel's. (Zen 3, also 32
- * KiB, was not measured with either.) */
-static int dec_l1_tuning(void) {
+ * KiB, was not measured with either.)
+ *
+ * One of Intel's tiles then measured slower on that Zen 4 (same file,
+ * sections 4 and 5): interleaved heads with 2 .. 8 rows (bf16 GQA 32/8,
+ * pages of 256) read 23-24 GB/s with the region's 16 keys, 26-29 with 64
+ * in a sweep, and in alternating processes 1.08 / 1.14x at 8k / 32k keys
+ * (f16 1.09 / 1.13x, GQA 32/4 0.99 / 1.04x): AMD cores on Intel's hints
+ * (DEC_TUNE_AMD_L2) take DEC_REGION_ROWS_AMD_L2 times the region's bytes.
+ * The contiguous 16-bit NT rows' 16-key Zen tiles, 1.2-1.3x against
+ * DEC_BK in that sweep, were 0.87-0.97x in the alternating runs (GQA 32/4
+ * the slowest): those keep DEC_BK. */
+enum { DEC_TUNE_ZEN, DEC_TUNE_INTEL, DEC_TUNE_AMD_L2 };
+#define DEC_REGION_ROWS_AMD_L2 4
+static int dec_tuning(void) {
 #if defined(__x86_64__) || defined(__i386__)
   const fa__cpuinfo *ci = fa__cpuinfo_get();
-  return ci->vendor_amd && ci->l1d_bytes >= 48 * 1024;
+  if (!ci->vendor_amd) return DEC_TUNE_INTEL;
+  return ci->l1d_bytes >= 48 * 1024 ? DEC_TUNE_ZEN : DEC_TUNE_AMD_L2;
 #else
-  return 1; /* not x86: as tuned */
+  return DEC_TUNE_ZEN; /* not x86: as tuned */
 #endif
 }
 
@@ -459,18 +472,20 @@ fa_status fa__cpu_decode(const fa__problem *p, const fa__cpu_kernels *kt, fa__er
                 rs = p->k.stride[2] < 0 ? -p->k.stride[2] : p->k.stride[2];
   c.hg = p->Hkv > 1 && hs < rs ? (int)p->Hkv : 1;
   c.pf_keep = c.hg > 1 || c.R < 2 || c.R > DEC_NT_ROWS;
-  const int ntrows = !c.pf_keep;                                      /* the read-once rows of DEC_NT_ROWS */
-  const int zen = dec_l1_tuning();                                    /* the Zen tuning above, or Intel's (DEC_PF_L2) */
-  if (!zen && c.hg == 1 && c.R <= DEC_NT_ROWS) c.pf_keep = DEC_PF_L2; /* the NT rows, and one row (above) */
+  const int ntrows = !c.pf_keep;                             /* the read-once rows of DEC_NT_ROWS */
+  const int tune = dec_tuning(), zen = tune == DEC_TUNE_ZEN; /* the Zen tuning above, or Intel's (DEC_PF_L2) */
   const int64_t kes = (int64_t)fa_dtype_size(p->k.dtype);
+  if (!zen && c.hg == 1 && c.R <= DEC_NT_ROWS) c.pf_keep = DEC_PF_L2; /* the NT rows, and one row (above) */
   c.region = c.hg > 1 && c.hg == p->Hkv && c.R >= 1 && c.R <= DEC_NT_ROWS && (kes == 2 || c.R == 1) &&
              p->v.dtype == p->k.dtype && (kt->dec_dtypes >> p->k.dtype & 1u) && p->k.stride[3] == 1 &&
              p->v.stride[3] == 1 && p->k.stride[1] == p->D && p->k.stride[2] == p->Hkv * p->D &&
              p->v.stride[1] == p->Dv && p->v.stride[2] == p->Hkv * p->Dv;
   if (c.region && c.R > 1 && !zen) c.pf_keep = DEC_PF_L2;
-  if (c.region && p->block_k <= 0) { /* DEC_REGION_BYTES of K (twice for one row, 4x that on Intel), 1 .. DEC_BK keys */
-    const int64_t one = zen ? 2 : 2 * DEC_REGION_ONE_ROW_INTEL;
-    const int64_t bk = (c.R == 1 ? one : 1) * (int64_t)DEC_REGION_BYTES / (p->Hkv * p->D * kes);
+  if (c.region &&
+      p->block_k <= 0) { /* DEC_REGION_BYTES of K (one row: 2x, 4x that on Intel; more: AMD_L2 4x), 1 .. DEC_BK keys */
+    const int64_t one = zen ? 2 : 2 * DEC_REGION_ONE_ROW_INTEL,
+                  more = tune == DEC_TUNE_AMD_L2 ? DEC_REGION_ROWS_AMD_L2 : 1;
+    const int64_t bk = (c.R == 1 ? one : more) * (int64_t)DEC_REGION_BYTES / (p->Hkv * p->D * kes);
     c.bk = bk < 1 ? 1 : bk > DEC_BK ? DEC_BK : (int)bk;
   } else if (c.hg > 1 && !zen && p->block_k <= 0) { /* Intel, interleaved heads off the region path */
     c.bk = DEC_HG_BK_INTEL;
