@@ -122,7 +122,9 @@ DS_INLINE void ds_scores_block(const int MR, const int DT, float *s, ptrdiff_t l
  * the warm call). With AVX-512's 32 the general forms kept up, and the
  * 4-row ones measured no faster on the GPU machine's host Xeon (f32, 2 threads,
  * 0.26-0.29 -> 0.27-0.32 ms, 3 rounds; bench/results/2026-12-07-cpu-decode-
- * zen3-r4.txt): AVX-512 keeps the general forms. */
+ * zen3-r4.txt): AVX-512 keeps the general forms (on a Zen 4, warm, 1 thread:
+ * f32 ~3% faster, bf16 alike; bench/results/2026-12-07-cpu-decode-zen4-
+ * tuning.txt section 6). */
 #define DS_R4 (DS_W == 8)
 
 /* Four query rows (GQA 32/8's group, the common decode shape) with d in
