@@ -73,7 +73,7 @@
  * keys: the 4-key block of all heads is 64 KiB, already more than L1; 8 or
  * 32 keys measured 65-68%, t1 63%). So on Intel the read-once hint is t1
  * and one-row region tiles are 4x; Zen 5 keeps the Zen tuning (and Zen 4
- * takes Intel's: dec_l1_tuning below).
+ * takes Intel's: dec_tuning below).
  *
  * Later on the same Xeon (bench/results/2026-12-01-cpu-decode-xeon-2.txt;
  * the bench's caches sit on 4 KiB pages): one row per kv head streamed at
@@ -481,8 +481,8 @@ fa_status fa__cpu_decode(const fa__problem *p, const fa__cpu_kernels *kt, fa__er
              p->v.stride[3] == 1 && p->k.stride[1] == p->D && p->k.stride[2] == p->Hkv * p->D &&
              p->v.stride[1] == p->Dv && p->v.stride[2] == p->Hkv * p->Dv;
   if (c.region && c.R > 1 && !zen) c.pf_keep = DEC_PF_L2;
-  if (c.region &&
-      p->block_k <= 0) { /* DEC_REGION_BYTES of K (one row: 2x, 4x that on Intel; more: AMD_L2 4x), 1 .. DEC_BK keys */
+  /* the region's tile: DEC_REGION_BYTES of K (one row: 2x, 4x that on Intel; more: 4x on AMD_L2), 1 .. DEC_BK keys */
+  if (c.region && p->block_k <= 0) {
     const int64_t one = zen ? 2 : 2 * DEC_REGION_ONE_ROW_INTEL,
                   more = tune == DEC_TUNE_AMD_L2 ? DEC_REGION_ROWS_AMD_L2 : 1;
     const int64_t bk = (c.R == 1 ? one : more) * (int64_t)DEC_REGION_BYTES / (p->Hkv * p->D * kes);
