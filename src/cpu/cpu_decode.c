@@ -156,7 +156,13 @@
  * (DEC_TUNE_AMD_L2) take DEC_REGION_ROWS_AMD_L2 times the region's bytes.
  * The contiguous 16-bit NT rows' 16-key Zen tiles, 1.2-1.3x against
  * DEC_BK in that sweep, were 0.87-0.97x in the alternating runs (GQA 32/4
- * the slowest): those keep DEC_BK. */
+ * the slowest): those keep DEC_BK.
+ *
+ * Nor did Intel's prefetcht0 for the interleaved heads it keeps it for
+ * (those off the own-rows path): prefetcht1 instead, pages of 256, f32 GQA
+ * 32/8 1.09 / 1.29x, f32 MHA 1.29 / 1.33x, bf16 MHA 1.28 / 1.26x; but 4 new
+ * tokens of bf16 GQA (16 rows) 0.80 / 0.78x (section 10). So on
+ * DEC_TUNE_AMD_L2 every item of 1 .. DEC_NT_ROWS rows prefetches into L2. */
 enum { DEC_TUNE_ZEN, DEC_TUNE_INTEL, DEC_TUNE_AMD_L2 };
 #define DEC_REGION_ROWS_AMD_L2 4
 static int dec_tuning(void) {
@@ -500,6 +506,7 @@ fa_status fa__cpu_decode(const fa__problem *p, const fa__cpu_kernels *kt, fa__er
     c.own = c.R > 1;
     c.region = 0;
   }
+  if (tune == DEC_TUNE_AMD_L2 && c.R <= DEC_NT_ROWS) c.pf_keep = DEC_PF_L2; /* into L2 (dec_tuning) */
   if (c.bk > 65536) c.bk = 65536; /* as fa_cpu_plan_get cuts asked-for tiles */
   if (c.bk > keys) c.bk = (int)keys;
   c.lds = (c.bk + FA_CPU_PANEL - 1) / FA_CPU_PANEL * FA_CPU_PANEL;
