@@ -154,9 +154,12 @@
  * in a sweep, and in alternating processes 1.08 / 1.14x at 8k / 32k keys
  * (f16 1.09 / 1.13x, GQA 32/4 0.99 / 1.04x): AMD cores on Intel's hints
  * (DEC_TUNE_AMD_L2) take DEC_REGION_ROWS_AMD_L2 times the region's bytes.
- * The contiguous 16-bit NT rows' 16-key Zen tiles, 1.2-1.3x against
- * DEC_BK in that sweep, were 0.87-0.97x in the alternating runs (GQA 32/4
- * the slowest): those keep DEC_BK.
+ * The contiguous NT rows of a 16-bit cache take the Zen tiles there too
+ * (DEC_TILE_BYTES / R: 16 keys at GQA 32/8): against DEC_BK 1.21 / 1.23x
+ * (bf16 GQA 32/8, 8k / 32k keys), 1.10 / 1.01x (GQA 32/4), 1.47 / 1.24x
+ * (f16) in alternating processes while the memory was quiet (31 GB/s
+ * reached; section 12), but 0.87-0.97x in an earlier contended spell
+ * (20 GB/s; section 5). f32 keeps DEC_BK (16 keys: 26-32 against 25-30).
  *
  * Nor did Intel's prefetcht0 for the interleaved heads it keeps it for
  * (those off the own-rows path): prefetcht1 instead, pages of 256, f32 GQA
@@ -481,6 +484,8 @@ fa_status fa__cpu_decode(const fa__problem *p, const fa__cpu_kernels *kt, fa__er
   const int ntrows = !c.pf_keep;                             /* the read-once rows of DEC_NT_ROWS */
   const int tune = dec_tuning(), zen = tune == DEC_TUNE_ZEN; /* the Zen tuning above, or Intel's (DEC_PF_L2) */
   const int64_t kes = (int64_t)fa_dtype_size(p->k.dtype);
+  /* the NT rows' tile: the Zen one (DEC_TILE_BYTES / R), also for a 16-bit cache on AMD_L2 (dec_tuning) */
+  const int nt_tile = ntrows && (zen || (tune == DEC_TUNE_AMD_L2 && kes == 2));
   if (!zen && c.hg == 1 && c.R <= DEC_NT_ROWS) c.pf_keep = DEC_PF_L2; /* the NT rows, and one row (above) */
   c.region = c.hg > 1 && c.hg == p->Hkv && c.R >= 1 && c.R <= DEC_NT_ROWS && (kes == 2 || c.R == 1) &&
              p->v.dtype == p->k.dtype && (kt->dec_dtypes >> p->k.dtype & 1u) && p->k.stride[3] == 1 &&
@@ -495,7 +500,7 @@ fa_status fa__cpu_decode(const fa__problem *p, const fa__cpu_kernels *kt, fa__er
     c.bk = bk < 1 ? 1 : bk > DEC_BK ? DEC_BK : (int)bk;
   } else if (c.hg > 1 && !zen && p->block_k <= 0) { /* Intel, interleaved heads off the region path */
     c.bk = DEC_HG_BK_INTEL;
-  } else if (p->block_k > 0 || !ntrows || !zen) { /* Intel: DEC_BK for the NT rows too (DEC_PF_L2 above) */
+  } else if (p->block_k > 0 || !nt_tile) { /* Intel: DEC_BK for the NT rows too (DEC_PF_L2 above) */
     c.bk = p->block_k > 0 ? p->block_k : DEC_BK;
   } else { /* DEC_TILE_BYTES / R of K, whole panels, 1 .. 8 of them */
     const int64_t kb = DEC_TILE_BYTES / (c.R > 0 ? c.R : 1), rowb = p->D * (int64_t)fa_dtype_size(p->k.dtype);
