@@ -148,8 +148,8 @@
  * L1d holds 48 KiB; every other x86 core takes Intel's. (Zen 3, also 32
  * KiB, was not measured with either.)
  *
- * One of Intel's tiles then measured slower on that Zen 4 (same file,
- * sections 4 and 5): interleaved heads with 2 .. 8 rows (bf16 GQA 32/8,
+ * Two of Intel's tiles then measured slower on that Zen 4 (same file,
+ * sections 4, 5 and 12): interleaved heads with 2 .. 8 rows (bf16 GQA 32/8,
  * pages of 256) read 23-24 GB/s with the region's 16 keys, 26-29 with 64
  * in a sweep, and in alternating processes 1.08 / 1.14x at 8k / 32k keys
  * (f16 1.09 / 1.13x, GQA 32/4 0.99 / 1.04x): AMD cores on Intel's hints
@@ -159,7 +159,7 @@
  * (bf16 GQA 32/8, 8k / 32k keys), 1.10 / 1.01x (GQA 32/4), 1.47 / 1.24x
  * (f16) in alternating processes while the memory was quiet (31 GB/s
  * reached; section 12), but 0.87-0.97x in an earlier contended spell
- * (20 GB/s; section 5). f32 keeps DEC_BK (16 keys: 26-32 against 25-30).
+ * (20 GB/s; section 5). f32 keeps DEC_BK (26-32 GB/s; 16 keys 25-30).
  *
  * Nor did Intel's prefetcht0 for the interleaved heads it keeps it for
  * (those off the own-rows path): prefetcht1 instead, pages of 256, f32 GQA
