@@ -134,7 +134,7 @@ for m in "$@"; do
   for ((r = 1; r <= ROUNDS; ++r)); do
     for lib in "${LIBS[@]}"; do
       tag=${lib%%=*} log=$OUT/bench_$m.txt
-      [ "$ROUNDS" -gt 1 ] || [ ${#LIBS[@]} -gt 1 ] && log=$OUT/bench_${m}_${tag}$r.txt
+      [ ${#LIBS[@]} -gt 1 ] && log=$OUT/bench_${m}_${tag}$r.txt
       say "== $BENCH $args [${tag}, round $r] ($(date -u +%T))"
       # shellcheck disable=SC2086
       timeout "${WS_BENCH_S:-300}" python3 "$BENCH" --lib "${lib#*=}" $args >"$log" 2>&1

@@ -486,12 +486,15 @@ fa_status fa__cpu_decode(const fa__problem *p, const fa__cpu_kernels *kt, fa__er
   const int64_t kes = (int64_t)fa_dtype_size(p->k.dtype);
   /* the NT rows' tile: the Zen one (DEC_TILE_BYTES / R), also for a 16-bit cache on AMD_L2 (dec_tuning) */
   const int nt_tile = ntrows && (zen || (tune == DEC_TUNE_AMD_L2 && kes == 2));
-  if (!zen && c.hg == 1 && c.R <= DEC_NT_ROWS) c.pf_keep = DEC_PF_L2; /* the NT rows, and one row (above) */
   c.region = c.hg > 1 && c.hg == p->Hkv && c.R >= 1 && c.R <= DEC_NT_ROWS && (kes == 2 || c.R == 1) &&
              p->v.dtype == p->k.dtype && (kt->dec_dtypes >> p->k.dtype & 1u) && p->k.stride[3] == 1 &&
              p->v.stride[3] == 1 && p->k.stride[1] == p->D && p->k.stride[2] == p->Hkv * p->D &&
              p->v.stride[1] == p->Dv && p->v.stride[2] == p->Hkv * p->Dv;
-  if (c.region && c.R > 1 && !zen) c.pf_keep = DEC_PF_L2;
+  /* prefetcht1: Intel's NT rows and one row (above) and its region items of more rows; AMD_L2's every item of
+   * 1 .. DEC_NT_ROWS rows (dec_tuning) */
+  const int pf_l2 = tune == DEC_TUNE_AMD_L2 ? c.R <= DEC_NT_ROWS
+                                            : !zen && ((c.hg == 1 && c.R <= DEC_NT_ROWS) || (c.region && c.R > 1));
+  if (pf_l2) c.pf_keep = DEC_PF_L2;
   /* the region's tile: DEC_REGION_BYTES of K (one row: 2x, 4x that on Intel; more: 4x on AMD_L2), 1 .. DEC_BK keys */
   if (c.region && p->block_k <= 0) {
     const int64_t one = zen ? 2 : 2 * DEC_REGION_ONE_ROW_INTEL,
@@ -511,7 +514,6 @@ fa_status fa__cpu_decode(const fa__problem *p, const fa__cpu_kernels *kt, fa__er
     c.own = c.R > 1;
     c.region = 0;
   }
-  if (tune == DEC_TUNE_AMD_L2 && c.R <= DEC_NT_ROWS) c.pf_keep = DEC_PF_L2; /* into L2 (dec_tuning) */
   if (c.bk > 65536) c.bk = 65536; /* as fa_cpu_plan_get cuts asked-for tiles */
   if (c.bk > keys) c.bk = (int)keys;
   c.lds = (c.bk + FA_CPU_PANEL - 1) / FA_CPU_PANEL * FA_CPU_PANEL;
