@@ -85,6 +85,35 @@ class PoolHigh:
         return high.value
 
 
+class PeerState:
+    """What a peer could leave set in this process for the calls after it (--retime): the context's
+    persisting-L2 limit (cuCtxGetLimit) and an access-policy window on the current stream
+    (cuStreamGetAttribute), which our kernels launched there would inherit. A line of text; "n/a" where
+    the driver API is missing."""
+
+    LIMIT_PERSISTING_L2 = 0x06  # CU_LIMIT_PERSISTING_L2_CACHE_SIZE
+    ATTR_ACCESS_POLICY_WINDOW = 1  # CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW
+
+    def __init__(self):
+        try:
+            self.cu = C.CDLL("libcuda.so.1")
+        except OSError:
+            self.cu = None
+
+    def line(self):
+        if self.cu is None:
+            return "n/a"
+        torch.cuda.synchronize()
+        limit = C.c_size_t(0)
+        st_limit = self.cu.cuCtxGetLimit(C.byref(limit), self.LIMIT_PERSISTING_L2)
+        win = (C.c_uint64 * 8)()  # CUstreamAttrValue: a 64-byte union; the window's base, bytes first
+        stream = C.c_void_p(torch.cuda.current_stream().cuda_stream)
+        st_win = self.cu.cuStreamGetAttribute(stream, self.ATTR_ACCESS_POLICY_WINDOW, C.byref(win))
+        limit_s = f"{limit.value} B" if st_limit == 0 else f"error {st_limit}"
+        win_s = f"base {win[0]:#x} bytes {win[1]}" if st_win == 0 else f"error {st_win}"
+        return f"persisting L2 limit {limit_s}; stream access-policy window {win_s}"
+
+
 def median_ms(fn, reps, warmup=3):
     for _ in range(warmup):
         fn()
@@ -278,6 +307,13 @@ def main():
         help="run flashattn's forward, backward and deterministic backward once per shape (for ncu)",
     )
     ap.add_argument(
+        "--retime",
+        action="store_true",
+        help="time flashattn again after the peers of each shape (impl 'fa-after'), and print the device "
+        "state a peer could leave set (PeerState) before the first shape and after each: does a peer in the "
+        "process slow our calls after it?",
+    )
+    ap.add_argument(
         "--fa4",
         action="store_true",
         help="also time FlashAttention 4 (flash_attn.cute.flash_attn_func, PyPI flash-attn-4)",
@@ -314,6 +350,9 @@ def main():
         f"{fa4_x_hdr} | check"
     )
     print(hdr)
+    state = PeerState() if args.retime else None
+    if state:
+        print(f"# state before any call: {state.line()}")
     for D, H, B, L, causal in shapes(args.d, args.l, args.causal):
         q, k, v, do, o, lse, dq, dk, dv = problem_tensors(B, H, L, D)
         fwd_flops = 4.0 * B * H * L * L * D / (2 if causal else 1)
@@ -421,6 +460,13 @@ def main():
             except Exception as e:  # this shape, dtype or GPU not supported by FA4
                 print(f"  FA4 unavailable: {type(e).__name__}: {e}".splitlines()[0])
         ref = None
+        if state:
+            # ours again, after the peers: same calls, same tensors
+            if "fwd" in passes:
+                res[("fa-after", "fwd")] = median_ms(f_fwd, args.reps)
+            if "bwd" in passes:
+                res[("fa-after", "bwd")] = median_ms(f_bwd, args.reps)
+            print(f"# state after D {D} L {L} causal {int(causal)}'s peers: {state.line()}")
         for ps in passes:
             flops = fwd_flops * (2.5 if ps == "bwd" else 1.0)
             tf = {n: flops / (res[(n, ps)] * 1e-3) / 1e12 for (n, p) in res if p == ps}
@@ -430,6 +476,8 @@ def main():
             best = max((tf[n] for n in ("cuDNN", "FA4") if n in tf), default=None)
             xbest = lambda a: tf[a] / best if a in tf and best else float("nan")  # noqa: E731
             extra = " ".join(f"{n} {tf[n]:.1f}" for n in sorted(tf) if n.startswith("fa-v"))
+            if "fa-after" in tf:
+                extra += f" fa-after {tf['fa-after']:.1f} ({ratio('fa-after', 'fa'):.3f}x)"
             fa4_tf = f" {fmt('FA4')}" if fa4 else ""
             fa4_x = f" {ratio('fa', 'FA4'):6.2f} {xbest('fa'):6.2f}" if fa4 else ""
             print(
