@@ -288,14 +288,14 @@ static void dec_split(const dec_ctx *c, dec_scratch *s, int64_t it) {
   const int64_t j0 = jlo + sp * chunk < jhi ? jlo + sp * chunk : jhi;
   const int64_t j1 = j0 + chunk < jhi ? j0 + chunk : jhi;
 
-  /* query rows x * R + r of kv head h0 + x, r = hh * lq + i: scaled, rotated at cache_seqlens[b] + i */
+  /* query rows x * R + r of kv head h0 + x, r = hh * lq + i: rotated at cache_seqlens[b] + i (dec_scores scales) */
   const fa__kv *kv = &p->kv;
   for (int x = 0; x < nh; ++x)
     for (int r = 0; r < R; ++r) {
       const int hh = r / lq, i = r % lq;
       const fa__cpu_mat qm = fa__cpu_mat_of(&p->q, sq.bidx, (h0 + x) * group + hh, sq.q_row0);
       float *qr = s->q + ((ptrdiff_t)x * R + r) * D;
-      fa__cpu_load_row(kt, qr, &qm, i, D, (float)p->scale);
+      fa__cpu_load_row(kt, qr, &qm, i, D, 1.0f);
       if (p->kvcache && kv->rotary_cos) {
         const int64_t pos = (int64_t)kv->cache_seqlens[b] + i, half = kv->rotary_dim / 2;
         fa__rotary_f(qr, kv->rotary_dim, kv->rotary_interleaved, kv->rotary_cos + pos * half,
@@ -360,7 +360,7 @@ static void dec_split(const dec_ctx *c, dec_scratch *s, int64_t it) {
       float *m = s->m + x * R, *l = s->l + x * R, *f = s->f + x * R;
       fa_dtype kdt, vdt;
       const void *K = dec_rows(c, &p->k, at, kvh, bc, D, s->kbuf, &ldk, &kdt);
-      kt->dec_scores(s->s, lds, q, D, R, K, ldk, bc, D, kdt, pfk, ldpk, npf, c->pf_keep);
+      kt->dec_scores(s->s, lds, q, D, R, K, ldk, bc, D, (float)p->scale, kdt, pfk, ldpk, npf, c->pf_keep);
       if (c->elementwise || !full)
         for (int r = 0; r < R; ++r) {
           const int i = r % lq;

@@ -91,7 +91,9 @@ typedef void (*fa__cpu_dropout_fn)(uint8_t *keep, ptrdiff_t ki, ptrdiff_t kj, in
  * vcvtph2ps in the kernel, and every element of the tile is loaded from
  * memory once (the kernels loop over the rows inside, in registers).
  *
- *   dec_scores:  s[r*lds + j] = sum_{d < D} q[r*ldq + d] * K(j, d)           r < nr, j < bc
+ *   dec_scores:  s[r*lds + j] = scale * sum_{d < D} q[r*ldq + d] * K(j, d)   r < nr, j < bc
+ *                (q unscaled: the bf16 products of avx512bf16 take q as
+ *                bf16, which a scaled q would not be)
  *   dec_softmax: one online-softmax step along each row, fa__osm_update of
  *                src/rules/online_softmax.h: for r < nr,
  *                  mn = max(m[r], max_j s[r][j]);  mu = (mn == -inf) ? 0 : mn
@@ -116,8 +118,8 @@ typedef void (*fa__cpu_dropout_fn)(uint8_t *keep, ptrdiff_t ki, ptrdiff_t kj, in
  * the same arguments give the same bits (fixed summation order, no
  * dependence on threads); different ISAs round differently. */
 typedef void (*fa__cpu_dec_scores_fn)(float *s, ptrdiff_t lds, const float *q, ptrdiff_t ldq, int nr, const void *k,
-                                      ptrdiff_t ldk, int bc, int D, fa_dtype kdt, const void *pf, ptrdiff_t ldpf,
-                                      int npf, int pf_keep);
+                                      ptrdiff_t ldk, int bc, int D, float scale, fa_dtype kdt, const void *pf,
+                                      ptrdiff_t ldpf, int npf, int pf_keep);
 typedef int (*fa__cpu_dec_softmax_fn)(float *s, ptrdiff_t lds, int nr, int bc, float *m, float *l, float *f);
 typedef void (*fa__cpu_dec_pv_fn)(float *o, ptrdiff_t ldo, int nr, const float *f, const float *p, ptrdiff_t ldp,
                                   const void *v, ptrdiff_t ldv, int bc, int Dv, fa_dtype vdt, const void *pf,

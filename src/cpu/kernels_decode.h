@@ -22,8 +22,8 @@ static inline float fa__dec_elem(const void *row, fa_dtype dt, int d) {
 /* Each dot product in 8 interleaved partial sums added as a fixed tree, so
  * a compiler may vectorize it without changing the result. */
 static void fa__dec_scores_c(float *s, ptrdiff_t lds, const float *q, ptrdiff_t ldq, int nr, const void *k,
-                             ptrdiff_t ldk, int bc, int D, fa_dtype kdt, const void *pf, ptrdiff_t ldpf, int npf,
-                             int pf_keep) {
+                             ptrdiff_t ldk, int bc, int D, float scale, fa_dtype kdt, const void *pf, ptrdiff_t ldpf,
+                             int npf, int pf_keep) {
   (void)pf, (void)ldpf, (void)npf, (void)pf_keep;
   for (int j = 0; j < bc; ++j) {
     const char *kj = (const char *)k + (ptrdiff_t)j * ldk;
@@ -34,7 +34,7 @@ static void fa__dec_scores_c(float *s, ptrdiff_t lds, const float *q, ptrdiff_t 
       for (; d + 8 <= D; d += 8)
         for (int t = 0; t < 8; ++t) a[t] += qr[d + t] * fa__dec_elem(kj, kdt, d + t);
       for (; d < D; ++d) a[d % 8] += qr[d] * fa__dec_elem(kj, kdt, d);
-      s[(ptrdiff_t)r * lds + j] = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+      s[(ptrdiff_t)r * lds + j] = scale * (((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7])));
     }
   }
 }

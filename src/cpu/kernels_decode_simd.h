@@ -69,8 +69,8 @@ DS_INLINE void ds_prefetch_row(const char *p, int bytes, const int keep) {
 
 /* Rows [r0, r0 + MR) x all bc keys (rows past nr duplicate row nr - 1). */
 DS_INLINE void ds_scores_block(const int MR, const int DT, float *s, ptrdiff_t lds, const float *q, ptrdiff_t ldq,
-                               int nr, const char *k, ptrdiff_t ldk, int bc, int D, const char *pf, ptrdiff_t ldpf,
-                               int npf, int keep) {
+                               int nr, const char *k, ptrdiff_t ldk, int bc, int D, float scale, const char *pf,
+                               ptrdiff_t ldpf, int npf, int keep) {
   enum { NK_MAX = DS_W };
   const int NK = DS_W / MR;
   const int es = DT == FA_F32 ? 4 : 2, Dw = D - D % DS_W, rowb = D * es;
@@ -101,7 +101,7 @@ DS_INLINE void ds_scores_block(const int MR, const int DT, float *s, ptrdiff_t l
         for (int rr = 0; rr < MR; ++rr) acc[rr * NK + jj] = dsv_fma(dsv_loadu(qr[rr] + d), kv, acc[rr * NK + jj]);
       }
     }
-    const DS_V red = dsv_reduce(acc);
+    const DS_V red = dsv_mul(dsv_reduce(acc), dsv_set1(scale));
     const int nk = bc - j0 < NK ? bc - j0 : NK, mr = nr < MR ? nr : MR;
     if (Dw == D) { /* lanes rr*NK .. rr*NK + nk - 1 are row rr's scores */
       for (int rr = 0; rr < mr; ++rr) dsv_store_lanes(s + (ptrdiff_t)rr * lds + j0, red, rr * NK, nk);
@@ -110,7 +110,7 @@ DS_INLINE void ds_scores_block(const int MR, const int DT, float *s, ptrdiff_t l
       dsv_storeu(t, red);
       for (int rr = 0; rr < MR; ++rr)
         for (int jj = 0; jj < NK; ++jj)
-          for (int d = Dw; d < D; ++d) t[rr * NK + jj] += qr[rr][d] * fa__dec_elem(kj[jj], (fa_dtype)DT, d);
+          for (int d = Dw; d < D; ++d) t[rr * NK + jj] += scale * qr[rr][d] * fa__dec_elem(kj[jj], (fa_dtype)DT, d);
       for (int rr = 0; rr < mr; ++rr)
         for (int jj = 0; jj < nk; ++jj) s[(ptrdiff_t)rr * lds + j0 + jj] = t[rr * NK + jj];
     }
@@ -135,7 +135,8 @@ DS_INLINE void ds_scores_block(const int MR, const int DT, float *s, ptrdiff_t l
  * about half the FMA rate on Zen 3. Keys past the last whole micro-tile go
  * to ds_scores_block. */
 DS_INLINE void ds_scores_r4(const int DT, float *s, ptrdiff_t lds, const float *q, ptrdiff_t ldq, const char *k,
-                            ptrdiff_t ldk, int bc, int D, const char *pf, ptrdiff_t ldpf, int npf, int keep) {
+                            ptrdiff_t ldk, int bc, int D, float scale, const char *pf, ptrdiff_t ldpf, int npf,
+                            int keep) {
   enum { NK = DS_W / 4 };
   const int es = DT == FA_F32 ? 4 : 2, rowb = D * es;
   const float *q0 = q, *q1 = q + ldq, *q2 = q + 2 * ldq, *q3 = q + 3 * ldq;
@@ -158,46 +159,47 @@ DS_INLINE void ds_scores_r4(const int DT, float *s, ptrdiff_t lds, const float *
         acc[3 * NK + jj] = dsv_fma(a3, kv, acc[3 * NK + jj]);
       }
     }
-    dsv_store_rows4(s + j0, lds, dsv_reduce(acc));
+    dsv_store_rows4(s + j0, lds, dsv_mul(dsv_reduce(acc), dsv_set1(scale)));
   }
   if (j0 < bc)
-    ds_scores_block(4, DT, s + j0, lds, q, ldq, 4, k + (ptrdiff_t)j0 * ldk, ldk, bc - j0, D,
+    ds_scores_block(4, DT, s + j0, lds, q, ldq, 4, k + (ptrdiff_t)j0 * ldk, ldk, bc - j0, D, scale,
                     np > j0 ? pf + (ptrdiff_t)j0 * ldpf : NULL, ldpf, np - j0, keep);
 }
 
 DS_INLINE void ds_scores(const int DT, float *s, ptrdiff_t lds, const float *q, ptrdiff_t ldq, int nr, const char *k,
-                         ptrdiff_t ldk, int bc, int D, const char *pf, ptrdiff_t ldpf, int npf, int keep) {
+                         ptrdiff_t ldk, int bc, int D, float scale, const char *pf, ptrdiff_t ldpf, int npf, int keep) {
   for (int r0 = 0; r0 < nr; r0 += DS_W) {
     const int n = nr - r0 < DS_W ? nr - r0 : DS_W;
     float *sr = s + (ptrdiff_t)r0 * lds;
     const float *qr = q + (ptrdiff_t)r0 * ldq;
     const char *p = r0 == 0 ? pf : NULL; /* prefetch with the first block only */
     if (DS_R4 && n == 4 && D % DS_W == 0)
-      ds_scores_r4(DT, sr, lds, qr, ldq, k, ldk, bc, D, p, ldpf, npf, keep);
+      ds_scores_r4(DT, sr, lds, qr, ldq, k, ldk, bc, D, scale, p, ldpf, npf, keep);
     else if (n == 1)
-      ds_scores_block(1, DT, sr, lds, qr, ldq, n, k, ldk, bc, D, p, ldpf, npf, keep);
+      ds_scores_block(1, DT, sr, lds, qr, ldq, n, k, ldk, bc, D, scale, p, ldpf, npf, keep);
     else if (n == 2)
-      ds_scores_block(2, DT, sr, lds, qr, ldq, n, k, ldk, bc, D, p, ldpf, npf, keep);
+      ds_scores_block(2, DT, sr, lds, qr, ldq, n, k, ldk, bc, D, scale, p, ldpf, npf, keep);
     else if (n <= 4)
-      ds_scores_block(4, DT, sr, lds, qr, ldq, n, k, ldk, bc, D, p, ldpf, npf, keep);
+      ds_scores_block(4, DT, sr, lds, qr, ldq, n, k, ldk, bc, D, scale, p, ldpf, npf, keep);
     else if (n <= 8)
-      ds_scores_block(8, DT, sr, lds, qr, ldq, n, k, ldk, bc, D, p, ldpf, npf, keep);
+      ds_scores_block(8, DT, sr, lds, qr, ldq, n, k, ldk, bc, D, scale, p, ldpf, npf, keep);
 #if DS_W > 8
     else
-      ds_scores_block(16, DT, sr, lds, qr, ldq, n, k, ldk, bc, D, p, ldpf, npf, keep);
+      ds_scores_block(16, DT, sr, lds, qr, ldq, n, k, ldk, bc, D, scale, p, ldpf, npf, keep);
 #endif
   }
 }
 
 static void ds_dec_scores(float *s, ptrdiff_t lds, const float *q, ptrdiff_t ldq, int nr, const void *k, ptrdiff_t ldk,
-                          int bc, int D, fa_dtype kdt, const void *pf, ptrdiff_t ldpf, int npf, int pf_keep) {
+                          int bc, int D, float scale, fa_dtype kdt, const void *pf, ptrdiff_t ldpf, int npf,
+                          int pf_keep) {
   const char *kc = (const char *)k, *pc = (const char *)pf;
   if (kdt == FA_F32)
-    ds_scores(FA_F32, s, lds, q, ldq, nr, kc, ldk, bc, D, pc, ldpf, npf, pf_keep);
+    ds_scores(FA_F32, s, lds, q, ldq, nr, kc, ldk, bc, D, scale, pc, ldpf, npf, pf_keep);
   else if (kdt == FA_BF16)
-    ds_scores(FA_BF16, s, lds, q, ldq, nr, kc, ldk, bc, D, pc, ldpf, npf, pf_keep);
+    ds_scores(FA_BF16, s, lds, q, ldq, nr, kc, ldk, bc, D, scale, pc, ldpf, npf, pf_keep);
   else
-    ds_scores(FA_F16, s, lds, q, ldq, nr, kc, ldk, bc, D, pc, ldpf, npf, pf_keep);
+    ds_scores(FA_F16, s, lds, q, ldq, nr, kc, ldk, bc, D, scale, pc, ldpf, npf, pf_keep);
 }
 
 static int ds_dec_softmax(float *s, ptrdiff_t lds, int nr, int bc, float *m, float *l, float *f) {
