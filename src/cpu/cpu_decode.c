@@ -114,6 +114,17 @@
  * difference). Paged (the hg > 1 items above) 64 or 128 keys were slower:
  * those keep their 16. */
 #define DEC_PF_L2 2
+/* The bf16 pair kernels (kernels.h's dec_scores_pairs, dec_pv_pairs: q and
+ * P rounded to bf16, both products on vdpbf16ps, where the avx512bf16 ISA
+ * has them) for items of at least this many rows: several new tokens a
+ * step (speculative decoding) or large GQA groups, where the f32 kernels'
+ * arithmetic, not the memory, set the pace. On the 2-vCPU Zen 4 guest
+ * (bench/results/2026-12-07-cpu-decode-bf16-pairs.txt), 16 rows (GQA 32/8,
+ * Lq_new = 4), 2 threads, 8192 keys cold: 6.3-6.5 -> 8.1-8.3 GB/s; warm,
+ * one thread: 2.6x. With 4 rows (GQA 32/8, one token) they were 1.2-1.5x
+ * faster warm but 11% slower cold on one thread (13.5 against 15.2 GB/s,
+ * 8 rounds of 8), so the rows that memory bounds keep the f32 kernels. */
+#define DEC_PAIRS_ROWS (DEC_NT_ROWS + 1)
 #define DEC_REGION_ONE_ROW_INTEL 4
 /* Interleaved heads on Intel that take neither the region nor the own
  * path (f32 with 2 .. 8 rows, any dtype with more than DEC_NT_ROWS: GQA
@@ -189,10 +200,12 @@ typedef struct dec_ctx {
   int elementwise; /* softcap or ALiBi */
   int pf_keep;     /* the kernels' prefetch hint (kernels.h), DEC_PF_L2 */
   int own;         /* hg > 1 on Intel, 2 .. DEC_NT_ROWS rows: each head prefetches its own rows of the next tile */
-  int region;    /* hg > 1, a tile of all heads one block: prefetch the next one in address order (DEC_REGION_BYTES) */
-  float *part_o; /* [items][R][Dv] when nsplit > 1 */
-  float *part_lse;  /* [items][R] */
-  atomic_int *left; /* per (b, kv head group): splits not yet done; the thread that ends the last merges */
+  int region; /* hg > 1, a tile of all heads one block: prefetch the next one in address order (DEC_REGION_BYTES) */
+  fa__cpu_dec_scores_fn scores; /* kt's dec_scores, or dec_scores_pairs (DEC_PAIRS_ROWS) */
+  fa__cpu_dec_pv_fn pv;         /* kt's dec_pv, or dec_pv_pairs */
+  float *part_o;                /* [items][R][Dv] when nsplit > 1 */
+  float *part_lse;              /* [items][R] */
+  atomic_int *left;             /* per (b, kv head group): splits not yet done; the thread that ends the last merges */
 } dec_ctx;
 
 typedef struct dec_scratch {
@@ -360,7 +373,7 @@ static void dec_split(const dec_ctx *c, dec_scratch *s, int64_t it) {
       float *m = s->m + x * R, *l = s->l + x * R, *f = s->f + x * R;
       fa_dtype kdt, vdt;
       const void *K = dec_rows(c, &p->k, at, kvh, bc, D, s->kbuf, &ldk, &kdt);
-      kt->dec_scores(s->s, lds, q, D, R, K, ldk, bc, D, (float)p->scale, kdt, pfk, ldpk, npf, c->pf_keep);
+      c->scores(s->s, lds, q, D, R, K, ldk, bc, D, (float)p->scale, kdt, pfk, ldpk, npf, c->pf_keep);
       if (c->elementwise || !full)
         for (int r = 0; r < R; ++r) {
           const int i = r % lq;
@@ -377,7 +390,7 @@ static void dec_split(const dec_ctx *c, dec_scratch *s, int64_t it) {
         }
       const int moved = kt->dec_softmax(s->s, lds, R, bc, m, l, f);
       const void *V = dec_rows(c, &p->v, at, kvh, bc, Dv, s->vbuf, &ldv, &vdt);
-      kt->dec_pv(o, Dv, R, moved ? f : NULL, s->s, lds, V, ldv, bc, Dv, vdt, pfv, ldpv, npf, c->pf_keep);
+      c->pv(o, Dv, R, moved ? f : NULL, s->s, lds, V, ldv, bc, Dv, vdt, pfv, ldpv, npf, c->pf_keep);
     }
     j = jn;
     bc = bcn;
@@ -520,6 +533,9 @@ fa_status fa__cpu_decode(const fa__problem *p, const fa__cpu_kernels *kt, fa__er
   c.D = (int)p->D;
   c.Dv = (int)p->Dv;
   c.elementwise = p->softcap > 0 || p->alibi_slopes != NULL;
+  const int pairs = kt->dec_scores_pairs && kt->dec_pv_pairs && c.R >= DEC_PAIRS_ROWS;
+  c.scores = pairs ? kt->dec_scores_pairs : kt->dec_scores;
+  c.pv = pairs ? kt->dec_pv_pairs : kt->dec_pv;
   /* A cache laid out [.., L, Hkv, D] (vLLM's pages, or [B, L, H, D]) keeps
    * the kv heads of one token side by side: an item per kv head would touch
    * each 4 KiB page once per head (a TLB walk each time) and walk rows too

@@ -260,7 +260,13 @@ typedef struct fa__cpu_kernels {
   fa__cpu_dec_scores_fn dec_scores;
   fa__cpu_dec_softmax_fn dec_softmax;
   fa__cpu_dec_pv_fn dec_pv;
-  unsigned dec_dtypes;            /* bit 1 << dtype: dec_scores and dec_pv read it directly */
+  unsigned dec_dtypes; /* bit 1 << dtype: dec_scores and dec_pv read it directly */
+  /* NULL but on avx512bf16: dec_scores and dec_pv with both products on
+   * vdpbf16ps for a bf16 cache (q and P rounded to bf16; other dtypes as
+   * dec_scores / dec_pv), which cpu_decode.c takes for items of more than
+   * DEC_NT_ROWS rows, where the arithmetic, not the memory, sets the pace */
+  fa__cpu_dec_scores_fn dec_scores_pairs;
+  fa__cpu_dec_pv_fn dec_pv_pairs;
   fa__cpu_gemm_bf16_fn gemm_bf16; /* NULL: no bf16 products (the kernels below NULL too) */
   fa__cpu_pair_pack_f32_fn pair_pack_f32;
   fa__cpu_pair_pack_bf16_fn pair_pack_bf16;
@@ -292,9 +298,24 @@ void fa__cpu_kernels_generic(fa__cpu_kernels *kt);
 #ifdef FA_CPU_X86
 void fa__cpu_kernels_avx2(fa__cpu_kernels *kt);
 void fa__cpu_kernels_avx512(fa__cpu_kernels *kt);
+/* That table's decode kernels, for the tables built over it to fall back on. */
+void fa__cpu_dec_scores_avx512(float *s, ptrdiff_t lds, const float *q, ptrdiff_t ldq, int nr, const void *k,
+                               ptrdiff_t ldk, int bc, int D, float scale, fa_dtype kdt, const void *pf, ptrdiff_t ldpf,
+                               int npf, int pf_keep);
+void fa__cpu_dec_pv_avx512(float *o, ptrdiff_t ldo, int nr, const float *f, const float *p, ptrdiff_t ldp,
+                           const void *v, ptrdiff_t ldv, int bc, int Dv, fa_dtype vdt, const void *pf, ptrdiff_t ldpf,
+                           int npf, int pf_keep);
 /* Over an AVX-512 table: the bf16 products (kernels_avx512bf16.c, built
  * when the compiler targets AVX512-BF16: FA_CPU_AVX512BF16). */
 void fa__cpu_kernels_avx512bf16(fa__cpu_kernels *kt);
+/* Its decode kernels (kernels_decode_avx512bf16.c): bf16 caches on
+ * vdpbf16ps (q and P rounded to bf16), other dtypes on avx512's. */
+void fa__cpu_dec_scores_avx512bf16(float *s, ptrdiff_t lds, const float *q, ptrdiff_t ldq, int nr, const void *k,
+                                   ptrdiff_t ldk, int bc, int D, float scale, fa_dtype kdt, const void *pf,
+                                   ptrdiff_t ldpf, int npf, int pf_keep);
+void fa__cpu_dec_pv_avx512bf16(float *o, ptrdiff_t ldo, int nr, const float *f, const float *p, ptrdiff_t ldp,
+                               const void *v, ptrdiff_t ldv, int bc, int Dv, fa_dtype vdt, const void *pf,
+                               ptrdiff_t ldpf, int npf, int pf_keep);
 /* vdpbf16ps's FLOP rate over vfmadd231ps's on this core, timed once per call
  * (well under a millisecond): ~2 where the bf16 products have their own throughput (Zen
  * 4 and 5), ~1 where they share the FMA ports' rate (Sapphire Rapids), and

@@ -487,4 +487,10 @@ void fa__cpu_kernels_amx(fa__cpu_kernels *kt) {
   kt->gemm_bf16_block = gemm_bf16_block_amx;
   kt->pair_pack_bf16_t = pair_pack_bf16_t_amx;
   kt->tiles_hold = tiles_hold_amx;
+  /* decode keeps avx512's f32 kernels: where AMX is (Sapphire Rapids and
+   * later), vdpbf16ps runs at the FMA's FLOP rate, so the pair kernels
+   * would save only the widening of bf16, which measured no faster there
+   * (bench/results/2026-12-07-cpu-decode-bf16-pair-order.txt) */
+  kt->dec_scores_pairs = NULL;
+  kt->dec_pv_pairs = NULL;
 }

@@ -19,12 +19,13 @@ enum { K5_VL = 16, K5_MR = 8, K5_NV = 3 };
  * memory (GCC does exactly that with an array in the AVX2 kernel); the
  * guards fold away for each instantiation. */
 #define K5_ACC(m, v) c##m##v
-#define K5_FOR_ALL(X)                                                                                                 \
-  X(0, 0)                                                                                                             \
-  X(0, 1)                                                                                                             \
-  X(0, 2) X(0, 3) X(1, 0) X(1, 1) X(1, 2) X(1, 3) X(2, 0) X(2, 1) X(2, 2) X(2, 3) X(3, 0) X(3, 1) X(3, 2) X(3, 3)     \
-      X(4, 0) X(4, 1) X(4, 2) X(4, 3) X(5, 0) X(5, 1) X(5, 2) X(5, 3) X(6, 0) X(6, 1) X(6, 2) X(6, 3) X(7, 0) X(7, 1) \
-          X(7, 2) X(7, 3)
+#define K5_FOR_ALL(X)                                                                                             \
+  X(0, 0)                                                                                                         \
+  X(0, 1)                                                                                                         \
+  X(0, 2)                                                                                                         \
+  X(0, 3)                                                                                                         \
+  X(1, 0) X(1, 1) X(1, 2) X(1, 3) X(2, 0) X(2, 1) X(2, 2) X(2, 3) X(3, 0) X(3, 1) X(3, 2) X(3, 3) X(4, 0) X(4, 1) \
+      X(4, 2) X(4, 3) X(5, 0) X(5, 1) X(5, 2) X(5, 3) X(6, 0) X(6, 1) X(6, 2) X(6, 3) X(7, 0) X(7, 1) X(7, 2) X(7, 3)
 
 FA_INLINE void mk512(const int MR_, const int NV_, int kc, const float *a, ptrdiff_t rsa, ptrdiff_t csa, const float *b,
                      ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate) {
@@ -59,7 +60,9 @@ FA_INLINE void mk512(const int MR_, const int NV_, int kc, const float *a, ptrdi
     K5_ROW(2)
     K5_ROW(3)
     K5_ROW(4)
-    K5_ROW(5) K5_ROW(6) K5_ROW(7)
+    K5_ROW(5)
+    K5_ROW(6)
+    K5_ROW(7)
 #undef K5_ROW
         ko += csa;
     b += ldb;
@@ -339,68 +342,20 @@ static void dropout_avx512(uint8_t *keep, ptrdiff_t ki, ptrdiff_t kj, int br, in
   }
 }
 
-/* Decode: the primitives kernels_decode_simd.h is written over (16 lanes;
- * a P.V tile of up to 6 rows x 4 vectors = 24 accumulators). */
-#define DS_W 16
-#define DS_V __m512
-#define DS_PV_MR 6
-#define DS_PV_NV 4
-#define dsv_zero _mm512_setzero_ps
-#define dsv_set1 _mm512_set1_ps
-#define dsv_fma _mm512_fmadd_ps
-#define dsv_add _mm512_add_ps
-#define dsv_mul _mm512_mul_ps
-#define dsv_max _mm512_max_ps
-#define dsv_loadu _mm512_loadu_ps
-#define dsv_storeu _mm512_storeu_ps
-#define dsv_exp fa__cpu_exp512
-#define dsv_hsum _mm512_reduce_add_ps
-#define dsv_hmax _mm512_reduce_max_ps
-FA_INLINE __m512 dsv_ld_bf16(const char *p) {
-  const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
-}
-FA_INLINE __m512 dsv_ld_f16(const char *p) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
-}
-FA_INLINE __m512 dsv_load_tail(const float *p, int n, float fill) {
-  return _mm512_mask_loadu_ps(_mm512_set1_ps(fill), (__mmask16)((1u << n) - 1u), p);
-}
-FA_INLINE void dsv_store_tail(float *p, __m512 v, int n) {
-  _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1u), v);
-}
-FA_INLINE void dsv_store_lanes(float *p, __m512 v, int first, int n) {
-  const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(first),
-                                       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-  _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1u), first ? _mm512_permutexvar_ps(idx, v) : v);
-}
-/* lanes 4r .. 4r + 3 to p[r * ld ..], r < 4 (ds_scores_r4's micro-tile) */
-FA_INLINE void dsv_store_rows4(float *p, ptrdiff_t ld, __m512 v) {
-  _mm_storeu_ps(p, _mm512_castps512_ps128(v));
-  _mm_storeu_ps(p + ld, _mm512_extractf32x4_ps(v, 1));
-  _mm_storeu_ps(p + 2 * ld, _mm512_extractf32x4_ps(v, 2));
-  _mm_storeu_ps(p + 3 * ld, _mm512_extractf32x4_ps(v, 3));
-}
-/* 16 vectors to one, lane i = sum of a[i]: halves, quarters, pairs, then
- * one permute puts the lanes in order (the tree leaves them as
- * 0 2 1 3 8 10 9 11 4 6 5 7 12 14 13 15, a permutation that is its own
- * inverse). 45 shuffles and adds for 16 sums. */
-FA_INLINE __m512 dsv_reduce(const __m512 *a) {
-  __m512 t[8], u[4], v[2];
-  for (int i = 0; i < 8; ++i)
-    t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[i], a[i + 8], 0x44), _mm512_shuffle_f32x4(a[i], a[i + 8], 0xEE));
-  for (int i = 0; i < 4; ++i)
-    u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(t[i], t[i + 4], _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_f32x4(t[i], t[i + 4], _MM_SHUFFLE(3, 1, 3, 1)));
-  for (int i = 0; i < 2; ++i)
-    v[i] = _mm512_add_ps(_mm512_shuffle_ps(u[i], u[i + 2], _MM_SHUFFLE(1, 0, 1, 0)),
-                         _mm512_shuffle_ps(u[i], u[i + 2], _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m512 w = _mm512_add_ps(_mm512_shuffle_ps(v[0], v[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                 _mm512_shuffle_ps(v[0], v[1], _MM_SHUFFLE(3, 1, 3, 1)));
-  const __m512i perm = _mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15);
-  return _mm512_permutexvar_ps(perm, w);
-}
+#include "kernels_decode_avx512.h"
 #include "kernels_decode_simd.h"
+
+void fa__cpu_dec_scores_avx512(float *s, ptrdiff_t lds, const float *q, ptrdiff_t ldq, int nr, const void *k,
+                               ptrdiff_t ldk, int bc, int D, float scale, fa_dtype kdt, const void *pf, ptrdiff_t ldpf,
+                               int npf, int pf_keep) {
+  ds_dec_scores(s, lds, q, ldq, nr, k, ldk, bc, D, scale, kdt, pf, ldpf, npf, pf_keep);
+}
+
+void fa__cpu_dec_pv_avx512(float *o, ptrdiff_t ldo, int nr, const float *f, const float *p, ptrdiff_t ldp,
+                           const void *v, ptrdiff_t ldv, int bc, int Dv, fa_dtype vdt, const void *pf, ptrdiff_t ldpf,
+                           int npf, int pf_keep) {
+  ds_dec_pv(o, ldo, nr, f, p, ldp, v, ldv, bc, Dv, vdt, pf, ldpf, npf, pf_keep);
+}
 
 void fa__cpu_kernels_avx512(fa__cpu_kernels *kt) {
   kt->isa = FA_ISA_AVX512;
@@ -419,8 +374,8 @@ void fa__cpu_kernels_avx512(fa__cpu_kernels *kt) {
   kt->f16_to_f32 = f16_avx512;
   kt->bf16_to_f32 = bf16_avx512;
   kt->dropout = dropout_avx512;
-  kt->dec_scores = ds_dec_scores;
+  kt->dec_scores = fa__cpu_dec_scores_avx512;
   kt->dec_softmax = ds_dec_softmax;
-  kt->dec_pv = ds_dec_pv;
+  kt->dec_pv = fa__cpu_dec_pv_avx512;
   kt->dec_dtypes = 1u << FA_F32 | 1u << FA_F16 | 1u << FA_BF16;
 }

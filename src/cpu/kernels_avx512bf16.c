@@ -407,4 +407,6 @@ void fa__cpu_kernels_avx512bf16(fa__cpu_kernels *kt) {
   kt->exp_rows_off = exp_rows_off_avx512;
   kt->exp2_rows_off = exp2_rows_off_avx512;
   kt->exp2_cols = exp2_cols_avx512;
+  kt->dec_scores_pairs = fa__cpu_dec_scores_avx512bf16;
+  kt->dec_pv_pairs = fa__cpu_dec_pv_avx512bf16;
 }
