@@ -1,6 +1,7 @@
 /* The decode kernels of kernels.h (dec_scores, dec_softmax, dec_pv) for a
  * vector ISA, written once over a handful of primitives that the including
- * file (kernels_avx512.c, kernels_avx2.c) defines first:
+ * file defines first (kernels_avx512.c through kernels_decode_avx512.h,
+ * kernels_avx2.c itself):
  *
  *   DS_W lanes of type DS_V;  DS_PV_MR x DS_PV_NV: the largest P.V tile
  *   dsv_zero, dsv_set1, dsv_fma(a, b, c) = a*b + c, dsv_add, dsv_max
