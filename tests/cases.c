@@ -219,11 +219,7 @@ const tcase tc_cases[] = {
      .alibi = 1, .dtypes = TD_F16},
     {"tile_bias_bcast_h_dbias_window_D256", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 140, .Lk = 200, .D = 256, .Dv = 256,
      .bias = 1, .bias_bcast = BC_H, .dbias = 1, .use_window = 1, .wl = 70, .wr = 30, .dtypes = TD_BF16},
-    /* a key bias ([B, 1, 1, Lk], [1, 1, 1, Lk]): dBias summed over the rows too; the first one's 24 steps
-     * in cuda's summing kernel cut into 3 runs (backend.cu's dbias) */
-    {"tile_bias_one_row_dbias_runs_causal_br_D64", .B = 2, .Hq = 4, .Hkv = 2, .Lq = 300, .Lk = 192, .D = 64, .Dv = 64,
-     .bias = 1, .bias_bcast = BC_B | BC_H | BC_Q, .dbias = 1, .causal = 1, .align = FA_ALIGN_BOTTOM_RIGHT,
-     .dtypes = TD_F16},
+    /* a key bias ([B, 1, 1, Lk], [1, 1, 1, Lk]): dBias summed over the rows too */
     {"tile_bias_keys_dbias_causal_gqa_D128", .B = 2, .Hq = 2, .Hkv = 1, .Lq = 150, .Lk = 272, .D = 128, .Dv = 128,
      .bias = 1, .bias_bcast = BC_H | BC_Q, .dbias = 1, .causal = 1, .dtypes = TD_BF16},
     {"tile_bias_keys_all_dbias_seqlens_softcap_D64", .B = 2, .Hq = 4, .Hkv = 2, .Lq = 160, .Lk = 272, .D = 64, .Dv = 64,

@@ -2,8 +2,7 @@
 process with PyTorch SDPA doing the same (attn_mask with requires_grad).
 --bcast picks the bias's shape: none [B, H, L, L], b [1, H, L, L] (dBias
 summed over the batch), bh [1, 1, L, L] (over the batch and the heads),
-keys [B, 1, 1, L] (a key bias: over the heads and the rows), key1
-[1, 1, 1, L] (over everything but the keys: the summing kernel's steps in runs).
+keys [B, 1, 1, L] (a key bias: over the heads and the rows).
 Backward ms of
 
   ours    the default: the backward, then dBias on tensor cores
@@ -21,7 +20,7 @@ the largest magnitude. Shapes as bench/gpu/anchors.py: bf16, hidden 2048
 (H = 2048 / D), B * L = 16384; bias N(0, 1).
 
 usage: python3 bench/gpu/dbias.py --lib build-gpu/libflashattn.so
-       [--d 64,128,256] [--l 2048,4096] [--causal 0,1] [--bcast none,b,bh,keys,key1] [--reps 10] [--simt-reps 2]
+       [--d 64,128,256] [--l 2048,4096] [--causal 0,1] [--bcast none,b,bh,keys] [--reps 10] [--simt-reps 2]
 """
 
 import argparse
@@ -64,9 +63,7 @@ def main():
     ap.add_argument("--d", default="64,128,256")
     ap.add_argument("--l", default="2048,4096")
     ap.add_argument("--causal", default="0,1")
-    ap.add_argument(
-        "--bcast", default="none", help="comma-separated: none, b, bh, keys, key1 (the bias's broadcast dims)"
-    )
+    ap.add_argument("--bcast", default="none", help="comma-separated: none, b, bh, keys (the bias's broadcast dims)")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--simt-reps", type=int, default=2)
     a = ap.parse_args()
@@ -81,9 +78,7 @@ def main():
     for (D, H, B, L, causal), bcast in ((s, b) for s in shapes(a.d, a.l, a.causal) for b in a.bcast.split(",")):
         q, k, v, do, o, lse, dq, dk, dv = problem_tensors(B, H, L, D)
         gen = torch.Generator(device="cuda").manual_seed(L * 1000 + D)
-        bshape = {"none": (B, H, L), "b": (1, H, L), "bh": (1, 1, L), "keys": (B, 1, 1), "key1": (1, 1, 1)}[bcast] + (
-            L,
-        )
+        bshape = {"none": (B, H, L), "b": (1, H, L), "bh": (1, 1, L), "keys": (B, 1, 1)}[bcast] + (L,)
         bias = torch.randn(*bshape, device="cuda", generator=gen).to(torch.bfloat16)
         opt = ours.options(causal)
         opt.bias = fa.tensor_of(bias, fa.FA_BF16)

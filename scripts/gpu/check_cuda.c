@@ -326,9 +326,6 @@ static const ccase cases[] = {
     /* a key bias [B, 1, 1, Lk]: its dBias sums the rows too */
     {"f16_d128_bias16_keys_dbias_causal_gqa", 2, 4, 2, 300, 400, 128, 128, FA_F16, .bias = 1, .bias16 = 1,
      .bias_keys = 1, .dbias = 1, .causal = 1, .bwd = 1},
-    /* a key bias with few key tiles: the summing kernel's steps in runs (p.dbias_splits; here 5) */
-    {"f16_d128_bias16_keys_dbias_runs_causal_br", 2, 8, 2, 520, 256, 128, 128, FA_F16, .bias = 1, .bias16 = 1,
-     .bias_keys = 1, .dbias = 1, .causal = 1, .br = 1, .bwd = 1},
     {"bf16_d64_bias16_keys_dbias_varlen_softcap", 3, 2, 2, 0, 0, 64, 64, FA_BF16, .varlen = 1, .lens_q = lq4,
      .lens_k = lk4, .bias = 1, .bias16 = 1, .bias_keys = 1, .dbias = 1, .softcap = 3.0, .bwd = 1},
     {"bf16_d128_mask_varlen_alibi", 3, 2, 2, 0, 0, 128, 128, FA_BF16, .varlen = 1, .lens_q = lq4, .lens_k = lk4,

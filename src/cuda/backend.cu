@@ -408,29 +408,6 @@ fa_status dbias(const fa__problem *p, fa__cuda_params *pp, bool fast, int dmax, 
     pp->dbias_sum_i = summed[2];
     pp->dbias_pairs = reinterpret_cast<uintptr_t>(db.data) % 4 == 0 && pp->dbias_s[0] % 2 == 0 &&
                       pp->dbias_s[1] % 2 == 0 && pp->dbias_s[2] % 2 == 0;
-    // A key bias's summing kernel has one block per own (b, h) and key tile
-    // of kDbiasKeys: fewer than kDbiasBlocks (a [1, 1, 1, Lk] bias: Lk / 64)
-    // and its steps (pairs x row tiles of kDbiasRows) are cut into runs of at
-    // least kDbiasRunSteps, their sums added in order after it
-    // (dbias_sum_wgmma_kernel.cuh). The count depends on the shape alone:
-    // the same bits on every GPU.
-    constexpr int64_t kDbiasKeys = 64, kDbiasRows = 128, kDbiasBlocks = 128, kDbiasRunSteps = 8, kDbiasMaxRuns = 64;
-    scratch part;
-    if (summed[2]) {
-      const int64_t owns = (summed[0] ? 1 : pp->B) * (summed[1] ? 1 : pp->Hq);
-      const int64_t blocks = owns * ((pp->Lk + kDbiasKeys - 1) / kDbiasKeys);
-      const int64_t steps = pp->B * pp->Hq / owns * ((pp->Lq + kDbiasRows - 1) / kDbiasRows);
-      int64_t runs = kDbiasBlocks / blocks;
-      if (runs > steps / kDbiasRunSteps) runs = steps / kDbiasRunSteps;
-      if (runs > kDbiasMaxRuns) runs = kDbiasMaxRuns;
-      if (runs > 1) {
-        const fa_status st =
-            part.alloc(static_cast<size_t>(runs * owns * pp->Lk) * sizeof(float), s, "the dBias runs' sums", err);
-        if (st != FA_OK) return st;
-        pp->dbias_part = static_cast<float *>(part.ptr);
-        pp->dbias_splits = static_cast<int>(runs);
-      }
-    }
     return p->dtype == FA_BF16 ? fa__cuda_wgmma_dbias_bf16(*pp, kd, s, err) : fa__cuda_wgmma_dbias_f16(*pp, kd, s, err);
   }
 #else

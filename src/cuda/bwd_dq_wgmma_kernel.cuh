@@ -182,24 +182,20 @@ __global__ void __launch_bounds__(256, 1) bwd_dq_wgmma_kernel(const fa__cuda_par
                          m0 + wrow + g, n0, s, t);
       continue;
     }
-    if constexpr (kArith) {
-      // the bias or mask reader and the keep bits where the form has them
-      const auto xt = [&] {
-        if constexpr (kTile != 0)
-          return global_score_tile_of<T, kTile>(p, c.seq, c.b, h, m0 + wrow, n0);
-        else
-          return no_score_tile{};
-      }();
-      const auto keep = [&] {
-        if constexpr (kDrop)
-          return rows_keep_bits<kNB>(p, c.bh, m0 + wrow, n0, g, t);
-        else
-          return no_drop{};
-      }();
-      bwd_ds_rows_arith(p, c.bd, arith_score(p, alibi_slope(p, h)), s, dp, lse2, dsum, m0 + wrow, n0, g, t, xt, keep);
-    } else {
+    if constexpr (kArith && kTile != 0 && kDrop)
+      bwd_ds_rows_arith(p, c.bd, arith_score(p, alibi_slope(p, h)), s, dp, lse2, dsum, m0 + wrow, n0, g, t,
+                        global_score_tile_of<T, kTile>(p, c.seq, c.b, h, m0 + wrow, n0),
+                        rows_keep_bits<kNB>(p, c.bh, m0 + wrow, n0, g, t));
+    else if constexpr (kArith && kTile != 0)
+      bwd_ds_rows_arith(p, c.bd, arith_score(p, alibi_slope(p, h)), s, dp, lse2, dsum, m0 + wrow, n0, g, t,
+                        global_score_tile_of<T, kTile>(p, c.seq, c.b, h, m0 + wrow, n0));
+    else if constexpr (kArith && kDrop)
+      bwd_ds_rows_arith(p, c.bd, arith_score(p, alibi_slope(p, h)), s, dp, lse2, dsum, m0 + wrow, n0, g, t,
+                        no_score_tile{}, rows_keep_bits<kNB>(p, c.bh, m0 + wrow, n0, g, t));
+    else if constexpr (kArith)
+      bwd_ds_rows_arith(p, c.bd, arith_score(p, alibi_slope(p, h)), s, dp, lse2, dsum, m0 + wrow, n0, g, t);
+    else
       bwd_ds_rows<kFull>(p, c, s, dp, lse2, dsum, m0 + wrow, n0, g, t);
-    }
 
     // dQ += dS K: kBN / 16 steps of 16 keys = 16 rows of 128 bytes
     uint32_t a[kBN / 16][4];

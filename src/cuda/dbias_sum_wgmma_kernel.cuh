@@ -18,12 +18,6 @@
 // The next pair's tiles are copied under this pair's products where two
 // stages fit (kD <= 128); at kD = 256 one stage, refilled after the products.
 // Steps whose band or lengths leave the tile empty are skipped.
-// A key bias shared by the batch and the heads ([1, 1, 1, Lk]) has only
-// Lk / kBN tiles, too few blocks for the GPU: then (p.dbias_splits > 1)
-// blockIdx.y cuts the steps into that many runs, each run's sums go to
-// p.dbias_part in f32, and dbias_split_sum_kernel adds the runs in order.
-// The split count comes from the shape alone (backend.cu), so the bits do
-// not depend on the GPU.
 #ifndef FA_CUDA_DBIAS_SUM_WGMMA_KERNEL_CUH
 #define FA_CUDA_DBIAS_SUM_WGMMA_KERNEL_CUH
 
@@ -44,7 +38,7 @@ struct dbias_sum_cfg {
 };
 
 // Grid: x = key tile + key tiles * (the bias's own (b, h) index), y = row
-// tile (where rows are summed: the run of steps, p.dbias_splits).
+// tile (1 where rows are summed).
 template <typename E, int kD>
 __global__ void __launch_bounds__(256, 1) dbias_sum_wgmma_kernel(const fa__cuda_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -69,11 +63,6 @@ __global__ void __launch_bounds__(256, 1) dbias_sum_wgmma_kernel(const fa__cuda_
   const int64_t b_own = p.dbias_sum_b ? 0 : own / own_h, h_own = p.dbias_sum_h ? 0 : own % own_h;
   const int64_t pairs_h = p.dbias_sum_h ? p.Hq : 1, pairs = (p.dbias_sum_b ? p.B : 1) * pairs_h;
   const int64_t row_steps = p.dbias_sum_i ? (p.Lq + kBM - 1) / kBM : 1, steps = pairs * row_steps;
-  // this block's run of steps [k_lo, k_hi): all of them unless the rows are summed and split
-  const int64_t runs = p.dbias_sum_i && p.dbias_splits > 1 ? p.dbias_splits : 1;
-  const int64_t run = runs > 1 ? static_cast<int64_t>(blockIdx.y) : 0, run_len = (steps + runs - 1) / runs;
-  const int64_t k_lo = run * run_len < steps ? run * run_len : steps;
-  const int64_t k_hi = k_lo + run_len < steps ? k_lo + run_len : steps;
 
   // step k's context and first row; false where its band and lengths leave the tile nothing
   struct step {
@@ -84,7 +73,7 @@ __global__ void __launch_bounds__(256, 1) dbias_sum_wgmma_kernel(const fa__cuda_
     const int64_t pair = k / row_steps;
     const int64_t b = p.dbias_sum_b ? pair / pairs_h : b_own, h = p.dbias_sum_h ? pair % pairs_h : h_own;
     x->c = make_seq_ctx(p, b, h);
-    x->m0 = (p.dbias_sum_i ? k % row_steps : static_cast<int64_t>(blockIdx.y)) * kBM;  // (y: the run, when summed)
+    x->m0 = (p.dbias_sum_i ? k % row_steps : static_cast<int64_t>(blockIdx.y)) * kBM;
     const seq_ctx &c = x->c;
     if (x->m0 >= c.seq.lq || n0 >= c.seq.lk) return false;
     int64_t j0, j1;
@@ -92,7 +81,7 @@ __global__ void __launch_bounds__(256, 1) dbias_sum_wgmma_kernel(const fa__cuda_
     return (j0 > n0 ? j0 : n0) < (j1 < n0 + kBN ? j1 : n0 + kBN);
   };
   auto next_step = [&](int64_t k, step *x) {
-    while (++k < k_hi && !step_at(k, x)) {
+    while (++k < steps && !step_at(k, x)) {
     }
     return k;
   };
@@ -118,16 +107,16 @@ __global__ void __launch_bounds__(256, 1) dbias_sum_wgmma_kernel(const fa__cuda_
   for (int nb = 0; nb < kNB; ++nb) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.f;
 
   step cur, nxt;
-  int64_t k = next_step(k_lo - 1, &cur);
-  if (k < k_hi) load_step(cur, 0);
+  int64_t k = next_step(-1, &cur);
+  if (k < steps) load_step(cur, 0);
   cp_async_commit();
-  for (int st = 0; k < k_hi; st = kStages == 2 ? st ^ 1 : 0) {
+  for (int st = 0; k < steps; st = kStages == 2 ? st ^ 1 : 0) {
     const int64_t k_next = next_step(k, &nxt);
     cp_async_wait<0>();  // step k's tiles landed; every warpgroup is done with the other stage
     fence_proxy_async();
     __syncthreads();
     if (kStages == 2) {
-      if (k_next < k_hi) load_step(nxt, st ^ 1);
+      if (k_next < steps) load_step(nxt, st ^ 1);
       cp_async_commit();
     }
     const seq_ctx &c = cur.c;
@@ -141,7 +130,7 @@ __global__ void __launch_bounds__(256, 1) dbias_sum_wgmma_kernel(const fa__cuda_
     wgmma_s_dp<E, kD, kBM, kBN>(s, dp, q_base, k_base, do_base, v_base);
     if (kStages == 1) {  // every warpgroup's products are done: the one stage takes the next step
       __syncthreads();
-      if (k_next < k_hi) load_step(nxt, 0);
+      if (k_next < steps) load_step(nxt, 0);
       cp_async_commit();
     }
 
@@ -177,28 +166,9 @@ __global__ void __launch_bounds__(256, 1) dbias_sum_wgmma_kernel(const fa__cuda_
     float v = part[tid];
 #pragma unroll
     for (int w = 1; w < kThreads / 32; ++w) v += part[w * kBN + tid];
-    if (runs > 1)
-      p.dbias_part[(run * (gridDim.x / key_tiles) + own) * p.Lk + n0 + tid] = v;
-    else
-      base[n0 + tid] = E::from_float(v);
+    base[n0 + tid] = E::from_float(v);
   }
 #endif
-}
-
-// The runs' sums of a split key-bias dBias (above), added in run order:
-// one thread an element of [own][Lk].
-template <typename E>
-__global__ void dbias_split_sum_kernel(const fa__cuda_params p, int64_t owns) {
-  using T = typename E::storage;
-  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (e >= owns * p.Lk) return;
-  const int64_t own = e / p.Lk, j = e % p.Lk;
-  const int64_t own_h = p.dbias_sum_h ? 1 : p.Hq;
-  const int64_t b_own = p.dbias_sum_b ? 0 : own / own_h, h_own = p.dbias_sum_h ? 0 : own % own_h;
-  float v = 0.f;
-  for (int r = 0; r < p.dbias_splits; ++r) v += p.dbias_part[(r * owns + own) * p.Lk + j];
-  T *base = static_cast<T *>(p.dbias) + b_own * p.dbias_s[0] + h_own * p.dbias_s[1];
-  base[j] = E::from_float(v);
 }
 
 }  // namespace fa_cuda

@@ -196,19 +196,13 @@ fa_status launch_dbias_sum_wgmma(const fa__cuda_params &p, cudaStream_t s, fa__e
   auto kernel = dbias_sum_wgmma_kernel<E, kD>;
   FA_CUDA_TRY(fa__cuda_smem_optin(kernel, cfg::smem_bytes), "dBias (wgmma, summed): shared memory limit");
   const int64_t own = (p.dbias_sum_b ? 1 : p.B) * (p.dbias_sum_h ? 1 : p.Hq);
-  const int64_t runs = p.dbias_sum_i && p.dbias_splits > 1 ? p.dbias_splits : 1;
-  const int64_t x = own * ((p.Lk + cfg::kBN - 1) / cfg::kBN),
-                y = p.dbias_sum_i ? runs : (p.Lq + cfg::kBM - 1) / cfg::kBM;
+  const int64_t x = own * ((p.Lk + cfg::kBN - 1) / cfg::kBN), y = p.dbias_sum_i ? 1 : (p.Lq + cfg::kBM - 1) / cfg::kBM;
   if (x > INT32_MAX || y > 65535) {
     fa__err_set(err, "cuda: dBias (summed) grid of %lld x %lld blocks is too large", (long long)x, (long long)y);
     return FA_ERR_UNSUPPORTED;
   }
   kernel<<<dim3(static_cast<unsigned>(x), static_cast<unsigned>(y)), cfg::kThreads, cfg::smem_bytes, s>>>(p);
   FA_CUDA_CHECK_LAUNCH("dBias (wgmma, summed) kernel launch");
-  if (runs == 1) return FA_OK;
-  const int64_t n = own * p.Lk;
-  dbias_split_sum_kernel<E><<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(p, own);
-  FA_CUDA_CHECK_LAUNCH("dBias (split runs' sum) kernel launch");
   return FA_OK;
 }
 

@@ -97,8 +97,6 @@ struct fa__cuda_params {
                        // call (A/B timing in one process); 0: fa__cuda_ws_grid_of's rule
   int variant;         // FLASHATTN_CUDA_VARIANT: selects alternative tile configurations, when a
                        // launch file compiles some, for A/B timing in one process (anchors.py --variants)
-  int dbias_splits;    // dbias_sum_i: the summing kernel's steps cut in this many runs (blockIdx.y), each
-  float *dbias_part;   // run's row of sums into dbias_part [splits][own][Lk] (f32), then summed in order
 };
 
 // The batches the tensors store: packed sequences (cu_seqlens) share one.
