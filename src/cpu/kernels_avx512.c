@@ -19,13 +19,12 @@ enum { K5_VL = 16, K5_MR = 8, K5_NV = 3 };
  * memory (GCC does exactly that with an array in the AVX2 kernel); the
  * guards fold away for each instantiation. */
 #define K5_ACC(m, v) c##m##v
-#define K5_FOR_ALL(X)                                                                                             \
-  X(0, 0)                                                                                                         \
-  X(0, 1)                                                                                                         \
-  X(0, 2)                                                                                                         \
-  X(0, 3)                                                                                                         \
-  X(1, 0) X(1, 1) X(1, 2) X(1, 3) X(2, 0) X(2, 1) X(2, 2) X(2, 3) X(3, 0) X(3, 1) X(3, 2) X(3, 3) X(4, 0) X(4, 1) \
-      X(4, 2) X(4, 3) X(5, 0) X(5, 1) X(5, 2) X(5, 3) X(6, 0) X(6, 1) X(6, 2) X(6, 3) X(7, 0) X(7, 1) X(7, 2) X(7, 3)
+#define K5_FOR_ALL(X)                                                                                                 \
+  X(0, 0)                                                                                                             \
+  X(0, 1)                                                                                                             \
+  X(0, 2) X(0, 3) X(1, 0) X(1, 1) X(1, 2) X(1, 3) X(2, 0) X(2, 1) X(2, 2) X(2, 3) X(3, 0) X(3, 1) X(3, 2) X(3, 3)     \
+      X(4, 0) X(4, 1) X(4, 2) X(4, 3) X(5, 0) X(5, 1) X(5, 2) X(5, 3) X(6, 0) X(6, 1) X(6, 2) X(6, 3) X(7, 0) X(7, 1) \
+          X(7, 2) X(7, 3)
 
 FA_INLINE void mk512(const int MR_, const int NV_, int kc, const float *a, ptrdiff_t rsa, ptrdiff_t csa, const float *b,
                      ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate) {
@@ -60,9 +59,7 @@ FA_INLINE void mk512(const int MR_, const int NV_, int kc, const float *a, ptrdi
     K5_ROW(2)
     K5_ROW(3)
     K5_ROW(4)
-    K5_ROW(5)
-    K5_ROW(6)
-    K5_ROW(7)
+    K5_ROW(5) K5_ROW(6) K5_ROW(7)
 #undef K5_ROW
         ko += csa;
     b += ldb;
