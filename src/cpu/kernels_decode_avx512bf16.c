@@ -3,9 +3,11 @@
  * into each f32 lane, so one instruction does the work of two FMAs and the
  * cache's bf16 rows need no conversion to f32. On the cores where the
  * avx512bf16 ISA is chosen (vdpbf16ps at twice the FMA rate, Zen 4 and 5)
- * the f32 kernels spent as many instructions widening bf16 and adding as
- * multiplying, and with 4 query rows a kv head (GQA 32/8) that bounded the
- * pass below the memory's speed. Other dtypes go to the avx512 kernels.
+ * the f32 kernels spend as many instructions widening bf16 and adding as
+ * multiplying, which bounds the pass where a kv head has many query rows
+ * (several new tokens a step): cpu_decode.c takes these kernels for items
+ * of more than 8 rows (DEC_PAIRS_ROWS says why not fewer). Other dtypes go
+ * to the avx512 kernels.
  *
  * Scores, s = scale * q . k: q rows rounded to bf16 once a call (exact for
  * a bf16 query; a rotated one is rounded, as the cuda decode does) into
@@ -27,7 +29,6 @@
  * flags; only called where the CPU has AVX512-BF16. */
 #include <immintrin.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "kernels.h"
 #include "kernels_decode_avx512.h"
@@ -36,7 +37,7 @@
 #define DB_INLINE static inline __attribute__((always_inline))
 
 enum {
-  DB_QROWS = 16,   /* q rows converted at a time (the largest score micro-tile) */
+  DB_QROWS = 16,   /* q rows converted at a time, then taken 4 at a time */
   DB_QD = 512,     /* ... of at most this D; longer rows take the f32 kernel */
   DB_PV_MR = 4,    /* P.V rows a tile: 4 x 2 column groups x 2 = 16 accumulators */
   DB_PV_G = 2,     /* column groups of 32 a tile */
