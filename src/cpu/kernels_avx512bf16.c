@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "kernels.h"
+#include "kernels_bf16_avx512.h"
 #include "vexp_avx512.h"
 
 enum { KB_VL = 16, KB_MR = 8, KB_NV = 3 };
@@ -22,10 +23,6 @@ FA_INLINE __m512i pair_bcast(const uint16_t *p) {
   uint32_t w;
   memcpy(&w, p, sizeof w);
   return _mm512_set1_epi32((int)w);
-}
-
-FA_INLINE __m512 dp(__m512 acc, __m512i a, __m512i b) {
-  return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
 }
 
 #define KB_ACC(m, v) c##m##v
@@ -56,12 +53,12 @@ FA_INLINE void mkbf(const int MR_, const int NV_, int kp, const uint16_t *a, ptr
     const __m512i b1 = NV_ > 1 ? _mm512_loadu_si512((const void *)(b + KB_VL)) : b0;
     const __m512i b2 = NV_ > 2 ? _mm512_loadu_si512((const void *)(b + 2 * KB_VL)) : b0;
     __m512i am;
-#define KB_ROW(m)                                         \
-  if (m < MR_) {                                          \
-    am = pair_bcast(a##m + ko);                           \
-    KB_ACC(m, 0) = dp(KB_ACC(m, 0), am, b0);              \
-    if (NV_ > 1) KB_ACC(m, 1) = dp(KB_ACC(m, 1), am, b1); \
-    if (NV_ > 2) KB_ACC(m, 2) = dp(KB_ACC(m, 2), am, b2); \
+#define KB_ROW(m)                                             \
+  if (m < MR_) {                                              \
+    am = pair_bcast(a##m + ko);                               \
+    KB_ACC(m, 0) = kbf_dp(KB_ACC(m, 0), am, b0);              \
+    if (NV_ > 1) KB_ACC(m, 1) = kbf_dp(KB_ACC(m, 1), am, b1); \
+    if (NV_ > 2) KB_ACC(m, 2) = kbf_dp(KB_ACC(m, 2), am, b2); \
   }
     KB_ROW(0)
     KB_ROW(1)
@@ -182,13 +179,7 @@ static void pair_pack_bf16_avx512(uint32_t *dst, ptrdiff_t ldd, const uint16_t *
 }
 
 static void to_bf16_avx512(uint16_t *dst, const float *x, int n) {
-  int t = 0;
-  for (; t + KB_VL <= n; t += KB_VL)
-    _mm256_storeu_si256((__m256i *)(void *)(dst + t), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + t)));
-  if (t < n) {
-    const __mmask16 k = (__mmask16)((1u << (n - t)) - 1u);
-    _mm256_mask_storeu_epi16(dst + t, k, (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, x + t)));
-  }
+  for (int t = 0; t < n; t += 32) _mm512_mask_storeu_epi16(dst + t, kbf_mask32(n - t), kbf_from_f32(x + t, n - t));
 }
 
 /* kernels.h's softmax_pairs: per 16 query rows, the column maximum over

@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "kernels.h"
+#include "kernels_bf16_avx512.h"
 #include "kernels_decode_avx512.h"
 #include "kernels_decode_pf.h"
 
@@ -44,25 +45,6 @@ enum {
   DB_KCHUNK = 256, /* keys whose P pair words are made at a time */
 };
 
-DB_INLINE __mmask32 db_mask32(int n) {
-  return n >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << n) - 1u);
-}
-
-DB_INLINE __mmask16 db_mask16(int n) {
-  return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
-}
-
-DB_INLINE __m512 db_dp(__m512 acc, __m512i a, __m512i b) {
-  return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
-}
-
-/* n <= 32 floats at x as bf16 (nearest even), zeros past n */
-DB_INLINE __m512i db_to_bf16(const float *x, int n) {
-  const __m512 lo = _mm512_maskz_loadu_ps(db_mask16(n), x);
-  const __m512 hi = _mm512_maskz_loadu_ps(db_mask16(n - 16), x + 16);
-  return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-}
-
 /* rows [0, MR) of qb (ldqb elements apart, D rounded up to 32, zero
  * padded) against all bc keys; rows past nr repeat row nr - 1 */
 DB_INLINE void db_scores_block(const int MR, float *s, ptrdiff_t lds, const uint16_t *qb, int ldqb, int nr,
@@ -70,7 +52,7 @@ DB_INLINE void db_scores_block(const int MR, float *s, ptrdiff_t lds, const uint
                                int npf, int keep) {
   enum { NK_MAX = 16 };
   const int NK = 16 / MR, Dw = D - D % 32;
-  const __mmask32 tail = db_mask32(D - Dw);
+  const __mmask32 tail = kbf_mask32(D - Dw);
   const uint16_t *qr[16];
 #pragma GCC unroll 16
   for (int rr = 0; rr < MR; ++rr) qr[rr] = qb + (ptrdiff_t)(rr < nr ? rr : nr - 1) * ldqb;
@@ -95,7 +77,7 @@ DB_INLINE void db_scores_block(const int MR, float *s, ptrdiff_t lds, const uint
         const __m512i kv = _mm512_loadu_si512((const void *)(kj[jj] + (ptrdiff_t)d * 2));
 #pragma GCC unroll 16
         for (int rr = 0; rr < MR; ++rr)
-          acc[rr * NK + jj] = db_dp(acc[rr * NK + jj], kv, _mm512_loadu_si512((const void *)(qr[rr] + d)));
+          acc[rr * NK + jj] = kbf_dp(acc[rr * NK + jj], kv, _mm512_loadu_si512((const void *)(qr[rr] + d)));
       }
     }
     if (d < D) {
@@ -105,7 +87,7 @@ DB_INLINE void db_scores_block(const int MR, float *s, ptrdiff_t lds, const uint
         const __m512i kv = _mm512_maskz_loadu_epi16(tail, kj[jj] + (ptrdiff_t)d * 2);
 #pragma GCC unroll 16
         for (int rr = 0; rr < MR; ++rr)
-          acc[rr * NK + jj] = db_dp(acc[rr * NK + jj], kv, _mm512_loadu_si512((const void *)(qr[rr] + d)));
+          acc[rr * NK + jj] = kbf_dp(acc[rr * NK + jj], kv, _mm512_loadu_si512((const void *)(qr[rr] + d)));
       }
     }
     const __m512 red = _mm512_mul_ps(dsv_reduce(acc), vscale);
@@ -126,7 +108,7 @@ static void db_scores(float *s, ptrdiff_t lds, const float *q, ptrdiff_t ldq, in
     for (int r = 0; r < n; ++r)
       for (int d = 0; d < D; d += 32)
         _mm512_store_si512((void *)(qb + (ptrdiff_t)r * ldqb + d),
-                           db_to_bf16(q + (ptrdiff_t)(r0 + r) * ldq + d, D - d));
+                           kbf_from_f32(q + (ptrdiff_t)(r0 + r) * ldq + d, D - d));
     /* blocks of 4 rows x 4 keys: K's tile is read from L1 again for each
      * block (no conversion to repeat), and 4 rows' scores leave the tree as
      * 4 stores of 4, where 16 rows x 1 key took a permute and a masked
@@ -187,9 +169,9 @@ DB_INLINE void db_pv_tile(const int MR, const int G, float *o, ptrdiff_t ldo, co
 #pragma GCC unroll 2
   for (int g = 0; g < G; ++g) {
     const int n = ncol - 32 * g;
-    vm[g] = db_mask32(n);
-    om[g][0] = db_mask16(n);
-    om[g][1] = db_mask16(n - 16);
+    vm[g] = kbf_mask32(n);
+    om[g][0] = kbf_mask16(n);
+    om[g][1] = kbf_mask16(n - 16);
   }
 #pragma GCC unroll 4
   for (int rr = 0; rr < MR; ++rr) {
@@ -233,8 +215,8 @@ DB_INLINE void db_pv_tile(const int MR, const int G, float *o, ptrdiff_t ldo, co
       const __m512i pb = _mm512_set1_epi32((int)pw[(ptrdiff_t)rr * ldpw + jp]);
 #pragma GCC unroll 2
       for (int g = 0; g < G; ++g) {
-        lo[rr][g] = db_dp(lo[rr][g], xl[g], pb);
-        hi[rr][g] = db_dp(hi[rr][g], xh[g], pb);
+        lo[rr][g] = kbf_dp(lo[rr][g], xl[g], pb);
+        hi[rr][g] = kbf_dp(hi[rr][g], xh[g], pb);
       }
     }
   }
@@ -282,7 +264,7 @@ static void db_pv(float *o, ptrdiff_t ldo, int nr, const float *f, const float *
       for (int r = 0; r < n; ++r)
         for (int j = 0; j < kc; j += 32)
           _mm512_store_si512((void *)(pw + (ptrdiff_t)r * LDPW + j / 2),
-                             db_to_bf16(p + (ptrdiff_t)(r0 + r) * ldp + j0 + j, kc - j));
+                             kbf_from_f32(p + (ptrdiff_t)(r0 + r) * ldp + j0 + j, kc - j));
       /* f scales O once, with the first chunk; the next tile's prefetch rides on the first row block */
       const float *fr = f && j0 == 0 ? f + r0 : NULL;
       const char *vc = v + (ptrdiff_t)j0 * ldv;
